@@ -1,0 +1,45 @@
+# redbell — developer and CI entry points.
+# Tests, demo and bench run against $REDIS_URL if set; otherwise against a
+# private redis-server on 127.0.0.1:$(REDBELL_TEST_PORT), started and stopped
+# by scripts/with-redis.sh (installed from Debian packages when missing).
+
+SHELL := /bin/bash
+
+# CI may not have cargo on PATH.
+ifeq ($(shell command -v cargo 2>/dev/null),)
+  ifneq ($(wildcard $(HOME)/.cargo/bin/cargo),)
+    export PATH := $(HOME)/.cargo/bin:$(PATH)
+  endif
+endif
+
+REDBELL_TEST_PORT ?= 6390
+export REDBELL_TEST_PORT
+
+WITH_REDIS := scripts/with-redis.sh
+
+.PHONY: test demo bench lint doc redis-up redis-down build
+
+build:
+	cargo build --workspace --all-targets
+
+test:
+	$(WITH_REDIS) bash -c 'cargo test --workspace --all-targets && cargo test --workspace --doc'
+
+demo:
+	$(WITH_REDIS) cargo run --release --bin redbell -- demo --compare
+
+bench:
+	$(WITH_REDIS) cargo run --release --bin redbell -- bench
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+doc:
+	RUSTDOCFLAGS='-D warnings' cargo doc --no-deps
+
+redis-up:
+	scripts/redis/start.sh $(REDBELL_TEST_PORT)
+
+redis-down:
+	scripts/redis/stop.sh $(REDBELL_TEST_PORT)

@@ -1,0 +1,391 @@
+//! The [`Client`]: connections, key naming, and the background tasks.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::mpsc;
+
+use crate::hub::Hub;
+use crate::mutex::Mutex;
+use crate::{Error, scripts};
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// The longest lease accepted: one year. Longer durations are almost
+/// certainly a unit mistake; Redis itself overflows near `i64::MAX` ms.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A connection to one Redis server, shared by every lock made from it.
+///
+/// A `Client` holds one multiplexed command connection (reconnecting on its
+/// own after a failure), one pub/sub connection on which waiters learn of
+/// releases, and a background task that releases dropped guards. It is cheap
+/// to clone; clones share all of that. The background tasks stop when the
+/// last clone, and the last guard made from it, is dropped.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redbell::Error> {
+/// let client = redbell::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.mutex("reports").lock().await?;
+/// // ... the critical section ...
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client(pub(crate) Arc<Inner>);
+
+/// The engine behind [`Client`].
+pub(crate) struct Inner {
+    /// The command connection. Cloning it shares the one multiplexed socket.
+    pub(crate) conn: ConnectionManager,
+    /// Parked waiters and the pub/sub connection.
+    pub(crate) hub: Hub,
+    /// Requests to release a token in the background (dropped guards,
+    /// cancelled acquires). Unbounded so that `Drop` never blocks or loses
+    /// a release; the task drains it and ends when every sender is gone.
+    releases: mpsc::UnboundedSender<Release>,
+    pub(crate) config: Config,
+}
+
+/// Settings fixed when the client is built.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) default_lease: Duration,
+    pub(crate) fence_ttl: Duration,
+    pub(crate) linger: Duration,
+    pub(crate) max_park: Duration,
+}
+
+/// Builds a [`Client`] with settings other than the defaults.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redbell::Error> {
+/// let client = redbell::Client::builder("redis://127.0.0.1:6379")
+///     .prefix("billing")
+///     .default_lease(Duration::from_secs(10))
+///     .connect()
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    /// Prefix of every key and channel. Default: `"redbell"`.
+    prefix: String,
+    /// Lease of a [`Mutex`] made without [`Mutex::with_lease`]. Default: 30 s.
+    default_lease: Duration,
+    /// Expiry of a lock's fencing counter, reset by every acquisition.
+    /// Default: 7 days.
+    fence_ttl: Duration,
+    /// How long a release-channel subscription is kept after its last local
+    /// waiter left. Default: 2 s.
+    linger: Duration,
+    /// Longest single park of a waiter on a lock whose key has no expiry
+    /// (not one of ours). Default: 1 s.
+    max_park: Duration,
+    /// Timeout for establishing a connection. Default: 2 s.
+    connect_timeout: Duration,
+    /// Timeout for one command's response. Default: 2 s.
+    response_timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// Sets the prefix of every key and channel (default `"redbell"`). The
+    /// lock named `N` lives at `PREFIX:{N}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the lease of locks made without an explicit one (default 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// Sets how long a lock's fencing counter survives without an
+    /// acquisition (default 7 days). After that the counter restarts from
+    /// the server clock, which still exceeds every earlier fence.
+    pub fn fence_ttl(mut self, ttl: Duration) -> Self {
+        self.fence_ttl = ttl;
+        self
+    }
+
+    /// Sets how long a release-channel subscription is kept after the last
+    /// local waiter left (default 2 s), so a hot lock does not
+    /// SUBSCRIBE/UNSUBSCRIBE on every acquisition.
+    pub fn subscription_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// Sets the timeout for establishing a connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the timeout for one command's response (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects to Redis and starts the client's background tasks. Must be
+    /// called inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Redis`] when the URL is malformed, the server cannot be
+    ///   reached, or authentication fails.
+    /// - [`Error::InvalidLease`] when a configured duration is zero or
+    ///   larger than [`MAX_LEASE`].
+    /// - [`Error::InvalidName`] when the prefix is empty or contains `{`,
+    ///   `}` or control characters.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes closes any connection it
+    /// opened; nothing is left running.
+    pub async fn connect(self) -> Result<Client, Error> {
+        validate_name(&self.prefix)?;
+        for d in [
+            self.default_lease,
+            self.fence_ttl,
+            self.connect_timeout,
+            self.response_timeout,
+        ] {
+            lease_ms(d)?;
+        }
+        let redis = redis::Client::open(self.url.as_str())?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = redis
+            .get_connection_manager_with_config(manager_config)
+            .await?;
+        let config = Config {
+            prefix: self.prefix,
+            default_lease: self.default_lease,
+            fence_ttl: self.fence_ttl,
+            linger: self.linger,
+            max_park: self.max_park,
+        };
+        let hub = Hub::start(redis, self.connect_timeout, config.linger).await?;
+        let (releases, rx) = mpsc::unbounded_channel();
+        tokio::spawn(release_task(conn.clone(), rx));
+        Ok(Client(Arc::new(Inner {
+            conn,
+            hub,
+            releases,
+            config,
+        })))
+    }
+}
+
+impl Client {
+    /// Connects to the Redis server at `url` (`redis://[:password@]host:port[/db]`)
+    /// with the default settings; see [`Client::builder`] for the others.
+    /// Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when the URL is malformed, the server cannot be
+    /// reached, or authentication fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes closes any connection it
+    /// opened; nothing is left running.
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Client::builder(url).connect().await
+    }
+
+    /// Starts building a client for the Redis server at `url`.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            prefix: "redbell".to_owned(),
+            default_lease: Duration::from_secs(30),
+            fence_ttl: Duration::from_secs(7 * 24 * 3600),
+            linger: Duration::from_secs(2),
+            max_park: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// A handle on the distributed mutex called `name`.
+    ///
+    /// This does no I/O and never fails: an invalid name is reported by the
+    /// first call that uses it ([`Error::InvalidName`]).
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(self.clone(), name)
+    }
+
+    /// The Redis keys and channel of the lock called `name`.
+    pub(crate) fn keys(&self, name: &str) -> Result<LockKeys, Error> {
+        validate_name(name)?;
+        let base = format!("{}:{{{}}}", self.0.config.prefix, name);
+        Ok(LockKeys {
+            name: name.to_owned(),
+            fence: format!("{base}:fence"),
+            channel: format!("{base}:released"),
+            lock: base,
+        })
+    }
+}
+
+impl Inner {
+    /// Releases `token` in the background: for dropped guards and for
+    /// acquire attempts cancelled while in flight. Never blocks.
+    pub(crate) fn release_in_background(&self, keys: Arc<LockKeys>, token: String) {
+        // The task only ends once every sender (owned by `Inner`) is gone,
+        // so this send cannot fail while `self` lives.
+        let _ = self.releases.send(Release { keys, token });
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.0.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Redis names of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The name the user gave.
+    pub(crate) name: String,
+    /// `P:{N}`: the owner's token, with the lease as its expiry.
+    pub(crate) lock: String,
+    /// `P:{N}:fence`: the fencing counter.
+    pub(crate) fence: String,
+    /// `P:{N}:released`: the release channel.
+    pub(crate) channel: String,
+}
+
+/// Checks a lock name (or prefix): non-empty, at most [`MAX_NAME_LEN`]
+/// bytes, no `{` `}` (the cluster hash tag) and no control characters.
+pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
+    let reason = if name.is_empty() {
+        "the name is empty"
+    } else if name.len() > MAX_NAME_LEN {
+        "the name is longer than 512 bytes"
+    } else if name.contains(['{', '}']) {
+        "the name contains '{' or '}', which would break the cluster hash tag"
+    } else if name.chars().any(char::is_control) {
+        "the name contains control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidName {
+        name: name.chars().take(64).collect(),
+        reason,
+    })
+}
+
+/// A lease in whole milliseconds: sub-millisecond parts round up (never down
+/// to zero); zero and durations over [`MAX_LEASE`] are rejected.
+pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
+    if lease.is_zero() {
+        return Err(Error::InvalidLease {
+            duration: lease,
+            reason: "the duration is zero",
+        });
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidLease {
+            duration: lease,
+            reason: "the duration is longer than one year",
+        });
+    }
+    // At most a year, so the cast cannot truncate.
+    Ok(lease.as_nanos().div_ceil(1_000_000) as u64)
+}
+
+/// One background release request.
+struct Release {
+    keys: Arc<LockKeys>,
+    token: String,
+}
+
+/// Releases tokens sent by dropped guards and cancelled acquires, retrying
+/// connection failures a few times. Ends when every sender is dropped and
+/// the queue is drained.
+async fn release_task(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Release>) {
+    const BACKOFF: [u64; 3] = [0, 50, 250];
+    while let Some(Release { keys, token }) = rx.recv().await {
+        for (attempt, delay) in BACKOFF.iter().enumerate() {
+            tokio::time::sleep(Duration::from_millis(*delay)).await;
+            match scripts::release(&mut conn, &keys, &token).await {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() && attempt + 1 < BACKOFF.len() => continue,
+                Err(e) => {
+                    tracing::warn!(lock = %keys.name, error = %e, "background release failed; the lease will expire");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("orders:42").is_ok());
+        assert!(validate_name("ünïcode ok").is_ok());
+        for bad in [
+            "",
+            "a{b",
+            "a}b",
+            "line\nbreak",
+            &"x".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(
+                matches!(validate_name(bad), Err(Error::InvalidName { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn leases_round_up_and_reject_nonsense() {
+        assert_eq!(lease_ms(Duration::from_micros(1)).unwrap(), 1);
+        assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
+        assert!(matches!(
+            lease_ms(Duration::ZERO),
+            Err(Error::InvalidLease { .. })
+        ));
+        assert!(matches!(
+            lease_ms(Duration::MAX),
+            Err(Error::InvalidLease { .. })
+        ));
+        assert!(lease_ms(MAX_LEASE).is_ok());
+    }
+
+    #[test]
+    fn bounds() {
+        fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+        assert_send_sync::<Client>();
+        assert_send_sync::<ClientBuilder>();
+    }
+}

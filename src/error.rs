@@ -1,0 +1,118 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong with a redbell lock.
+///
+/// Each variant is something a caller acts on differently: a [`Timeout`] is
+/// "try later or give up", [`NotHeld`] is "your critical section may have
+/// overlapped with another holder", the `Invalid*` variants are bugs in the
+/// caller's input, and [`Redis`] is an infrastructure failure (see
+/// [`Error::is_retryable`]).
+///
+/// [`Timeout`]: Error::Timeout
+/// [`NotHeld`]: Error::NotHeld
+/// [`Redis`]: Error::Redis
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The deadline given to a `*_timeout` call passed before the lock was
+    /// acquired. Nothing is held.
+    #[error("timed out waiting for the lock")]
+    Timeout,
+
+    /// The lock was no longer ours when we tried to release or extend it:
+    /// the lease expired (and another client may have taken the lock since).
+    #[error("the lock is no longer held by this owner (its lease expired)")]
+    NotHeld,
+
+    /// The lock name cannot be used: empty, containing `{` or `}` (which
+    /// would break the cluster hash tag), containing control characters, or
+    /// longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name (cut to its first 64 characters).
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A lease (or another duration) is zero or larger than
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    #[error("invalid duration {duration:?}: {reason}")]
+    InvalidLease {
+        /// The offending duration.
+        duration: Duration,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A key redbell uses exists in Redis with a type other than string
+    /// (someone else's data is stored under the lock's name). Nothing was
+    /// written.
+    #[error("key {key:?} holds a value of the wrong type for a lock")]
+    WrongType {
+        /// The Redis key.
+        key: String,
+    },
+
+    /// Redis answered with an error, or could not be reached (connection
+    /// refused or dropped, authentication failed, ...). The source error is
+    /// kept.
+    #[error("redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+
+    /// The client's background machinery has shut down (the Tokio runtime
+    /// is going away).
+    #[error("the redbell client is closed")]
+    Closed,
+}
+
+impl Error {
+    /// Whether retrying the same call later may succeed: true for timeouts
+    /// and for connection-level Redis failures (refused, dropped, timed
+    /// out); false for invalid input, wrong key types, authentication
+    /// failures and [`Error::NotHeld`].
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Timeout => true,
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+            }
+            _ => false,
+        }
+    }
+
+    /// Maps an error from a script or command that touched `key`: the
+    /// server's `WRONGTYPE` becomes [`Error::WrongType`], the rest
+    /// [`Error::Redis`].
+    pub(crate) fn from_redis(err: redis::RedisError, key: &str) -> Error {
+        if err.code() == Some("WRONGTYPE") {
+            Error::WrongType {
+                key: key.to_owned(),
+            }
+        } else {
+            Error::Redis(err)
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        Error::Redis(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Error>();
+    }
+}

@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod client;
+mod error;
+mod hub;
+mod mutex;
+mod scripts;
+
+pub use client::{Client, ClientBuilder, MAX_LEASE, MAX_NAME_LEN};
+pub use error::Error;
+pub use mutex::{Mutex, MutexGuard};
+pub use scripts::{ScriptInfo, scripts};
