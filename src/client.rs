@@ -8,6 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc;
 
 use crate::hub::Hub;
+use crate::lease::Renewer;
 use crate::mutex::Mutex;
 use crate::{Error, scripts};
 
@@ -45,6 +46,8 @@ pub(crate) struct Inner {
     pub(crate) conn: ConnectionManager,
     /// Parked waiters and the pub/sub connection.
     pub(crate) hub: Hub,
+    /// Renews the leases of guards without a fixed lease.
+    pub(crate) renewer: Renewer,
     /// Requests to release a token in the background (dropped guards,
     /// cancelled acquires). Unbounded so that `Drop` never blocks or loses
     /// a release; the task drains it and ends when every sender is gone.
@@ -56,7 +59,6 @@ pub(crate) struct Inner {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) prefix: String,
-    pub(crate) default_lease: Duration,
     pub(crate) fence_ttl: Duration,
     pub(crate) linger: Duration,
     pub(crate) max_park: Duration,
@@ -70,7 +72,8 @@ pub(crate) struct Config {
 /// # async fn main() -> Result<(), redbell::Error> {
 /// let client = redbell::Client::builder("redis://127.0.0.1:6379")
 ///     .prefix("billing")
-///     .default_lease(Duration::from_secs(10))
+///     .default_lease(Duration::from_secs(6))
+///     .renew_every(Duration::from_secs(2))
 ///     .connect()
 ///     .await?;
 /// # Ok(())
@@ -81,8 +84,11 @@ pub struct ClientBuilder {
     url: String,
     /// Prefix of every key and channel. Default: `"redbell"`.
     prefix: String,
-    /// Lease of a [`Mutex`] made without [`Mutex::with_lease`]. Default: 30 s.
-    default_lease: Duration,
+    /// Lease of a [`Mutex`] made without [`Mutex::with_lease`], renewed
+    /// while its guard lives. Default: 30 s.
+    lease: Duration,
+    /// How often such a lease is renewed. Default: 10 s.
+    renew_every: Duration,
     /// Expiry of a lock's fencing counter, reset by every acquisition.
     /// Default: 7 days.
     fence_ttl: Duration,
@@ -106,9 +112,20 @@ impl ClientBuilder {
         self
     }
 
-    /// Sets the lease of locks made without an explicit one (default 30 s).
+    /// Sets the lease of locks made without a fixed one (default 30 s). Such
+    /// a lease is renewed every [`renew_every`](Self::renew_every) while its
+    /// guard lives, so it only matters when the holder dies or is cut off
+    /// from Redis: it is how long the others wait for a crashed holder.
     pub fn default_lease(mut self, lease: Duration) -> Self {
-        self.default_lease = lease;
+        self.lease = lease;
+        self
+    }
+
+    /// Sets how often renewed leases are renewed (default 10 s, a third of
+    /// the default lease). Must be shorter than the lease; a third leaves
+    /// room for two failed renewals before the lease is lost.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = every;
         self
     }
 
@@ -148,7 +165,8 @@ impl ClientBuilder {
     /// - [`Error::Redis`] when the URL is malformed, the server cannot be
     ///   reached, or authentication fails.
     /// - [`Error::InvalidLease`] when a configured duration is zero or
-    ///   larger than [`MAX_LEASE`].
+    ///   larger than [`MAX_LEASE`], or the renewal period is not shorter
+    ///   than the lease.
     /// - [`Error::InvalidName`] when the prefix is empty or contains `{`,
     ///   `}` or control characters.
     ///
@@ -159,12 +177,19 @@ impl ClientBuilder {
     pub async fn connect(self) -> Result<Client, Error> {
         validate_name(&self.prefix)?;
         for d in [
-            self.default_lease,
+            self.lease,
+            self.renew_every,
             self.fence_ttl,
             self.connect_timeout,
             self.response_timeout,
         ] {
             lease_ms(d)?;
+        }
+        if self.renew_every >= self.lease {
+            return Err(Error::InvalidLease {
+                duration: self.renew_every,
+                reason: "the renewal period must be shorter than the lease",
+            });
         }
         let redis = redis::Client::open(self.url.as_str())?;
         let manager_config = ConnectionManagerConfig::new()
@@ -177,17 +202,18 @@ impl ClientBuilder {
             .await?;
         let config = Config {
             prefix: self.prefix,
-            default_lease: self.default_lease,
             fence_ttl: self.fence_ttl,
             linger: self.linger,
             max_park: self.max_park,
         };
         let hub = Hub::start(redis, self.connect_timeout, config.linger).await?;
+        let renewer = Renewer::start(conn.clone(), self.lease, self.renew_every);
         let (releases, rx) = mpsc::unbounded_channel();
         tokio::spawn(release_task(conn.clone(), rx));
         Ok(Client(Arc::new(Inner {
             conn,
             hub,
+            renewer,
             releases,
             config,
         })))
@@ -217,7 +243,8 @@ impl Client {
         ClientBuilder {
             url: url.to_owned(),
             prefix: "redbell".to_owned(),
-            default_lease: Duration::from_secs(30),
+            lease: Duration::from_secs(30),
+            renew_every: Duration::from_secs(10),
             fence_ttl: Duration::from_secs(7 * 24 * 3600),
             linger: Duration::from_secs(2),
             max_park: Duration::from_secs(1),

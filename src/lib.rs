@@ -5,6 +5,7 @@
 mod client;
 mod error;
 mod hub;
+mod lease;
 mod mutex;
 mod scripts;
 

@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::client::{Client, LockKeys, lease_ms};
 use crate::hub::Channel;
-use crate::scripts::{self, Acquire};
+use crate::lease::{Lease, Renewal};
+use crate::scripts::{self, Acquire, Owned};
 
 /// A handle on one distributed mutex, identified by its name.
 ///
@@ -26,8 +27,9 @@ pub struct Mutex {
     /// The lock's keys, or the reason its name is invalid (reported by the
     /// first call that needs the keys).
     keys: Result<Arc<LockKeys>, (String, &'static str)>,
-    /// The lease of each acquisition. Default: the client's default lease.
-    lease: Duration,
+    /// The fixed lease of each acquisition; `None` (the default): the
+    /// client's lease, renewed while the guard lives.
+    lease: Option<Duration>,
 }
 
 impl Mutex {
@@ -37,23 +39,26 @@ impl Mutex {
             Err(Error::InvalidName { name, reason }) => Err((name, reason)),
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
         };
-        let lease = client.0.config.default_lease;
         Mutex {
             client,
             keys,
-            lease,
+            lease: None,
         }
     }
 
     /// Sets a fixed lease for every acquisition through this handle: the key
     /// expires `lease` after it was taken unless it is released (or
-    /// [extended](MutexGuard::extend)) first.
+    /// [extended](MutexGuard::extend)) first. There is no renewal; the
+    /// guard's [`lost`](MutexGuard::lost) resolves when the lease runs out.
+    ///
+    /// Without a fixed lease, a lock gets the client's lease (default 30 s),
+    /// renewed (default every 10 s) while its guard lives.
     ///
     /// Sub-millisecond parts round up to the next millisecond. A zero lease,
     /// or one over [`MAX_LEASE`](crate::MAX_LEASE), makes every later call
     /// fail with [`Error::InvalidLease`].
     pub fn with_lease(mut self, lease: Duration) -> Mutex {
-        self.lease = lease;
+        self.lease = Some(lease);
         self
     }
 
@@ -96,7 +101,7 @@ impl Mutex {
     /// next local waiter. `tokio::time::timeout(d, mutex.lock())` is safe.
     pub async fn lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.keys()?;
-        let lease_ms = lease_ms(self.lease)?;
+        let lease_ms = self.lease_ms()?;
         // Fast path: an uncontended lock costs one round trip, no SUBSCRIBE.
         if let Ok(guard) = self.attempt(&keys, lease_ms).await? {
             return Ok(guard);
@@ -139,7 +144,7 @@ impl Mutex {
     /// released in the background.
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>, Error> {
         let keys = self.keys()?;
-        let lease_ms = lease_ms(self.lease)?;
+        let lease_ms = self.lease_ms()?;
         Ok(self.attempt(&keys, lease_ms).await?.ok())
     }
 
@@ -178,6 +183,7 @@ impl Mutex {
     ) -> Result<Result<MutexGuard, Option<Duration>>, Error> {
         let inner = &self.client.0;
         let token = new_token();
+        let sent = Instant::now();
         let mut in_flight = InFlight {
             client: &self.client,
             keys,
@@ -196,11 +202,19 @@ impl Mutex {
             Ok(Acquire::Acquired { fence }) => {
                 in_flight.token = None;
                 drop(in_flight);
+                let lease = Lease::new(sent, Duration::from_millis(lease_ms));
+                let renewal = self.lease.is_none().then(|| {
+                    inner
+                        .renewer
+                        .register(keys.clone(), token.clone(), lease.clone(), sent)
+                });
                 Ok(Ok(MutexGuard {
                     client: self.client.clone(),
                     keys: keys.clone(),
                     token,
                     fence,
+                    lease,
+                    renewal,
                     released: false,
                 }))
             }
@@ -216,6 +230,11 @@ impl Mutex {
             // in-flight guard releases the token in the background.
             Err(e) => Err(e),
         }
+    }
+
+    /// The lease of one acquisition, in whole milliseconds.
+    fn lease_ms(&self) -> Result<u64, Error> {
+        lease_ms(self.lease.unwrap_or_else(|| self.client.0.renewer.lease()))
     }
 
     fn keys(&self) -> Result<Arc<LockKeys>, Error> {
@@ -304,6 +323,11 @@ pub struct MutexGuard {
     keys: Arc<LockKeys>,
     token: String,
     fence: u64,
+    /// The local view of the lease: deadline and lost flag.
+    lease: Arc<Lease>,
+    /// Our entry in the client's renewal queue; `None` for a fixed lease,
+    /// and taken (stopping renewal at once) before any release.
+    renewal: Option<Renewal>,
     /// Set once a release has completed; `Drop` releases otherwise.
     released: bool,
 }
@@ -342,6 +366,7 @@ impl MutexGuard {
     /// Cancel safe: if the future is dropped before Redis answered, the
     /// release is completed in the background.
     pub async fn unlock(mut self) -> Result<(), Error> {
+        self.renewal = None; // no renewal from here on
         let mut conn = self.client.0.conn.clone();
         let owned = scripts::release(&mut conn, &self.keys, &self.token).await?;
         self.released = true;
@@ -350,27 +375,73 @@ impl MutexGuard {
 
     /// Resets the lease to `lease` from now, if the lock is still ours.
     ///
+    /// For a renewed lease this is a one-off: the next renewal sets the
+    /// client's lease again.
+    ///
     /// # Errors
     ///
-    /// - [`Error::NotHeld`] when the lock was no longer ours.
+    /// - [`Error::NotHeld`] when the lock was no longer ours; the lease is
+    ///   then reported [lost](MutexGuard::lost).
     /// - [`Error::InvalidLease`] for a zero or over-long lease.
     /// - [`Error::Redis`] when Redis could not be reached.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future leaves the lock held; the extension
-    /// may or may not have been applied.
+    /// may or may not have been applied (the local deadline only moves once
+    /// Redis confirmed it).
     pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease_ms(lease)?;
         let mut conn = self.client.0.conn.clone();
-        scripts::extend(&mut conn, &self.keys, &self.token, lease_ms)
-            .await?
-            .into_result()
+        let sent = Instant::now();
+        let owned = scripts::extend(&mut conn, &[(&self.keys, &self.token)], lease_ms).await?;
+        match owned.first().copied().unwrap_or(Owned::Gone) {
+            Owned::Ours => {
+                self.lease.renewed(sent, Duration::from_millis(lease_ms));
+                Ok(())
+            }
+            Owned::Theirs | Owned::Gone => {
+                self.lease.set_lost();
+                Err(Error::NotHeld)
+            }
+        }
+    }
+
+    /// Resolves when the lease is lost: a renewal found the key gone or
+    /// taken by another token, Redis stayed unreachable past the lease's
+    /// local deadline, or a fixed lease ran out. Select on it to abort a
+    /// critical section that is no longer protected:
+    ///
+    /// ```no_run
+    /// # async fn work() {}
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redbell::Error> {
+    /// # let client = redbell::Client::connect("redis://127.0.0.1:6379").await?;
+    /// let guard = client.mutex("ledger").lock().await?;
+    /// tokio::select! {
+    ///     _ = work() => guard.unlock().await?,
+    ///     _ = guard.lost() => eprintln!("lease lost: stopped before doing damage"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes; dropping it changes nothing.
+    pub async fn lost(&self) {
+        self.lease.lost().await
+    }
+
+    /// Whether the lease is known lost (see [`lost`](MutexGuard::lost)).
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
     }
 }
 
 impl Drop for MutexGuard {
     fn drop(&mut self) {
+        self.renewal = None; // stop renewing before the release is queued
         if !self.released {
             self.client
                 .0

@@ -1,20 +1,26 @@
--- extend: reset the lease of a lock we still own.
+-- extend: reset the lease of locks we still own. One call renews many
+-- locks at once (the renewal task batches every lease that falls due
+-- together); a single extend passes one key.
 --
--- KEYS[1]  lock key   P:{N}
--- ARGV[1]  token      the owner token of our acquisition
--- ARGV[2]  lease_ms   the new lease in milliseconds, counted from now (> 0)
+-- KEYS[1..n]  lock keys     P:{N}
+-- ARGV[1]     lease_ms      the new lease in milliseconds, counted from now (> 0)
+-- ARGV[2..n+1] tokens       ARGV[i+1] is the owner token expected in KEYS[i]
 --
--- Returns
+-- Returns an array with one code per key, in KEYS order:
 --   1   the key was ours; its expiry is now lease_ms from now
---   0   the key is held by another token
---  -1   the key is gone (the lease expired)
---   error WRONGTYPE  the lock key is not a string
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+--   0   the key is held by another token (left untouched)
+--  -1   the key is gone (the lease expired or it was deleted)
+--   error WRONGTYPE  a lock key is not a string
+local out = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  if v == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1])
+    out[i] = 1
+  elseif v then
+    out[i] = 0
+  else
+    out[i] = -1
+  end
 end
-if v then
-  return 0
-end
-return -1
+return out

@@ -1,0 +1,363 @@
+//! Leases: the renewal task (watchdog) and the lost-lease signal.
+//!
+//! Every guard owns a [`Lease`]: the local deadline by which its key is
+//! certain to have expired unless renewed, and a lost flag. A guard of a
+//! lock without a fixed lease is also entered in its client's one
+//! [`Renewer`]: a timer queue served by a single task that renews every
+//! lease falling due within a quarter period of the earliest one in **one**
+//! batched script call per 512 locks (the `extend` script takes many keys).
+//!
+//! ## When is a lease lost?
+//!
+//! - A renewal finds the key gone or holding another token.
+//! - Redis stays unreachable until the local deadline passes. The deadline
+//!   is the instant the last successful acquire or renewal was *sent*, plus
+//!   the lease, minus a drift margin (1% of the lease + 2 ms): the key
+//!   cannot have expired on the server before then, whatever the latency.
+//! - A fixed lease (`with_lease`) simply runs out at its deadline.
+//!
+//! Losing a lease resolves [`MutexGuard::lost`](crate::MutexGuard::lost)
+//! and turns `is_lost()` true; nothing panics and nothing is thrown from a
+//! timer. A lost lease is never renewed again.
+//!
+//! ## No orphan renewals
+//!
+//! Dropping or unlocking a guard removes its entry from the queue
+//! synchronously, before the release is sent. A renewal already in flight
+//! is harmless: the script only resets the expiry of a key that still holds
+//! our token, so it can never bring a released key back; and it travels on
+//! the same multiplexed connection ahead of the release, which then deletes
+//! the key.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::client::LockKeys;
+use crate::hub::AbortOnDrop;
+use crate::scripts::{self, Owned};
+
+/// Locks renewed by one script call at most.
+const BATCH: usize = 512;
+
+/// The margin kept off a lease for clock drift between us and the server.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// The local view of one acquisition's lease.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    /// Fixed origin for `deadline_ns`.
+    origin: Instant,
+    /// Nanoseconds after `origin` at which the lease is over unless renewed.
+    /// Only moved forward, by the renewal task or `extend`.
+    deadline_ns: AtomicU64,
+    /// Set once, when the lease is known lost; never cleared.
+    lost: AtomicBool,
+    /// Woken when `lost` is set or the deadline moves.
+    changed: Notify,
+}
+
+impl Lease {
+    /// A lease whose acquire request was sent at `sent` and lasts `lease`.
+    pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Lease> {
+        let lease_state = Lease {
+            origin: sent,
+            deadline_ns: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            changed: Notify::new(),
+        };
+        lease_state.renewed(sent, lease);
+        Arc::new(lease_state)
+    }
+
+    /// Records a successful renewal (or extend) sent at `sent`.
+    pub(crate) fn renewed(&self, sent: Instant, lease: Duration) {
+        let deadline = (sent + lease).saturating_duration_since(self.origin + drift(lease));
+        let ns = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        self.deadline_ns.fetch_max(ns, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    /// The instant after which the key may have expired on the server.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.deadline_ns.load(Ordering::Acquire))
+    }
+
+    /// Marks the lease lost and wakes everyone waiting on [`Lease::lost`].
+    pub(crate) fn set_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Whether the lease is lost: reported lost, or past its deadline.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.deadline()
+    }
+
+    /// Resolves once the lease is lost.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.lost.load(Ordering::Acquire) {
+                return;
+            }
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    if Instant::now() >= self.deadline() {
+                        self.set_lost();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A guard's place in the renewal queue; dropping it stops the renewals,
+/// synchronously.
+#[derive(Debug)]
+pub(crate) struct Renewal {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        if let Some(entry) = state.entries.remove(&self.id) {
+            state.queue.remove(&(entry.due, self.id));
+        }
+    }
+}
+
+/// The renewal queue of one client and its task.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    shared: Arc<Shared>,
+    _task: AbortOnDrop,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: StdMutex<State>,
+    /// Woken when an entry is added, so the task can re-plan its sleep.
+    added: Notify,
+    lease: Duration,
+    every: Duration,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    /// Guards being renewed, by id: present from `register` until the
+    /// `Renewal` is dropped or the lease is lost. An entry is out of `queue`
+    /// while its renewal is in flight.
+    entries: HashMap<u64, Entry>,
+    /// `(due, id)` of every entry not in flight, earliest first.
+    queue: BTreeSet<(Instant, u64)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    keys: Arc<LockKeys>,
+    token: String,
+    lease: Arc<Lease>,
+    /// When the next renewal is due; the entry's key in `queue`.
+    due: Instant,
+}
+
+impl Shared {
+    fn lock(&self) -> StdMutexGuard<'_, State> {
+        // Every update leaves `State` consistent before any call that could
+        // panic, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Renewer {
+    /// Starts the renewal task: leases of `lease`, renewed every `every`.
+    pub(crate) fn start(conn: ConnectionManager, lease: Duration, every: Duration) -> Renewer {
+        let shared = Arc::new(Shared {
+            state: StdMutex::default(),
+            added: Notify::new(),
+            lease,
+            every,
+        });
+        let task = tokio::spawn(run(shared.clone(), conn));
+        Renewer {
+            shared,
+            _task: AbortOnDrop(task),
+        }
+    }
+
+    /// The lease every renewed lock gets.
+    pub(crate) fn lease(&self) -> Duration {
+        self.shared.lease
+    }
+
+    /// Enters an acquisition whose acquire request was sent at `sent`.
+    pub(crate) fn register(
+        &self,
+        keys: Arc<LockKeys>,
+        token: String,
+        lease: Arc<Lease>,
+        sent: Instant,
+    ) -> Renewal {
+        let due = sent + self.shared.every;
+        let id = {
+            let mut state = self.shared.lock();
+            let id = state.next_id;
+            state.next_id += 1;
+            state.entries.insert(
+                id,
+                Entry {
+                    keys,
+                    token,
+                    lease,
+                    due,
+                },
+            );
+            state.queue.insert((due, id));
+            id
+        };
+        self.shared.added.notify_one();
+        Renewal {
+            shared: self.shared.clone(),
+            id,
+        }
+    }
+}
+
+/// The renewal task: sleep until the earliest due entry, renew everything
+/// due within a quarter period in batches, repeat.
+async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
+    let slack = shared.every / 4;
+    let retry = (shared.every / 4).min(Duration::from_millis(250));
+    loop {
+        let next = shared.lock().queue.first().map(|(due, _)| *due);
+        match next {
+            Some(due) if due > Instant::now() => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = shared.added.notified() => continue,
+                }
+            }
+            Some(_) => {}
+            None => {
+                shared.added.notified().await;
+                continue;
+            }
+        }
+
+        // Take every entry due within the slack out of the queue.
+        let horizon = Instant::now() + slack;
+        let batch: Vec<(u64, Arc<LockKeys>, String)> = {
+            let mut guard = shared.lock();
+            let state = &mut *guard;
+            let mut batch = Vec::new();
+            while let Some(&(due, id)) = state.queue.first() {
+                if due > horizon {
+                    break;
+                }
+                state.queue.pop_first();
+                if let Some(entry) = state.entries.get(&id) {
+                    batch.push((id, entry.keys.clone(), entry.token.clone()));
+                }
+            }
+            batch
+        };
+
+        for chunk in batch.chunks(BATCH) {
+            let sent = Instant::now();
+            let locks: Vec<(&LockKeys, &str)> =
+                chunk.iter().map(|(_, k, t)| (&**k, t.as_str())).collect();
+            let outcome = scripts::extend(&mut conn, &locks, lease_ms(shared.lease)).await;
+            let mut state = shared.lock();
+            for (i, (id, _, _)) in chunk.iter().enumerate() {
+                let Some(entry) = state.entries.get_mut(id) else {
+                    continue; // unlocked or dropped while in flight
+                };
+                let verdict = match &outcome {
+                    Ok(codes) => codes.get(i).copied(),
+                    Err(_) => None,
+                };
+                let keep = match verdict {
+                    Some(Owned::Ours) => {
+                        entry.lease.renewed(sent, shared.lease);
+                        entry.due = sent + shared.every;
+                        true
+                    }
+                    Some(Owned::Theirs | Owned::Gone) => false,
+                    None if Instant::now() >= entry.lease.deadline() => false,
+                    None => {
+                        entry.due = Instant::now() + retry;
+                        true
+                    }
+                };
+                if keep {
+                    let due = entry.due;
+                    state.queue.insert((due, *id));
+                } else {
+                    entry.lease.set_lost();
+                    state.entries.remove(id);
+                }
+            }
+            if let Err(e) = &outcome {
+                tracing::debug!(error = %e, locks = chunk.len(), "lease renewal failed; retrying");
+            }
+        }
+    }
+}
+
+fn lease_ms(lease: Duration) -> u64 {
+    // Validated when the client was built (at most a year).
+    crate::client::lease_ms(lease).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_deadline_and_lost() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(1));
+        assert!(!lease.is_lost());
+        let expected = Instant::now() + Duration::from_secs(1) - drift(Duration::from_secs(1));
+        assert_eq!(lease.deadline(), expected);
+        // A renewal moves the deadline; lost() resolves only at the new one.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        lease.renewed(Instant::now(), Duration::from_secs(1));
+        let started = Instant::now();
+        lease.lost().await;
+        assert!(Instant::now() >= started + Duration::from_millis(900));
+        assert!(lease.is_lost());
+    }
+
+    #[tokio::test]
+    async fn set_lost_wakes_waiters() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(3600));
+        let waiter = {
+            let lease = lease.clone();
+            tokio::spawn(async move { lease.lost().await })
+        };
+        tokio::task::yield_now().await;
+        lease.set_lost();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("lost() resolves")
+            .expect("no panic");
+        assert!(lease.is_lost());
+    }
+}
