@@ -48,10 +48,13 @@ pub(crate) struct Inner {
     pub(crate) hub: Hub,
     /// Renews the leases of guards without a fixed lease.
     pub(crate) renewer: Renewer,
-    /// Requests to release a token in the background (dropped guards,
-    /// cancelled acquires). Unbounded so that `Drop` never blocks or loses
-    /// a release; the task drains it and ends when every sender is gone.
-    releases: mpsc::UnboundedSender<Release>,
+    /// Work for the background task: releases of dropped guards and
+    /// cancelled acquires, and wake-ups to pass on. Unbounded so that `Drop`
+    /// never blocks or loses a release; the task drains it and ends when
+    /// every sender (here and in the hub) is gone.
+    background: mpsc::UnboundedSender<Background>,
+    /// This client's id in waiter queues and wake channel names.
+    pub(crate) id: String,
     pub(crate) config: Config,
 }
 
@@ -206,15 +209,24 @@ impl ClientBuilder {
             linger: self.linger,
             max_park: self.max_park,
         };
-        let hub = Hub::start(redis, self.connect_timeout, config.linger).await?;
+        let (background, rx) = mpsc::unbounded_channel();
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let hub = Hub::start(
+            redis,
+            self.connect_timeout,
+            config.linger,
+            background.clone(),
+            id.clone(),
+        )
+        .await?;
         let renewer = Renewer::start(conn.clone(), self.lease, self.renew_every);
-        let (releases, rx) = mpsc::unbounded_channel();
-        tokio::spawn(release_task(conn.clone(), rx));
+        tokio::spawn(background_task(conn.clone(), rx));
         Ok(Client(Arc::new(Inner {
             conn,
             hub,
             renewer,
-            releases,
+            background,
+            id,
             config,
         })))
     }
@@ -265,10 +277,14 @@ impl Client {
     pub(crate) fn keys(&self, name: &str) -> Result<LockKeys, Error> {
         validate_name(name)?;
         let base = format!("{}:{{{}}}", self.0.config.prefix, name);
+        let wake_prefix = format!("{base}:wake:");
         Ok(LockKeys {
             name: name.to_owned(),
             fence: format!("{base}:fence"),
-            channel: format!("{base}:released"),
+            waiters: format!("{base}:waiters"),
+            handoff: format!("{base}:handoff"),
+            channel: format!("{wake_prefix}{}", self.0.id),
+            wake_prefix,
             lock: base,
         })
     }
@@ -280,7 +296,7 @@ impl Inner {
     pub(crate) fn release_in_background(&self, keys: Arc<LockKeys>, token: String) {
         // The task only ends once every sender (owned by `Inner`) is gone,
         // so this send cannot fail while `self` lives.
-        let _ = self.releases.send(Release { keys, token });
+        let _ = self.background.send(Background::Release { keys, token });
     }
 }
 
@@ -301,7 +317,13 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// `P:{N}:fence`: the fencing counter.
     pub(crate) fence: String,
-    /// `P:{N}:released`: the release channel.
+    /// `P:{N}:waiters`: the queue of waiting clients' waiters.
+    pub(crate) waiters: String,
+    /// `P:{N}:handoff`: the member a release just woke, for a moment.
+    pub(crate) handoff: String,
+    /// `P:{N}:wake:`: a client's wake channel is this plus its id.
+    pub(crate) wake_prefix: String,
+    /// `P:{N}:wake:<our id>`: the channel on which this client is woken.
     pub(crate) channel: String,
 }
 
@@ -344,25 +366,39 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
     Ok(lease.as_nanos().div_ceil(1_000_000) as u64)
 }
 
-/// One background release request.
-struct Release {
-    keys: Arc<LockKeys>,
-    token: String,
+/// Work for the background task.
+pub(crate) enum Background {
+    /// Release `token` (a dropped guard, or an acquire cancelled in flight).
+    Release { keys: Arc<LockKeys>, token: String },
+    /// Take `member` out of the lock's queue and pass any wake-up on (a
+    /// waiter left without the lock, or a wake-up reached a gone waiter).
+    PassOn { keys: Arc<LockKeys>, member: String },
 }
 
-/// Releases tokens sent by dropped guards and cancelled acquires, retrying
-/// connection failures a few times. Ends when every sender is dropped and
-/// the queue is drained.
-async fn release_task(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Release>) {
+/// Runs background work in order, retrying connection failures a few
+/// times. Ends when every sender is dropped and the queue is drained.
+async fn background_task(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Background>) {
     const BACKOFF: [u64; 3] = [0, 50, 250];
-    while let Some(Release { keys, token }) = rx.recv().await {
+    while let Some(work) = rx.recv().await {
         for (attempt, delay) in BACKOFF.iter().enumerate() {
-            tokio::time::sleep(Duration::from_millis(*delay)).await;
-            match scripts::release(&mut conn, &keys, &token).await {
-                Ok(_) => break,
+            if *delay > 0 {
+                tokio::time::sleep(Duration::from_millis(*delay)).await;
+            }
+            let (keys, result) = match &work {
+                Background::Release { keys, token } => (
+                    keys,
+                    scripts::release(&mut conn, keys, token).await.map(drop),
+                ),
+                Background::PassOn { keys, member } => {
+                    (keys, scripts::pass(&mut conn, keys, member).await.map(drop))
+                }
+            };
+            match result {
+                Ok(()) => break,
                 Err(e) if e.is_retryable() && attempt + 1 < BACKOFF.len() => continue,
                 Err(e) => {
-                    tracing::warn!(lock = %keys.name, error = %e, "background release failed; the lease will expire");
+                    tracing::warn!(lock = %keys.name, error = %e,
+                        "background release or pass-on failed; leases and queue expiry bound the damage");
                     break;
                 }
             }

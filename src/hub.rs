@@ -20,7 +20,8 @@
 //!    the attempt's reply is on the wire. The waiter therefore creates and
 //!    `enable`s its [`Notified`](tokio::sync::futures::Notified) *before*
 //!    each attempt: a wake-up that lands during the attempt is kept by the
-//!    armed future (or as the [`Notify`] permit) and the park returns at once.
+//!    armed future (or as its [`Notify`]'s permit) and the park returns at
+//!    once.
 //!
 //! ```text
 //! attempt                       fast path: no SUBSCRIBE when uncontended
@@ -36,20 +37,45 @@
 //! the holder's remaining lease (its PTTL), so a holder that crashed without
 //! releasing hands over when its lease expires.
 //!
-//! ## Single flight
+//! ## One waiter woken per release, across all processes
 //!
-//! A message on a channel wakes **one** local waiter (`notify_one`): N
-//! waiters of one client cost one attempt per release, not N. A waiter that
-//! is dropped after being woken but before its attempt finished passes the
-//! wake-up on (`notify_one` again), so cancellation cannot strand the others.
+//! A plain PUBLISH on one shared channel would wake every subscribed client,
+//! and each would send an attempt of which all but one fail. Instead each
+//! lock has a **waiter queue** in Redis, `P:{N}:waiters`: a sorted set of
+//! members `"<client id>:<waiter id>"`, each scored by its expiry in server
+//! time. A waiting caller's failed attempt adds (or refreshes) its member in
+//! the same script call, with an expiry of the holder's PTTL plus a grace
+//! period, since a parked waiter retries by then at the latest; a successful
+//! attempt removes it. The release script deletes the key and publishes the
+//! waiter id on the **head's client's own channel** `P:{N}:wake:<client id>`;
+//! when PUBLISH counts no receiver (that client is gone) the member is
+//! dropped and the next one is tried, in the same script. Nothing is
+//! published when nobody waits. Redis work per hand-off is therefore O(1)
+//! whatever the number of waiting clients, and within a client exactly one
+//! waiter (the one named) attempts: local single flight comes for free.
+//!
+//! ## Passing a wake-up on
+//!
+//! A waiter can be gone by the time its wake-up arrives, or leave right
+//! after it arrived (cancelled, timed out). Either way nobody would attempt
+//! and the others would sleep until the lease ran out. So:
+//!
+//! - a message naming a waiter this client no longer has is passed on;
+//! - a waiter that leaves without the lock (its [`Registration`] is dropped
+//!   without [`Registration::acquired`]) passes on.
+//!
+//! Passing on is the `pass` script, run by the client's background task:
+//! remove the member from the queue and, if the lock is free, wake the next
+//! head. A spurious wake-up only costs the woken waiter one attempt.
 //!
 //! ## Lost messages
 //!
 //! Pub/sub is at-most-once. When the pub/sub connection drops, the hub
 //! reconnects with backoff, resubscribes every channel that still has local
-//! waiters, and only then wakes **every** waiter on every channel
-//! (`notify_waiters`, plus a stored permit for a waiter that is between two
-//! parks): whatever was published while we were away, they all retry.
+//! waiters, and only then wakes **every** waiter (a stored permit on each
+//! waiter's own [`Notify`], so one between two parks is not missed):
+//! whatever was published while we were away, they all retry. While we are
+//! away, releases find no receiver on our channels and skip our members.
 //!
 //! ## Tasks and ordering
 //!
@@ -62,6 +88,7 @@
 //! lock does not SUBSCRIBE/UNSUBSCRIBE on every acquisition.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
@@ -72,6 +99,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::client::{Background, LockKeys};
 
 /// The hub of one client. Dropping it stops its tasks.
 pub(crate) struct Hub {
@@ -82,26 +110,28 @@ pub(crate) struct Hub {
 
 /// State shared by the hub's tasks and the waiters.
 struct Shared {
-    /// Channel name -> local interest. Only touched with the lock held, and
+    /// Channel name -> local waiters. Only touched with the lock held, and
     /// the lock is never held across an `.await`.
     channels: StdMutex<HashMap<String, Entry>>,
+    /// Where pass-ons are sent (the client's background task).
+    background: mpsc::UnboundedSender<Background>,
+    /// This client's id: the first half of its queue members.
+    client_id: String,
+    /// Source of waiter ids, unique within the client.
+    next_waiter: AtomicU64,
 }
 
 struct Entry {
-    chan: Arc<Channel>,
-    /// Live [`Registration`]s on this channel.
-    refs: usize,
-    /// When `refs` last fell to zero; `None` while `refs > 0`.
+    /// The lock this channel belongs to.
+    keys: Arc<LockKeys>,
+    /// Waiter id -> what that waiter parks on. An id is present from
+    /// `register` until its `Registration` is dropped.
+    waiters: HashMap<u64, Arc<Notify>>,
+    /// When `waiters` last became empty; `None` while it is not.
     idle_since: Option<Instant>,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
     /// the control task; cleared for every entry when the connection drops.
     subscribed: bool,
-}
-
-/// What waiters of one channel park on.
-#[derive(Debug, Default)]
-pub(crate) struct Channel {
-    pub(crate) notify: Notify,
 }
 
 /// Work for the control task.
@@ -113,28 +143,65 @@ enum Op {
     },
 }
 
-/// A waiter's interest in one channel; dropping it deregisters.
+/// One waiter's place in the hub; dropping it deregisters and, unless
+/// [`acquired`](Registration::acquired) was called, passes on any wake-up.
 pub(crate) struct Registration {
     shared: Arc<Shared>,
-    name: String,
-    chan: Arc<Channel>,
+    keys: Arc<LockKeys>,
+    id: u64,
+    /// `"<client id>:<waiter id>"`, this waiter's member in the queue.
+    member: String,
+    notify: Arc<Notify>,
+    /// Set once an attempt that queues `member` was sent.
+    queued: bool,
+    /// Set when the waiter got the lock: its acquire left the queue.
+    acquired: bool,
 }
 
 impl Registration {
-    /// The channel's notification primitive.
-    pub(crate) fn channel(&self) -> &Channel {
-        &self.chan
+    /// What this waiter parks on; a wake-up naming it calls `notify_one`.
+    pub(crate) fn notify(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    /// This waiter's member in the lock's queue.
+    pub(crate) fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// Records that an attempt queuing this waiter is about to be sent:
+    /// from now on, leaving without the lock must pass on.
+    pub(crate) fn queued(&mut self) {
+        self.queued = true;
+    }
+
+    /// Marks the waiter as done with the lock: the acquire that succeeded
+    /// also took it out of the queue, so there is nothing to pass on.
+    pub(crate) fn acquired(mut self) {
+        self.acquired = true;
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let mut channels = self.shared.lock();
-        if let Some(entry) = channels.get_mut(&self.name) {
-            entry.refs -= 1;
-            if entry.refs == 0 {
-                entry.idle_since = Some(Instant::now());
+        {
+            let mut channels = self.shared.lock();
+            if let Some(entry) = channels.get_mut(&self.keys.channel) {
+                entry.waiters.remove(&self.id);
+                if entry.waiters.is_empty() {
+                    if entry.subscribed {
+                        entry.idle_since = Some(Instant::now()); // linger
+                    } else {
+                        channels.remove(&self.keys.channel); // never subscribed
+                    }
+                }
             }
+        }
+        if self.queued && !self.acquired {
+            let _ = self.shared.background.send(Background::PassOn {
+                keys: self.keys.clone(),
+                member: std::mem::take(&mut self.member),
+            });
         }
     }
 }
@@ -142,16 +209,40 @@ impl Drop for Registration {
 impl Shared {
     fn lock(&self) -> StdMutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding this lock cannot leave the map inconsistent
-        // (every update is a single field write), so poisoning is ignored.
+        // (every update is a single insert, remove or field write), so
+        // poisoning is ignored.
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes every waiter on every channel, including one that is between
-    /// two parks (the stored permit makes its next park return at once).
+    /// Wakes every waiter: a stored permit on each one's own `Notify`, so a
+    /// waiter between two parks returns from its next park at once.
     fn wake_all(&self) {
         for entry in self.lock().values() {
-            entry.chan.notify.notify_waiters();
-            entry.chan.notify.notify_one();
+            for notify in entry.waiters.values() {
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// Routes a wake-up for waiter `payload` on `channel`; one this client
+    /// no longer has is passed on.
+    fn deliver(&self, channel: &str, payload: &[u8]) {
+        let channels = self.lock();
+        let Some(entry) = channels.get(channel) else {
+            return; // not ours any more: the publisher counted no receiver
+        };
+        let waiter = std::str::from_utf8(payload)
+            .ok()
+            .and_then(|p| p.parse::<u64>().ok());
+        match waiter.and_then(|id| entry.waiters.get(&id)) {
+            Some(notify) => notify.notify_one(),
+            None => {
+                let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
+                let _ = self.background.send(Background::PassOn {
+                    keys: entry.keys.clone(),
+                    member,
+                });
+            }
         }
     }
 }
@@ -162,10 +253,15 @@ impl Hub {
         redis: redis::Client,
         connect_timeout: Duration,
         linger: Duration,
+        background: mpsc::UnboundedSender<Background>,
+        client_id: String,
     ) -> Result<Hub, Error> {
         let (sink, stream) = connect(&redis, connect_timeout).await?;
         let shared = Arc::new(Shared {
             channels: StdMutex::new(HashMap::new()),
+            background,
+            client_id,
+            next_waiter: AtomicU64::new(1),
         });
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let control = Control {
@@ -185,40 +281,54 @@ impl Hub {
         })
     }
 
-    /// Registers interest in `channel`; returns once the server has
-    /// confirmed the subscription (or the pub/sub connection is down, in
-    /// which case the reconnect will resubscribe and wake this waiter).
+    /// Registers a waiter on the lock `keys`, locally only: wake-ups naming
+    /// it reach its `Notify` from now on. Returns whether this client's wake
+    /// channel for the lock is already subscribed (another local waiter, or
+    /// a lingering subscription); if not, the caller must
+    /// [`subscribe`](Hub::subscribe) before it may rely on wake-ups.
+    pub(crate) fn join(&self, keys: &Arc<LockKeys>) -> (Registration, bool) {
+        let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let subscribed = {
+            let mut channels = self.shared.lock();
+            let entry = channels
+                .entry(keys.channel.clone())
+                .or_insert_with(|| Entry {
+                    keys: keys.clone(),
+                    waiters: HashMap::new(),
+                    idle_since: None,
+                    subscribed: false,
+                });
+            entry.waiters.insert(id, notify.clone());
+            entry.idle_since = None;
+            entry.subscribed
+        };
+        let registration = Registration {
+            shared: self.shared.clone(),
+            keys: keys.clone(),
+            id,
+            member: format!("{}:{id}", self.shared.client_id),
+            notify,
+            queued: false,
+            acquired: false,
+        };
+        (registration, subscribed)
+    }
+
+    /// Returns once the server has confirmed the subscription to the
+    /// registration's wake channel, or the pub/sub connection is down (the
+    /// reconnect will then resubscribe and wake the waiter).
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future deregisters; the subscription lingers and is then
-    /// removed by the control task.
-    pub(crate) async fn register(&self, channel: &str) -> Result<Registration, Error> {
-        let (reg, subscribed) = {
-            let mut channels = self.shared.lock();
-            let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
-                chan: Arc::default(),
-                refs: 0,
-                idle_since: None,
-                subscribed: false,
-            });
-            entry.refs += 1;
-            entry.idle_since = None;
-            let reg = Registration {
-                shared: self.shared.clone(),
-                name: channel.to_owned(),
-                chan: entry.chan.clone(),
-            };
-            (reg, entry.subscribed)
-        };
-        if !subscribed {
-            let (tx, rx) = oneshot::channel();
-            self.ops
-                .send(Op::Subscribe(channel.to_owned(), tx))
-                .map_err(|_| Error::Closed)?;
-            rx.await.map_err(|_| Error::Closed)?;
-        }
-        Ok(reg)
+    /// Cancel safe: the subscription is made by the control task either way,
+    /// and lingers until unused.
+    pub(crate) async fn subscribe(&self, registration: &Registration) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.ops
+            .send(Op::Subscribe(registration.keys.channel.clone(), tx))
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)
     }
 }
 
@@ -339,10 +449,9 @@ impl Control {
                 .filter(|(_, e)| e.idle_since.is_some_and(|t| t.elapsed() >= linger))
                 .map(|(name, _)| name.clone())
                 .collect();
-            for name in &idle {
-                channels.remove(name);
-            }
-            idle
+            idle.into_iter()
+                .filter(|name| channels.remove(name).is_some_and(|e| e.subscribed))
+                .collect()
         };
         if idle.is_empty() {
             return;
@@ -361,7 +470,7 @@ impl Control {
             Ok((mut sink, stream)) => {
                 let wanted: Vec<String> = {
                     let mut channels = self.shared.lock();
-                    channels.retain(|_, e| e.refs > 0);
+                    channels.retain(|_, e| !e.waiters.is_empty());
                     channels.keys().cloned().collect()
                 };
                 if !wanted.is_empty() {
@@ -404,10 +513,7 @@ async fn dispatch(
     generation: u64,
 ) {
     while let Some(msg) = stream.next().await {
-        let channels = shared.lock();
-        if let Some(entry) = channels.get(msg.get_channel_name()) {
-            entry.chan.notify.notify_one();
-        }
+        shared.deliver(msg.get_channel_name(), msg.get_payload_bytes());
     }
     if let Some(ops) = ops.upgrade() {
         let _ = ops.send(Op::Disconnected { generation });

@@ -12,9 +12,8 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::client::{Client, LockKeys, lease_ms};
-use crate::hub::Channel;
 use crate::lease::{Lease, Renewal};
-use crate::scripts::{self, Acquire, Owned};
+use crate::scripts::{self, Acquire, Owned, Queue};
 
 /// A handle on one distributed mutex, identified by its name.
 ///
@@ -102,11 +101,42 @@ impl Mutex {
     pub async fn lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.keys()?;
         let lease_ms = self.lease_ms()?;
-        // Fast path: an uncontended lock costs one round trip, no SUBSCRIBE.
-        if let Ok(guard) = self.attempt(&keys, lease_ms).await? {
-            return Ok(guard);
+        let config = &self.client.0.config;
+        let hub = &self.client.0.hub;
+        // Joining the hub is local; the first attempt is the whole cost of an
+        // uncontended lock: one round trip, no SUBSCRIBE.
+        let (mut registration, mut subscribed) = hub.join(&keys);
+        let notify = registration.notify();
+        let member = registration.member().to_owned();
+        let queue = Queue {
+            member: &member,
+            grace_ms: QUEUE_GRACE_MS,
+            park_ms: lease_ms_or_max(config.max_park),
+        };
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable(); // armed before the attempt
+            registration.queued();
+            let pttl = match self.attempt(&keys, lease_ms, Some(queue)).await? {
+                Ok(guard) => {
+                    registration.acquired();
+                    return Ok(guard);
+                }
+                Err(pttl) => pttl,
+            };
+            if !subscribed {
+                // A release before the SUBSCRIBE was confirmed reached no
+                // one here: subscribe, then attempt again before parking.
+                hub.subscribe(&registration).await?;
+                subscribed = true;
+                continue;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(pttl.unwrap_or(config.max_park)) => {}
+            }
         }
-        self.wait(&keys, lease_ms).await
     }
 
     /// Acquires the lock, giving up with [`Error::Timeout`] once `timeout`
@@ -145,33 +175,7 @@ impl Mutex {
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>, Error> {
         let keys = self.keys()?;
         let lease_ms = self.lease_ms()?;
-        Ok(self.attempt(&keys, lease_ms).await?.ok())
-    }
-
-    /// The wait protocol after a failed first attempt: register, then
-    /// arm -> attempt -> park until acquired. The module docs of `hub`
-    /// explain why in this order.
-    async fn wait(&self, keys: &Arc<LockKeys>, lease_ms: u64) -> Result<MutexGuard, Error> {
-        let registration = self.client.0.hub.register(&keys.channel).await?;
-        let mut woken = PassOn::new(registration.channel());
-        loop {
-            let notified = registration.channel().notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable(); // armed before the attempt
-            let pttl = match self.attempt(keys, lease_ms).await? {
-                Ok(guard) => {
-                    woken.disarm();
-                    return Ok(guard);
-                }
-                Err(pttl) => pttl,
-            };
-            woken.disarm(); // our attempt used the wake-up
-            let park = pttl.unwrap_or(self.client.0.config.max_park);
-            tokio::select! {
-                _ = &mut notified => woken.arm(),
-                _ = tokio::time::sleep(park) => {}
-            }
-        }
+        Ok(self.attempt(&keys, lease_ms, None).await?.ok())
     }
 
     /// One acquire script call. `Ok(guard)` when acquired, `Err(pttl)` when
@@ -180,6 +184,7 @@ impl Mutex {
         &self,
         keys: &Arc<LockKeys>,
         lease_ms: u64,
+        queue: Option<Queue<'_>>,
     ) -> Result<Result<MutexGuard, Option<Duration>>, Error> {
         let inner = &self.client.0;
         let token = new_token();
@@ -196,6 +201,7 @@ impl Mutex {
             &token,
             lease_ms,
             lease_ms_or_max(inner.config.fence_ttl),
+            queue,
         )
         .await;
         match result {
@@ -253,6 +259,11 @@ impl fmt::Debug for Mutex {
     }
 }
 
+/// How long a waiter's queue entry outlives the holder's PTTL: a parked
+/// waiter retries (and refreshes its entry) when that PTTL ends, so this
+/// only has to cover its wake-up and round trip on a slow machine.
+const QUEUE_GRACE_MS: u64 = 2_000;
+
 fn lease_ms_or_max(d: Duration) -> u64 {
     lease_ms(d).unwrap_or(u64::from(u32::MAX))
 }
@@ -277,38 +288,6 @@ impl Drop for InFlight<'_> {
             self.client
                 .0
                 .release_in_background(self.keys.clone(), token.to_owned());
-        }
-    }
-}
-
-/// Passes a wake-up on to the next local waiter if this waiter is dropped
-/// (cancelled, or failed) after being woken and before its attempt settled
-/// who gets the lock.
-struct PassOn<'a> {
-    channel: &'a Channel,
-    /// Armed from the wake-up until the following attempt's outcome.
-    armed: bool,
-}
-
-impl<'a> PassOn<'a> {
-    fn new(channel: &'a Channel) -> Self {
-        PassOn {
-            channel,
-            armed: false,
-        }
-    }
-    fn arm(&mut self) {
-        self.armed = true;
-    }
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for PassOn<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.channel.notify.notify_one();
         }
     }
 }

@@ -14,12 +14,22 @@ use redis::aio::ConnectionManager;
 use crate::Error;
 use crate::client::LockKeys;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/lua/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/lua/release.lua")));
-static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/lua/extend.lua")));
+const ACQUIRE_LUA: &str = include_str!("../scripts/lua/acquire.lua");
+const EXTEND_LUA: &str = include_str!("../scripts/lua/extend.lua");
+/// `wake_next.lua` defines the function both of these call.
+const RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/lua/wake_next.lua"),
+    include_str!("../scripts/lua/release.lua")
+);
+const PASS_LUA: &str = concat!(
+    include_str!("../scripts/lua/wake_next.lua"),
+    include_str!("../scripts/lua/pass.lua")
+);
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
+static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(PASS_LUA));
 
 /// One of the Lua scripts redbell runs on the server.
 ///
@@ -38,21 +48,10 @@ pub struct ScriptInfo {
 /// Every Lua script redbell runs, with its SHA1.
 pub fn scripts() -> Vec<ScriptInfo> {
     [
-        (
-            "acquire",
-            include_str!("../scripts/lua/acquire.lua"),
-            &*ACQUIRE,
-        ),
-        (
-            "release",
-            include_str!("../scripts/lua/release.lua"),
-            &*RELEASE,
-        ),
-        (
-            "extend",
-            include_str!("../scripts/lua/extend.lua"),
-            &*EXTEND,
-        ),
+        ("acquire", ACQUIRE_LUA, &*ACQUIRE),
+        ("release", RELEASE_LUA, &*RELEASE),
+        ("extend", EXTEND_LUA, &*EXTEND),
+        ("pass", PASS_LUA, &*PASS),
     ]
     .into_iter()
     .map(|(name, source, script)| ScriptInfo {
@@ -94,19 +93,43 @@ impl Owned {
     }
 }
 
+/// How long a release reserves the free lock for the waiter it woke: long
+/// enough for the wake-up and the woken waiter's attempt on a busy machine,
+/// short enough that a woken client that died on the spot stalls nobody for
+/// long (parked waiters retry when the reservation's PTTL ends).
+const HANDOFF_MS: u64 = 100;
+
+/// How a waiting caller is queued by a failed acquire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queue<'a> {
+    /// `"<client id>:<waiter id>"`.
+    pub(crate) member: &'a str,
+    /// How long the entry outlives the holder's PTTL.
+    pub(crate) grace_ms: u64,
+    /// The park on a key without expiry.
+    pub(crate) park_ms: u64,
+}
+
+/// One acquire attempt; a failed one queues `queue` when given.
 pub(crate) async fn acquire(
     conn: &mut ConnectionManager,
     keys: &LockKeys,
     token: &str,
     lease_ms: u64,
     fence_ttl_ms: u64,
+    queue: Option<Queue<'_>>,
 ) -> Result<Acquire, Error> {
     let (flag, value): (i64, i64) = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
+        .key(&keys.waiters)
+        .key(&keys.handoff)
         .arg(token)
         .arg(lease_ms)
         .arg(fence_ttl_ms)
+        .arg(queue.map_or("", |q| q.member))
+        .arg(queue.map_or(0, |q| q.grace_ms))
+        .arg(queue.map_or(0, |q| q.park_ms))
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))?;
@@ -120,6 +143,7 @@ pub(crate) async fn acquire(
     })
 }
 
+/// Deletes the lock if `token` still owns it, and wakes the head waiter.
 pub(crate) async fn release(
     conn: &mut ConnectionManager,
     keys: &LockKeys,
@@ -127,12 +151,35 @@ pub(crate) async fn release(
 ) -> Result<Owned, Error> {
     let code: i64 = RELEASE
         .key(&keys.lock)
-        .key(&keys.channel)
+        .key(&keys.waiters)
+        .key(&keys.handoff)
         .arg(token)
+        .arg(&keys.wake_prefix)
+        .arg(HANDOFF_MS)
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))?;
     Ok(owned(code))
+}
+
+/// Takes `member` out of the queue and, if the lock is free, wakes the next
+/// waiter. Returns whether a waiter was woken.
+pub(crate) async fn pass(
+    conn: &mut ConnectionManager,
+    keys: &LockKeys,
+    member: &str,
+) -> Result<bool, Error> {
+    let woke: i64 = PASS
+        .key(&keys.lock)
+        .key(&keys.waiters)
+        .key(&keys.handoff)
+        .arg(member)
+        .arg(&keys.wake_prefix)
+        .arg(HANDOFF_MS)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.waiters))?;
+    Ok(woke == 1)
 }
 
 /// Extends every `(keys, token)` lock to `lease_ms` from now, in one script
@@ -169,10 +216,13 @@ mod tests {
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let all = scripts();
-        assert_eq!(all.len(), 3);
+        assert_eq!(all.len(), 4);
         for s in &all {
+            // Shared code (wake_next) may come first; the operation's own
+            // header must still open a line.
+            let header = format!("-- {}:", s.name);
             assert!(
-                s.source.starts_with(&format!("-- {}:", s.name)),
+                s.source.starts_with(&header) || s.source.contains(&format!("\n{header}")),
                 "{}",
                 s.name
             );
@@ -182,7 +232,7 @@ mod tests {
         let mut shas: Vec<_> = all.iter().map(|s| s.sha1).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 3);
+        assert_eq!(shas.len(), 4);
     }
 
     #[test]

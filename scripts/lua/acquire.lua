@@ -1,26 +1,65 @@
--- acquire: take the lock if it is free, and advance its fencing counter.
+-- acquire: take the lock if it is free and advance its fencing counter;
+-- otherwise (for a waiting caller) enter or refresh its place in the queue.
+-- While a release's hand-off to a woken waiter is pending, the lock counts as
+-- held for everyone but that waiter.
 --
--- KEYS[1]  lock key      P:{N}          (string: the owner's token, PX = lease)
--- KEYS[2]  fence key     P:{N}:fence    (string: integer fencing counter)
+-- KEYS[1]  lock key      P:{N}          string: the owner's token, PX = lease
+-- KEYS[2]  fence key     P:{N}:fence    string: integer fencing counter
+-- KEYS[3]  waiter queue  P:{N}:waiters  sorted set: member -> expiry (server ms)
+-- KEYS[4]  hand-off      P:{N}:handoff  string: the woken member, short PX
 -- ARGV[1]  token         this acquisition's random owner token
 -- ARGV[2]  lease_ms      lease in milliseconds (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key in milliseconds (> 0)
+-- ARGV[4]  member        "<client id>:<waiter id>" of a waiting caller, or ""
+--                        for a caller that will not wait (nothing is queued)
+-- ARGV[5]  grace_ms      how long a queue entry outlives the holder's PTTL
+-- ARGV[6]  park_ms       the park of a waiter on a key without expiry
 --
 -- Returns
---   {1, fence}  the key was set; fence = max(previous + 1, server TIME in us)
---   {0, pttl}   someone holds the lock; pttl = its remaining ms (-1: no expiry)
+--   {1, fence}  the key was set (and the member left the queue, and a
+--               hand-off to it ended); fence = max(previous + 1, server
+--               TIME in us)
+--   {0, pttl}   someone holds the lock, or it is being handed to another
+--               waiter; pttl = the remaining ms of the holder's lease (-1:
+--               no expiry), or lease_ms during a hand-off. The member, if any, is queued
+--               with expiry now + (pttl or park_ms) + grace_ms.
 --   error WRONGTYPE  the lock key exists but is not a string
 --
 -- The fence key is read before anything is written, so a fence key of the
 -- wrong type fails the script without leaving a lock key behind.
 local prev = tonumber(redis.call('GET', KEYS[2])) or 0
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local handoff = redis.call('GET', KEYS[4])
+if (not handoff or handoff == ARGV[4])
+    and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local now = redis.call('TIME')
   local fence = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+  if handoff then
+    redis.call('DEL', KEYS[4])
+  end
+  if ARGV[4] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[4])
+  end
   return {1, fence}
 end
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'string' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+  -- Free, but being handed to another waiter, who will hold it for about a
+  -- lease: park as if it did. (Should the woken waiter die before taking
+  -- it, this bounds the stall by a lease, as for a holder that crashed.)
+  pttl = tonumber(ARGV[2])
+end
+if ARGV[4] ~= '' then
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local ttl = (pttl >= 0 and pttl or tonumber(ARGV[6])) + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[3], now_ms + ttl, ARGV[4])
+  if redis.call('PTTL', KEYS[3]) < ttl then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+end
+return {0, pttl}
