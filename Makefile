@@ -23,7 +23,7 @@ build:
 	cargo build --workspace --all-targets
 
 test:
-	$(WITH_REDIS) bash -c 'cargo test --workspace --all-targets && cargo test --workspace --doc'
+	$(WITH_REDIS) bash -c 'cargo build --bin redbell --example ticket_sale && cargo test --workspace --all-targets && cargo test --workspace --doc'
 
 demo:
 	$(WITH_REDIS) cargo run --release --bin redbell -- demo --compare

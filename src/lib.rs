@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod admin;
 mod client;
 mod error;
 mod hub;
@@ -9,6 +10,7 @@ mod lease;
 mod mutex;
 mod scripts;
 
+pub use admin::LockStatus;
 pub use client::{Client, ClientBuilder, MAX_LEASE, MAX_NAME_LEN};
 pub use error::Error;
 pub use mutex::{Mutex, MutexGuard};

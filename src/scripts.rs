@@ -26,10 +26,18 @@ const PASS_LUA: &str = concat!(
     include_str!("../scripts/lua/pass.lua")
 );
 
+const STATUS_LUA: &str = include_str!("../scripts/lua/status.lua");
+const FORCE_RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/lua/wake_next.lua"),
+    include_str!("../scripts/lua/force_release.lua")
+);
+
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(PASS_LUA));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
 
 /// One of the Lua scripts redbell runs on the server.
 ///
@@ -52,6 +60,8 @@ pub fn scripts() -> Vec<ScriptInfo> {
         ("release", RELEASE_LUA, &*RELEASE),
         ("extend", EXTEND_LUA, &*EXTEND),
         ("pass", PASS_LUA, &*PASS),
+        ("status", STATUS_LUA, &*STATUS),
+        ("force_release", FORCE_RELEASE_LUA, &*FORCE_RELEASE),
     ]
     .into_iter()
     .map(|(name, source, script)| ScriptInfo {
@@ -201,6 +211,38 @@ pub(crate) async fn extend(
     Ok(codes.into_iter().map(owned).collect())
 }
 
+/// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
+/// ("" = none), live waiters.
+pub(crate) async fn status(
+    conn: &mut ConnectionManager,
+    keys: &LockKeys,
+) -> Result<(String, i64, String, u64), Error> {
+    STATUS
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.waiters)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.lock))
+}
+
+/// Deletes the lock whoever holds it and wakes the head waiter; returns the
+/// removed token ("" if the lock was free).
+pub(crate) async fn force_release(
+    conn: &mut ConnectionManager,
+    keys: &LockKeys,
+) -> Result<String, Error> {
+    FORCE_RELEASE
+        .key(&keys.lock)
+        .key(&keys.waiters)
+        .key(&keys.handoff)
+        .arg(&keys.wake_prefix)
+        .arg(HANDOFF_MS)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.lock))
+}
+
 fn owned(code: i64) -> Owned {
     match code {
         1 => Owned::Ours,
@@ -216,7 +258,7 @@ mod tests {
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let all = scripts();
-        assert_eq!(all.len(), 4);
+        assert_eq!(all.len(), 6);
         for s in &all {
             // Shared code (wake_next) may come first; the operation's own
             // header must still open a line.
@@ -232,7 +274,7 @@ mod tests {
         let mut shas: Vec<_> = all.iter().map(|s| s.sha1).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 4);
+        assert_eq!(shas.len(), 6);
     }
 
     #[test]

@@ -24,13 +24,16 @@
 --               no expiry), or lease_ms during a hand-off. The member, if any, is queued
 --               with expiry now + (pttl or park_ms) + grace_ms.
 --   error WRONGTYPE  the lock key exists but is not a string
---
--- The fence key is read before anything is written, so a fence key of the
--- wrong type fails the script without leaving a lock key behind.
-local prev = tonumber(redis.call('GET', KEYS[2])) or 0
+--   error WRONGTYPE  the fence key is not a string (no lock key is left)
 local handoff = redis.call('GET', KEYS[4])
 if (not handoff or handoff == ARGV[4])
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local prev = redis.pcall('GET', KEYS[2])
+  if type(prev) == 'table' and prev.err then
+    redis.call('DEL', KEYS[1]) -- foreign data under the fence key: undo
+    return prev
+  end
+  prev = tonumber(prev) or 0
   local now = redis.call('TIME')
   local fence = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])

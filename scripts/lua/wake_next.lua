@@ -10,17 +10,14 @@
 --               handoff_ms: until the woken waiter's attempt arrives (or the
 --               key expires) other attempts fail and queue instead of barging
 --               in, so the wake-up is not wasted
--- Expired members are pruned first. A member whose client receives nothing
--- (PUBLISH counted 0 receivers: the client is gone) is dropped and the next
--- one is tried. Nothing is published when nobody waits.
+-- A member whose client receives nothing (PUBLISH counted 0 receivers: the
+-- client is gone) is dropped and the next one is tried. Nothing is published
+-- when nobody waits. Expired members need no pruning here: a live client
+-- removes its own members (on acquiring, or by passing on when a waiter
+-- leaves), a gone client's members meet 0 receivers, and the queue key
+-- itself expires with its longest-lived member.
 -- Returns 1 if a waiter was woken, 0 if nobody waits.
 local function wake_next(waiters, prefix, handoff, handoff_ms)
-  if redis.call('EXISTS', waiters) == 0 then
-    return 0
-  end
-  local t = redis.call('TIME')
-  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms)
   while true do
     local head = redis.call('ZRANGE', waiters, 0, 0)[1]
     if not head then

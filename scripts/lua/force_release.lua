@@ -1,0 +1,19 @@
+-- force_release: an operator breaks a lock whoever holds it, and the head
+-- waiter is woken so the queue moves on. (wake_next.lua is prepended.)
+--
+-- KEYS[1]  lock key      P:{N}
+-- KEYS[2]  waiter queue  P:{N}:waiters
+-- KEYS[3]  hand-off      P:{N}:handoff
+-- ARGV[1]  wake prefix   P:{N}:wake:
+-- ARGV[2]  handoff_ms    how long the lock is reserved for the woken waiter
+--
+-- Returns
+--   the removed owner token, or "" when the lock was free
+--   error WRONGTYPE  the lock key is not a string
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  return ''
+end
+redis.call('DEL', KEYS[1])
+wake_next(KEYS[2], ARGV[1], KEYS[3], ARGV[2])
+return holder

@@ -1,0 +1,19 @@
+-- status: a consistent snapshot of one lock, for operators. Read-only.
+--
+-- KEYS[1]  lock key      P:{N}
+-- KEYS[2]  fence key     P:{N}:fence
+-- KEYS[3]  waiter queue  P:{N}:waiters
+--
+-- Returns {holder, pttl, fence, waiters}:
+--   holder   the owner token, or "" when the lock is free
+--   pttl     remaining lease in ms (-2: free, -1: no expiry)
+--   fence    the last fence handed out ("" if none is remembered)
+--   waiters  queue entries not yet expired (server time)
+--   error WRONGTYPE  the lock key or the queue has the wrong type
+local holder = redis.call('GET', KEYS[1]) or ''
+local pttl = redis.call('PTTL', KEYS[1])
+local fence = redis.call('GET', KEYS[2]) or ''
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local waiters = redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf')
+return {holder, pttl, fence, waiters}

@@ -1,0 +1,72 @@
+//! Operator tools: inspect a lock, break a lock.
+
+use std::time::Duration;
+
+use crate::{Client, Error, scripts};
+
+/// A snapshot of one lock, taken atomically on the server by
+/// [`Client::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock's name.
+    pub name: String,
+    /// The current holder's owner token; `None` when the lock is free.
+    pub holder: Option<String>,
+    /// The holder's remaining lease; `None` when the lock is free or its key
+    /// has no expiry.
+    pub ttl: Option<Duration>,
+    /// The last fence handed out for this name; `None` if none is
+    /// remembered (never locked, or idle longer than the fence's expiry).
+    pub fence: Option<u64>,
+    /// Waiters queued for the lock, across all clients (entries not yet
+    /// expired).
+    pub waiters: u64,
+}
+
+impl Client {
+    /// Reads the state of the lock `name`: holder, remaining lease, last
+    /// fence and queued waiters, in one atomic script call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
+    /// lock's keys hold foreign data, [`Error::Redis`] when Redis fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
+        let keys = self.keys(name)?;
+        let mut conn = self.0.conn.clone();
+        let (holder, pttl, fence, waiters) = scripts::status(&mut conn, &keys).await?;
+        Ok(LockStatus {
+            name: keys.name,
+            holder: (!holder.is_empty()).then_some(holder),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence: fence.parse().ok(),
+            waiters,
+        })
+    }
+
+    /// Breaks the lock `name` whoever holds it, as an operator would, and
+    /// wakes the next waiter. Returns the removed holder's token, or `None`
+    /// if the lock was free. The former holder learns of it at its next
+    /// renewal ([`MutexGuard::lost`](crate::MutexGuard::lost)) or unlock
+    /// ([`Error::NotHeld`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
+    /// lock key holds foreign data, [`Error::Redis`] when Redis fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not break the lock.
+    pub async fn force_unlock(&self, name: &str) -> Result<Option<String>, Error> {
+        let keys = self.keys(name)?;
+        let mut conn = self.0.conn.clone();
+        let holder = scripts::force_release(&mut conn, &keys).await?;
+        Ok((!holder.is_empty()).then_some(holder))
+    }
+}
