@@ -43,7 +43,9 @@ async fn main() -> Result<(), redbell::Error> {
 
     // Meanwhile B got the lock and wrote.
     let b = client.mutex(&name).lock().await?;
-    storage.write(b.fence(), "written by B").expect("B's fence is current");
+    storage
+        .write(b.fence(), "written by B")
+        .expect("B's fence is current");
     println!("B: wrote with fence {}", b.fence());
 
     // A wakes up and tries to write: the storage rejects its stale fence.
