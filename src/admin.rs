@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::client::Kind;
 use crate::{Client, Error, scripts};
 
 /// A snapshot of one lock, taken atomically on the server by
@@ -37,7 +38,7 @@ impl Client {
     ///
     /// Cancel safe: it only reads.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
-        let keys = self.keys(name)?;
+        let keys = self.keys(name, Kind::Plain)?;
         let mut conn = self.0.conn.clone();
         let (holder, pttl, fence, waiters) = scripts::status(&mut conn, &keys).await?;
         Ok(LockStatus {
@@ -64,7 +65,7 @@ impl Client {
     ///
     /// Dropping the future may or may not break the lock.
     pub async fn force_unlock(&self, name: &str) -> Result<Option<String>, Error> {
-        let keys = self.keys(name)?;
+        let keys = self.keys(name, Kind::Plain)?;
         let mut conn = self.0.conn.clone();
         let holder = scripts::force_release(&mut conn, &keys).await?;
         Ok((!holder.is_empty()).then_some(holder))

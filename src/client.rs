@@ -270,18 +270,35 @@ impl Client {
     /// This does no I/O and never fails: an invalid name is reported by the
     /// first call that uses it ([`Error::InvalidName`]).
     pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex::new(self.clone(), name)
+        Mutex::new(self.clone(), name, Kind::Plain)
+    }
+
+    /// A handle on the fair (FIFO, direct hand-off) mutex called `name`;
+    /// see [`FairMutex`](crate::FairMutex).
+    ///
+    /// This does no I/O and never fails: an invalid name is reported by the
+    /// first call that uses it ([`Error::InvalidName`]). Do not use one name
+    /// both as a fair and as a plain mutex.
+    pub fn fair_mutex(&self, name: &str) -> crate::FairMutex {
+        crate::FairMutex::new(Mutex::new(self.clone(), name, Kind::Fair))
     }
 
     /// The Redis keys and channel of the lock called `name`.
-    pub(crate) fn keys(&self, name: &str) -> Result<LockKeys, Error> {
+    pub(crate) fn keys(&self, name: &str, kind: Kind) -> Result<LockKeys, Error> {
         validate_name(name)?;
         let base = format!("{}:{{{}}}", self.0.config.prefix, name);
         let wake_prefix = format!("{base}:wake:");
+        let waiters = match kind {
+            Kind::Plain => format!("{base}:waiters"),
+            Kind::Fair => format!("{base}:fifo"),
+        };
         Ok(LockKeys {
             name: name.to_owned(),
+            kind,
             fence: format!("{base}:fence"),
-            waiters: format!("{base}:waiters"),
+            fence_ttl_ms: lease_ms(self.0.config.fence_ttl).unwrap_or(u64::from(u32::MAX)),
+            expiry: format!("{waiters}:expiry"),
+            waiters,
             handoff: format!("{base}:handoff"),
             channel: format!("{wake_prefix}{}", self.0.id),
             wake_prefix,
@@ -308,17 +325,34 @@ impl fmt::Debug for Client {
     }
 }
 
+/// Which protocol a lock follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// [`Mutex`]: wake the head waiter, who then attempts.
+    Plain,
+    /// [`FairMutex`](crate::FairMutex): grant the lock to the head waiter
+    /// inside the release.
+    Fair,
+}
+
 /// The Redis names of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
     /// The name the user gave.
     pub(crate) name: String,
+    /// The protocol, which picks the scripts.
+    pub(crate) kind: Kind,
     /// `P:{N}`: the owner's token, with the lease as its expiry.
     pub(crate) lock: String,
     /// `P:{N}:fence`: the fencing counter.
     pub(crate) fence: String,
-    /// `P:{N}:waiters`: the queue of waiting clients' waiters.
+    /// Expiry of the fence key, in ms.
+    pub(crate) fence_ttl_ms: u64,
+    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry) or
+    /// `P:{N}:fifo` (fair: member -> arrival).
     pub(crate) waiters: String,
+    /// `P:{N}:fifo:expiry` (fair: member -> expiry).
+    pub(crate) expiry: String,
     /// `P:{N}:handoff`: the member a release just woke, for a moment.
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.

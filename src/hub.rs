@@ -99,7 +99,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::client::{Background, LockKeys};
+use crate::client::{Background, Kind, LockKeys};
 
 /// The hub of one client. Dropping it stops its tasks.
 pub(crate) struct Hub {
@@ -224,8 +224,10 @@ impl Shared {
         }
     }
 
-    /// Routes a wake-up for waiter `payload` on `channel`; one this client
-    /// no longer has is passed on.
+    /// Routes a wake-up on `channel` whose payload is the woken member
+    /// without its client id (`"<waiter id>"`, or `"<waiter id>:<token>"`
+    /// for a fair grant); one for a waiter this client no longer has is
+    /// passed on.
     fn deliver(&self, channel: &str, payload: &[u8]) {
         let channels = self.lock();
         let Some(entry) = channels.get(channel) else {
@@ -233,7 +235,8 @@ impl Shared {
         };
         let waiter = std::str::from_utf8(payload)
             .ok()
-            .and_then(|p| p.parse::<u64>().ok());
+            .and_then(|p| p.split(':').next())
+            .and_then(|id| id.parse::<u64>().ok());
         match waiter.and_then(|id| entry.waiters.get(&id)) {
             Some(notify) => notify.notify_one(),
             None => {
@@ -286,7 +289,10 @@ impl Hub {
     /// channel for the lock is already subscribed (another local waiter, or
     /// a lingering subscription); if not, the caller must
     /// [`subscribe`](Hub::subscribe) before it may rely on wake-ups.
-    pub(crate) fn join(&self, keys: &Arc<LockKeys>) -> (Registration, bool) {
+    ///
+    /// The waiter's queue member is `"<client id>:<waiter id>"`, followed by
+    /// `":<token>"` for a fair lock (whose release writes that token).
+    pub(crate) fn join(&self, keys: &Arc<LockKeys>, token: &str) -> (Registration, bool) {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
         let subscribed = {
@@ -307,7 +313,10 @@ impl Hub {
             shared: self.shared.clone(),
             keys: keys.clone(),
             id,
-            member: format!("{}:{id}", self.shared.client_id),
+            member: match keys.kind {
+                Kind::Plain => format!("{}:{id}", self.shared.client_id),
+                Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
+            },
             notify,
             queued: false,
             acquired: false,

@@ -5,6 +5,7 @@
 mod admin;
 mod client;
 mod error;
+mod fair;
 mod hub;
 mod lease;
 mod mutex;
@@ -13,5 +14,6 @@ mod scripts;
 pub use admin::LockStatus;
 pub use client::{Client, ClientBuilder, MAX_LEASE, MAX_NAME_LEN};
 pub use error::Error;
+pub use fair::FairMutex;
 pub use mutex::{Mutex, MutexGuard};
 pub use scripts::{ScriptInfo, scripts};

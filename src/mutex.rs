@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::client::{Client, LockKeys, lease_ms};
+use crate::client::{Client, Kind, LockKeys, lease_ms};
 use crate::lease::{Lease, Renewal};
 use crate::scripts::{self, Acquire, Owned, Queue};
 
@@ -32,8 +32,8 @@ pub struct Mutex {
 }
 
 impl Mutex {
-    pub(crate) fn new(client: Client, name: &str) -> Mutex {
-        let keys = match client.keys(name) {
+    pub(crate) fn new(client: Client, name: &str, kind: Kind) -> Mutex {
+        let keys = match client.keys(name, kind) {
             Ok(keys) => Ok(Arc::new(keys)),
             Err(Error::InvalidName { name, reason }) => Err((name, reason)),
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
@@ -105,7 +105,8 @@ impl Mutex {
         let hub = &self.client.0.hub;
         // Joining the hub is local; the first attempt is the whole cost of an
         // uncontended lock: one round trip, no SUBSCRIBE.
-        let (mut registration, mut subscribed) = hub.join(&keys);
+        let token = new_token();
+        let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let notify = registration.notify();
         let member = registration.member().to_owned();
         let queue = Queue {
@@ -118,7 +119,7 @@ impl Mutex {
             tokio::pin!(notified);
             notified.as_mut().enable(); // armed before the attempt
             registration.queued();
-            let pttl = match self.attempt(&keys, lease_ms, Some(queue)).await? {
+            let pttl = match self.attempt(&keys, &token, lease_ms, Some(queue)).await? {
                 Ok(guard) => {
                     registration.acquired();
                     return Ok(guard);
@@ -175,7 +176,10 @@ impl Mutex {
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>, Error> {
         let keys = self.keys()?;
         let lease_ms = self.lease_ms()?;
-        Ok(self.attempt(&keys, lease_ms, None).await?.ok())
+        Ok(self
+            .attempt(&keys, &new_token(), lease_ms, None)
+            .await?
+            .ok())
     }
 
     /// One acquire script call. `Ok(guard)` when acquired, `Err(pttl)` when
@@ -183,27 +187,19 @@ impl Mutex {
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
+        token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
     ) -> Result<Result<MutexGuard, Option<Duration>>, Error> {
         let inner = &self.client.0;
-        let token = new_token();
         let sent = Instant::now();
         let mut in_flight = InFlight {
             client: &self.client,
             keys,
-            token: Some(&token),
+            token: Some(token),
         };
         let mut conn = inner.conn.clone();
-        let result = scripts::acquire(
-            &mut conn,
-            keys,
-            &token,
-            lease_ms,
-            lease_ms_or_max(inner.config.fence_ttl),
-            queue,
-        )
-        .await;
+        let result = scripts::acquire(&mut conn, keys, token, lease_ms, queue).await;
         match result {
             Ok(Acquire::Acquired { fence }) => {
                 in_flight.token = None;
@@ -212,12 +208,12 @@ impl Mutex {
                 let renewal = self.lease.is_none().then(|| {
                     inner
                         .renewer
-                        .register(keys.clone(), token.clone(), lease.clone(), sent)
+                        .register(keys.clone(), token.to_owned(), lease.clone(), sent)
                 });
                 Ok(Ok(MutexGuard {
                     client: self.client.clone(),
                     keys: keys.clone(),
-                    token,
+                    token: token.to_owned(),
                     fence,
                     lease,
                     renewal,

@@ -12,7 +12,7 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 
 use crate::Error;
-use crate::client::LockKeys;
+use crate::client::{Kind, LockKeys};
 
 const ACQUIRE_LUA: &str = include_str!("../scripts/lua/acquire.lua");
 const EXTEND_LUA: &str = include_str!("../scripts/lua/extend.lua");
@@ -32,10 +32,27 @@ const FORCE_RELEASE_LUA: &str = concat!(
     include_str!("../scripts/lua/force_release.lua")
 );
 
+/// `fair_common.lua` defines the functions the fair scripts call.
+const FAIR_ACQUIRE_LUA: &str = concat!(
+    include_str!("../scripts/lua/fair_common.lua"),
+    include_str!("../scripts/lua/fair_acquire.lua")
+);
+const FAIR_RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/lua/fair_common.lua"),
+    include_str!("../scripts/lua/fair_release.lua")
+);
+const FAIR_PASS_LUA: &str = concat!(
+    include_str!("../scripts/lua/fair_common.lua"),
+    include_str!("../scripts/lua/fair_pass.lua")
+);
+
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(PASS_LUA));
+static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ACQUIRE_LUA));
+static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_RELEASE_LUA));
+static FAIR_PASS: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_PASS_LUA));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
 
@@ -62,6 +79,9 @@ pub fn scripts() -> Vec<ScriptInfo> {
         ("pass", PASS_LUA, &*PASS),
         ("status", STATUS_LUA, &*STATUS),
         ("force_release", FORCE_RELEASE_LUA, &*FORCE_RELEASE),
+        ("fair_acquire", FAIR_ACQUIRE_LUA, &*FAIR_ACQUIRE),
+        ("fair_release", FAIR_RELEASE_LUA, &*FAIR_RELEASE),
+        ("fair_pass", FAIR_PASS_LUA, &*FAIR_PASS),
     ]
     .into_iter()
     .map(|(name, source, script)| ScriptInfo {
@@ -120,26 +140,41 @@ pub(crate) struct Queue<'a> {
     pub(crate) park_ms: u64,
 }
 
+/// How long a fair release's grant holds the lock for the woken waiter
+/// before it confirms: a grant that never reaches its waiter costs the next
+/// one this long.
+const CLAIM_MS: u64 = 500;
+
 /// One acquire attempt; a failed one queues `queue` when given.
 pub(crate) async fn acquire(
     conn: &mut ConnectionManager,
     keys: &LockKeys,
     token: &str,
     lease_ms: u64,
-    fence_ttl_ms: u64,
     queue: Option<Queue<'_>>,
 ) -> Result<Acquire, Error> {
-    let (flag, value): (i64, i64) = ACQUIRE
+    let mut invocation = match keys.kind {
+        Kind::Plain => ACQUIRE.prepare_invoke(),
+        Kind::Fair => FAIR_ACQUIRE.prepare_invoke(),
+    };
+    invocation
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.waiters)
-        .key(&keys.handoff)
         .arg(token)
         .arg(lease_ms)
-        .arg(fence_ttl_ms)
+        .arg(keys.fence_ttl_ms)
         .arg(queue.map_or("", |q| q.member))
         .arg(queue.map_or(0, |q| q.grace_ms))
-        .arg(queue.map_or(0, |q| q.park_ms))
+        .arg(queue.map_or(0, |q| q.park_ms));
+    match keys.kind {
+        Kind::Plain => invocation.key(&keys.handoff),
+        Kind::Fair => invocation
+            .key(&keys.expiry)
+            .arg(&keys.wake_prefix)
+            .arg(CLAIM_MS),
+    };
+    let (flag, value): (i64, i64) = invocation
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))?;
@@ -153,39 +188,72 @@ pub(crate) async fn acquire(
     })
 }
 
-/// Deletes the lock if `token` still owns it, and wakes the head waiter.
+/// Deletes the lock if `token` still owns it, and wakes (plain) or grants
+/// the lock to (fair) the head waiter.
 pub(crate) async fn release(
     conn: &mut ConnectionManager,
     keys: &LockKeys,
     token: &str,
 ) -> Result<Owned, Error> {
-    let code: i64 = RELEASE
-        .key(&keys.lock)
-        .key(&keys.waiters)
-        .key(&keys.handoff)
-        .arg(token)
-        .arg(&keys.wake_prefix)
-        .arg(HANDOFF_MS)
+    let mut invocation = match keys.kind {
+        Kind::Plain => RELEASE.prepare_invoke(),
+        Kind::Fair => FAIR_RELEASE.prepare_invoke(),
+    };
+    match keys.kind {
+        Kind::Plain => invocation
+            .key(&keys.lock)
+            .key(&keys.waiters)
+            .key(&keys.handoff)
+            .arg(token)
+            .arg(&keys.wake_prefix)
+            .arg(HANDOFF_MS),
+        Kind::Fair => invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiters)
+            .key(&keys.expiry)
+            .arg(token)
+            .arg(&keys.wake_prefix)
+            .arg(CLAIM_MS)
+            .arg(keys.fence_ttl_ms),
+    };
+    let code: i64 = invocation
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))?;
     Ok(owned(code))
 }
 
-/// Takes `member` out of the queue and, if the lock is free, wakes the next
-/// waiter. Returns whether a waiter was woken.
+/// Takes `member` out of the lock's queue and passes on any wake-up (plain)
+/// or grant (fair) it had. Returns whether another waiter was woken.
 pub(crate) async fn pass(
     conn: &mut ConnectionManager,
     keys: &LockKeys,
     member: &str,
 ) -> Result<bool, Error> {
-    let woke: i64 = PASS
-        .key(&keys.lock)
-        .key(&keys.waiters)
-        .key(&keys.handoff)
-        .arg(member)
-        .arg(&keys.wake_prefix)
-        .arg(HANDOFF_MS)
+    let mut invocation = match keys.kind {
+        Kind::Plain => PASS.prepare_invoke(),
+        Kind::Fair => FAIR_PASS.prepare_invoke(),
+    };
+    match keys.kind {
+        Kind::Plain => invocation
+            .key(&keys.lock)
+            .key(&keys.waiters)
+            .key(&keys.handoff)
+            .arg(member)
+            .arg(&keys.wake_prefix)
+            .arg(HANDOFF_MS),
+        Kind::Fair => invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiters)
+            .key(&keys.expiry)
+            .arg(member)
+            .arg(&keys.wake_prefix)
+            .arg(CLAIM_MS)
+            .arg(keys.fence_ttl_ms),
+    };
+    let woke: i64 = invocation
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.waiters))?;
@@ -221,6 +289,7 @@ pub(crate) async fn status(
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.waiters)
+        .key(format!("{}:fifo:expiry", keys.lock))
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))
@@ -258,7 +327,7 @@ mod tests {
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let all = scripts();
-        assert_eq!(all.len(), 6);
+        assert_eq!(all.len(), 9);
         for s in &all {
             // Shared code (wake_next) may come first; the operation's own
             // header must still open a line.
@@ -274,7 +343,7 @@ mod tests {
         let mut shas: Vec<_> = all.iter().map(|s| s.sha1).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 6);
+        assert_eq!(shas.len(), 9);
     }
 
     #[test]
