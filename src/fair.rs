@@ -1,50 +1,49 @@
 //! The fair mutex: FIFO order and direct hand-off.
-//!
-//! # Policy
-//!
-//! Waiters are served in order of arrival at the server. A release does not
-//! just wake the head waiter: inside the release script it makes the lock
-//! the head's (its token, a fresh fence, a short *claim* lease of 500 ms)
-//! and publishes the grant to that waiter's client. The woken waiter
-//! confirms with one round trip (its acquire finds its own token and resets
-//! the full lease) and returns the guard. Nobody can barge in between:
-//! [`FairMutex::try_lock`] succeeds only when the lock is free **and** no
-//! one is queued.
-//!
-//! Faults:
-//! - A grant whose client is gone (PUBLISH reached nobody) is undone and
-//!   the next waiter is granted, in the same script.
-//! - A grant that reached its client but is never confirmed (the client died
-//!   on receipt) lapses after the claim lease. The next waiter in line parks
-//!   no longer than the holder's PTTL, so it notices and takes over: the
-//!   queue stalls for the claim lease at most, not a whole lease.
-//! - A waiter that is cancelled or times out leaves the queue at once, and
-//!   a grant already made to it moves on to the next waiter.
-//! - A waiter whose client crashed leaves the queue when its entry expires
-//!   (its park plus a grace period), or at once when a grant meets no
-//!   receiver.
-//!
-//! # Which one to choose
-//!
-//! The plain [`Mutex`] gives throughput: a newcomer may take a free lock
-//! ahead of queued waiters, so a busy worker can re-take it. Choose the
-//! [`FairMutex`] when every contender must get its turn in order, with
-//! bounded waiting for all (job schedulers, leader rotation, fair sharing
-//! of a scarce resource). Each hand-off costs the same number of round
-//! trips as with the plain mutex; the price is that the lock stays idle
-//! while the grant travels to the next waiter, even if another caller is
-//! ready at once.
 
 use std::time::Duration;
 
 use crate::{Error, Mutex, MutexGuard};
 
 /// A distributed mutex that serves waiters in arrival order and hands the
-/// lock to the next waiter inside the release. See the [module docs](self)
-/// for the policy and when to prefer it over [`Mutex`].
+/// lock to the next waiter inside the release.
 ///
 /// Cheap to clone. Its guards are ordinary [`MutexGuard`]s: fence, unlock,
 /// extend, lost and renewal work as for the plain mutex.
+///
+/// # Policy
+///
+/// Waiters are served in order of arrival at the server. A release does not
+/// just wake the head waiter: inside the release script it makes the lock
+/// the head's (its token, a fresh fence, a short *claim* lease of 500 ms)
+/// and publishes the grant to that waiter's client. The woken waiter
+/// confirms with one round trip (its acquire finds its own token and resets
+/// the full lease) and returns the guard. Nobody can barge in between:
+/// [`FairMutex::try_lock`] succeeds only when the lock is free **and** no
+/// one is queued.
+///
+/// Faults:
+/// - A grant whose client is gone (PUBLISH reached nobody) is undone and
+///   the next waiter is granted, in the same script.
+/// - A grant that reached its client but is never confirmed (the client died
+///   on receipt) lapses after the claim lease. The next waiter in line parks
+///   no longer than the holder's PTTL, so it notices and takes over: the
+///   queue stalls for the claim lease at most, not a whole lease.
+/// - A waiter that is cancelled or times out leaves the queue at once, and
+///   a grant already made to it moves on to the next waiter.
+/// - A waiter whose client crashed leaves the queue when its entry expires
+///   (its park plus a grace period), or at once when a grant meets no
+///   receiver.
+///
+/// # Which one to choose
+///
+/// The plain [`Mutex`] gives throughput: a newcomer may take a free lock
+/// ahead of queued waiters, so a busy worker can re-take it. Choose the
+/// [`FairMutex`] when every contender must get its turn in order, with
+/// bounded waiting for all (job schedulers, leader rotation, fair sharing
+/// of a scarce resource). Each hand-off costs the same number of round
+/// trips as with the plain mutex; the price is that the lock stays idle
+/// while the grant travels to the next waiter, even if another caller is
+/// ready at once.
 #[derive(Clone, Debug)]
 pub struct FairMutex(Mutex);
 

@@ -2,10 +2,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod acquire;
 mod admin;
 mod client;
 mod error;
 mod fair;
+mod guard;
 mod hub;
 mod lease;
 mod mutex;
