@@ -283,6 +283,15 @@ impl Client {
         crate::FairMutex::new(Mutex::new(self.clone(), name, Kind::Fair))
     }
 
+    /// A handle on the distributed read-write lock called `name`; see
+    /// [`RwLock`](crate::RwLock).
+    ///
+    /// This does no I/O and never fails: an invalid name is reported by the
+    /// first call that uses it ([`Error::InvalidName`]).
+    pub fn rwlock(&self, name: &str) -> crate::RwLock {
+        crate::RwLock::new(self.clone(), name)
+    }
+
     /// The Redis keys and channel of the lock called `name`.
     pub(crate) fn keys(&self, name: &str, kind: Kind) -> Result<LockKeys, Error> {
         validate_name(name)?;
@@ -291,7 +300,9 @@ impl Client {
         let waiters = match kind {
             Kind::Plain => format!("{base}:waiters"),
             Kind::Fair => format!("{base}:fifo"),
+            Kind::Read | Kind::Write => format!("{base}:writers"),
         };
+        let readers = format!("{base}:readers");
         Ok(LockKeys {
             name: name.to_owned(),
             kind,
@@ -300,9 +311,18 @@ impl Client {
             expiry: format!("{waiters}:expiry"),
             waiters,
             handoff: format!("{base}:handoff"),
-            channel: format!("{wake_prefix}{}", self.0.id),
+            channel: match kind {
+                // Read-write locks broadcast on one channel per lock.
+                Kind::Read | Kind::Write => format!("{base}:rw"),
+                Kind::Plain | Kind::Fair => format!("{wake_prefix}{}", self.0.id),
+            },
             wake_prefix,
-            lock: base,
+            lock: match kind {
+                Kind::Read => readers.clone(),
+                _ => base.clone(),
+            },
+            writer: base,
+            readers,
         })
     }
 }
@@ -333,6 +353,12 @@ pub(crate) enum Kind {
     /// [`FairMutex`](crate::FairMutex): grant the lock to the head waiter
     /// inside the release.
     Fair,
+    /// A reader of an [`RwLock`](crate::RwLock): the guard's token lives in
+    /// the readers set.
+    Read,
+    /// The writer of an [`RwLock`](crate::RwLock): the guard's token is the
+    /// writer key's value.
+    Write,
 }
 
 /// The Redis names of one lock.
@@ -342,14 +368,20 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     /// The protocol, which picks the scripts.
     pub(crate) kind: Kind,
-    /// `P:{N}`: the owner's token, with the lease as its expiry.
+    /// Where the guard's token lives: `P:{N}` (the owner's token, with the
+    /// lease as its expiry), or `P:{N}:readers` for a reader.
     pub(crate) lock: String,
+    /// `P:{N}`: a read-write lock's writer key.
+    pub(crate) writer: String,
+    /// `P:{N}:readers`: a read-write lock's readers (token -> expiry ms).
+    pub(crate) readers: String,
     /// `P:{N}:fence`: the fencing counter.
     pub(crate) fence: String,
     /// Expiry of the fence key, in ms.
     pub(crate) fence_ttl_ms: u64,
-    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry) or
-    /// `P:{N}:fifo` (fair: member -> arrival).
+    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry),
+    /// `P:{N}:fifo` (fair: member -> arrival) or `P:{N}:writers` (read-write:
+    /// waiting writers' intents, member -> expiry).
     pub(crate) waiters: String,
     /// `P:{N}:fifo:expiry` (fair: member -> expiry).
     pub(crate) expiry: String,
@@ -357,7 +389,8 @@ pub(crate) struct LockKeys {
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.
     pub(crate) wake_prefix: String,
-    /// `P:{N}:wake:<our id>`: the channel on which this client is woken.
+    /// The channel this client listens on for the lock:
+    /// `P:{N}:wake:<our id>`, or `P:{N}:rw` for a read-write lock.
     pub(crate) channel: String,
 }
 

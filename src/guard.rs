@@ -79,18 +79,14 @@ impl fmt::Debug for Held {
 /// Generates a public guard type wrapping [`Held`], with its documented
 /// accessors, `unlock`, `extend`, `lost` and `is_lost`.
 macro_rules! guard_api {
-    ($(#[$attr:meta])* $guard:ident, $what:literal, $example:literal) => {
+    ($(#[$attr:meta])* $guard:ident, $fence_doc:literal, $example:literal) => {
         $(#[$attr])*
         #[must_use = "dropping the guard releases the lock at once (in the background)"]
         #[derive(Debug)]
         pub struct $guard(pub(crate) crate::guard::Held);
 
         impl $guard {
-            #[doc = concat!("The fencing token of this ", $what, ": strictly greater than every")]
-            /// fence handed out before for this lock name by a write or
-            /// mutex acquisition, by any client. Pass it to the storage you
-            /// protect, which should reject writes carrying a fence lower
-            /// than the highest it has seen.
+            #[doc = $fence_doc]
             pub fn fence(&self) -> u64 {
                 self.0.fence
             }

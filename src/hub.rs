@@ -124,9 +124,10 @@ struct Shared {
 struct Entry {
     /// The lock this channel belongs to.
     keys: Arc<LockKeys>,
-    /// Waiter id -> what that waiter parks on. An id is present from
-    /// `register` until its `Registration` is dropped.
-    waiters: HashMap<u64, Arc<Notify>>,
+    /// Waiter id -> what that waiter parks on, and the kind of lock it
+    /// waits for (read-write locks mix readers and writers on one channel).
+    /// An id is present from `join` until its `Registration` is dropped.
+    waiters: HashMap<u64, (Arc<Notify>, Kind)>,
     /// When `waiters` last became empty; `None` while it is not.
     idle_since: Option<Instant>,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
@@ -197,7 +198,7 @@ impl Drop for Registration {
                 }
             }
         }
-        if self.queued && !self.acquired {
+        if self.queued && !self.acquired && self.keys.kind != Kind::Read {
             let _ = self.shared.background.send(Background::PassOn {
                 keys: self.keys.clone(),
                 member: std::mem::take(&mut self.member),
@@ -218,7 +219,7 @@ impl Shared {
     /// waiter between two parks returns from its next park at once.
     fn wake_all(&self) {
         for entry in self.lock().values() {
-            for notify in entry.waiters.values() {
+            for (notify, _) in entry.waiters.values() {
                 notify.notify_one();
             }
         }
@@ -233,12 +234,24 @@ impl Shared {
         let Some(entry) = channels.get(channel) else {
             return; // not ours any more: the publisher counted no receiver
         };
+        if matches!(entry.keys.kind, Kind::Read | Kind::Write) {
+            // A read-write lock's release is broadcast: wake every local
+            // reader and one local writer.
+            let mut writer_woken = false;
+            for (notify, kind) in entry.waiters.values() {
+                if *kind == Kind::Read || !writer_woken {
+                    writer_woken |= *kind == Kind::Write;
+                    notify.notify_one();
+                }
+            }
+            return;
+        }
         let waiter = std::str::from_utf8(payload)
             .ok()
             .and_then(|p| p.split(':').next())
             .and_then(|id| id.parse::<u64>().ok());
         match waiter.and_then(|id| entry.waiters.get(&id)) {
-            Some(notify) => notify.notify_one(),
+            Some((notify, _)) => notify.notify_one(),
             None => {
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
                 let _ = self.background.send(Background::PassOn {
@@ -305,7 +318,7 @@ impl Hub {
                     idle_since: None,
                     subscribed: false,
                 });
-            entry.waiters.insert(id, notify.clone());
+            entry.waiters.insert(id, (notify.clone(), keys.kind));
             entry.idle_since = None;
             entry.subscribed
         };
@@ -314,8 +327,8 @@ impl Hub {
             keys: keys.clone(),
             id,
             member: match keys.kind {
-                Kind::Plain => format!("{}:{id}", self.shared.client_id),
                 Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
+                _ => format!("{}:{id}", self.shared.client_id),
             },
             notify,
             queued: false,

@@ -11,6 +11,7 @@ mod guard;
 mod hub;
 mod lease;
 mod mutex;
+mod rwlock;
 mod scripts;
 
 pub use admin::LockStatus;
@@ -18,4 +19,5 @@ pub use client::{Client, ClientBuilder, MAX_LEASE, MAX_NAME_LEN};
 pub use error::Error;
 pub use fair::FairMutex;
 pub use mutex::{Mutex, MutexGuard};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};

@@ -124,7 +124,10 @@ guard_api!(
     /// lock was still ours. Dropping the guard releases the lock in the
     /// background.
     MutexGuard,
-    "acquisition",
+    "The fencing token of this acquisition: strictly greater than every fence \
+     handed out before for this lock name, by any client. Pass it to the storage \
+     you protect, which should reject writes carrying a fence lower than the \
+     highest it has seen.",
     "let guard = client.mutex(\"ledger\").lock().await?;"
 );
 

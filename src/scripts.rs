@@ -46,6 +46,13 @@ const FAIR_PASS_LUA: &str = concat!(
     include_str!("../scripts/lua/fair_pass.lua")
 );
 
+const RW_READ_ACQUIRE_LUA: &str = include_str!("../scripts/lua/rw_read_acquire.lua");
+const RW_WRITE_ACQUIRE_LUA: &str = include_str!("../scripts/lua/rw_write_acquire.lua");
+const RW_READ_RELEASE_LUA: &str = include_str!("../scripts/lua/rw_read_release.lua");
+const RW_WRITE_RELEASE_LUA: &str = include_str!("../scripts/lua/rw_write_release.lua");
+const RW_READ_EXTEND_LUA: &str = include_str!("../scripts/lua/rw_read_extend.lua");
+const RW_PASS_LUA: &str = include_str!("../scripts/lua/rw_pass.lua");
+
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
@@ -53,6 +60,12 @@ static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(PASS_LUA));
 static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ACQUIRE_LUA));
 static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_RELEASE_LUA));
 static FAIR_PASS: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_PASS_LUA));
+static RW_READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_ACQUIRE_LUA));
+static RW_WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_ACQUIRE_LUA));
+static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_LUA));
+static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_LUA));
+static RW_READ_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_EXTEND_LUA));
+static RW_PASS: LazyLock<Script> = LazyLock::new(|| Script::new(RW_PASS_LUA));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
 
@@ -82,6 +95,12 @@ pub fn scripts() -> Vec<ScriptInfo> {
         ("fair_acquire", FAIR_ACQUIRE_LUA, &*FAIR_ACQUIRE),
         ("fair_release", FAIR_RELEASE_LUA, &*FAIR_RELEASE),
         ("fair_pass", FAIR_PASS_LUA, &*FAIR_PASS),
+        ("rw_read_acquire", RW_READ_ACQUIRE_LUA, &*RW_READ_ACQUIRE),
+        ("rw_write_acquire", RW_WRITE_ACQUIRE_LUA, &*RW_WRITE_ACQUIRE),
+        ("rw_read_release", RW_READ_RELEASE_LUA, &*RW_READ_RELEASE),
+        ("rw_write_release", RW_WRITE_RELEASE_LUA, &*RW_WRITE_RELEASE),
+        ("rw_read_extend", RW_READ_EXTEND_LUA, &*RW_READ_EXTEND),
+        ("rw_pass", RW_PASS_LUA, &*RW_PASS),
     ]
     .into_iter()
     .map(|(name, source, script)| ScriptInfo {
@@ -153,26 +172,50 @@ pub(crate) async fn acquire(
     lease_ms: u64,
     queue: Option<Queue<'_>>,
 ) -> Result<Acquire, Error> {
+    let member = queue.map_or("", |q| q.member);
+    let grace_ms = queue.map_or(0, |q| q.grace_ms);
+    let park_ms = queue.map_or(0, |q| q.park_ms);
     let mut invocation = match keys.kind {
         Kind::Plain => ACQUIRE.prepare_invoke(),
         Kind::Fair => FAIR_ACQUIRE.prepare_invoke(),
+        Kind::Read => RW_READ_ACQUIRE.prepare_invoke(),
+        Kind::Write => RW_WRITE_ACQUIRE.prepare_invoke(),
     };
-    invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.waiters)
-        .arg(token)
-        .arg(lease_ms)
-        .arg(keys.fence_ttl_ms)
-        .arg(queue.map_or("", |q| q.member))
-        .arg(queue.map_or(0, |q| q.grace_ms))
-        .arg(queue.map_or(0, |q| q.park_ms));
+    match keys.kind {
+        Kind::Plain | Kind::Fair => {
+            invocation
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.waiters)
+                .arg(token)
+                .arg(lease_ms)
+                .arg(keys.fence_ttl_ms)
+                .arg(member)
+                .arg(grace_ms)
+                .arg(park_ms);
+        }
+        Kind::Read | Kind::Write => {
+            invocation
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .key(&keys.waiters)
+                .key(&keys.fence)
+                .arg(token)
+                .arg(lease_ms);
+        }
+    }
     match keys.kind {
         Kind::Plain => invocation.key(&keys.handoff),
         Kind::Fair => invocation
             .key(&keys.expiry)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS),
+        Kind::Read => invocation.arg(park_ms),
+        Kind::Write => invocation
+            .arg(keys.fence_ttl_ms)
+            .arg(member)
+            .arg(grace_ms)
+            .arg(park_ms),
     };
     let (flag, value): (i64, i64) = invocation
         .invoke_async(conn)
@@ -198,8 +241,11 @@ pub(crate) async fn release(
     let mut invocation = match keys.kind {
         Kind::Plain => RELEASE.prepare_invoke(),
         Kind::Fair => FAIR_RELEASE.prepare_invoke(),
+        Kind::Read => RW_READ_RELEASE.prepare_invoke(),
+        Kind::Write => RW_WRITE_RELEASE.prepare_invoke(),
     };
     match keys.kind {
+        Kind::Read | Kind::Write => invocation.key(&keys.lock).key(&keys.channel).arg(token),
         Kind::Plain => invocation
             .key(&keys.lock)
             .key(&keys.waiters)
@@ -231,11 +277,16 @@ pub(crate) async fn pass(
     keys: &LockKeys,
     member: &str,
 ) -> Result<bool, Error> {
+    if keys.kind == Kind::Read {
+        return Ok(false); // readers never queue
+    }
     let mut invocation = match keys.kind {
         Kind::Plain => PASS.prepare_invoke(),
         Kind::Fair => FAIR_PASS.prepare_invoke(),
+        Kind::Read | Kind::Write => RW_PASS.prepare_invoke(),
     };
     match keys.kind {
+        Kind::Read | Kind::Write => invocation.key(&keys.waiters).key(&keys.channel).arg(member),
         Kind::Plain => invocation
             .key(&keys.lock)
             .key(&keys.waiters)
@@ -267,16 +318,29 @@ pub(crate) async fn extend(
     locks: &[(&LockKeys, &str)],
     lease_ms: u64,
 ) -> Result<Vec<Owned>, Error> {
-    let mut invocation = EXTEND.prepare_invoke();
-    invocation.arg(lease_ms);
-    for (keys, token) in locks {
-        invocation.key(&keys.lock).arg(*token);
+    // Readers' holds live in a sorted set and need their own script; the
+    // rest are token strings. One call per family, outcomes put back in order.
+    let (readers, others): (Vec<usize>, Vec<usize>) =
+        (0..locks.len()).partition(|&i| locks[i].0.kind == Kind::Read);
+    let mut out = vec![Owned::Gone; locks.len()];
+    for (script, family) in [(&*EXTEND, others), (&*RW_READ_EXTEND, readers)] {
+        if family.is_empty() {
+            continue;
+        }
+        let mut invocation = script.prepare_invoke();
+        invocation.arg(lease_ms);
+        for &i in &family {
+            invocation.key(&locks[i].0.lock).arg(locks[i].1);
+        }
+        let codes: Vec<i64> = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| Error::from_redis(e, &locks[family[0]].0.lock))?;
+        for (&i, code) in family.iter().zip(codes) {
+            out[i] = owned(code);
+        }
     }
-    let codes: Vec<i64> = invocation.invoke_async(conn).await.map_err(|e| {
-        let key = locks.first().map_or("", |(keys, _)| keys.lock.as_str());
-        Error::from_redis(e, key)
-    })?;
-    Ok(codes.into_iter().map(owned).collect())
+    Ok(out)
 }
 
 /// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
@@ -327,7 +391,7 @@ mod tests {
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let all = scripts();
-        assert_eq!(all.len(), 9);
+        assert_eq!(all.len(), 15);
         for s in &all {
             // Shared code (wake_next) may come first; the operation's own
             // header must still open a line.
@@ -343,7 +407,7 @@ mod tests {
         let mut shas: Vec<_> = all.iter().map(|s| s.sha1).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 9);
+        assert_eq!(shas.len(), 15);
     }
 
     #[test]

@@ -1,0 +1,55 @@
+-- rw_write_acquire: take the write hold of a read-write lock when no writer
+-- and no live reader holds it; otherwise register the caller's intent, which
+-- makes new readers wait (writer preference).
+--
+-- KEYS[1]  writer   P:{N}            string: the writer's token, PX = lease
+-- KEYS[2]  readers  P:{N}:readers    sorted set: reader token -> expiry ms
+-- KEYS[3]  intents  P:{N}:writers    sorted set: waiting writer -> expiry ms
+-- KEYS[4]  fence    P:{N}:fence      string: fencing counter
+-- ARGV[1]  token         this writer's owner token
+-- ARGV[2]  lease_ms      the write lease (> 0)
+-- ARGV[3]  fence_ttl_ms  expiry of the fence key
+-- ARGV[4]  member        "<client id>:<waiter id>" of a waiting writer, or ""
+--                        for a caller that will not wait (no intent)
+-- ARGV[5]  grace_ms      how long an intent outlives the writer's park
+-- ARGV[6]  park_ms       the park when the writer's key has no expiry
+--
+-- Returns
+--   {1, fence}  held; fence = max(previous + 1, server TIME in us); the
+--               caller's intent is withdrawn
+--   {0, park}   blocked by a writer (park = its PTTL) or by readers (park =
+--               until the last reader's lease ends); a waiting caller's
+--               intent is registered with expiry now + park + grace_ms
+--   error WRONGTYPE  a key holds foreign data
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local park
+if redis.call('GET', KEYS[1]) then
+  park = redis.call('PTTL', KEYS[1])
+  if park < 0 then
+    park = tonumber(ARGV[6])
+  end
+else
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  if not last[2] then
+    local prev = tonumber(redis.call('GET', KEYS[4])) or 0
+    local fence = math.max(prev + 1, now_us)
+    redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[3])
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if ARGV[4] ~= '' then
+      redis.call('ZREM', KEYS[3], ARGV[4])
+    end
+    return {1, fence}
+  end
+  park = math.max(tonumber(last[2]) - now_ms, 1)
+end
+if ARGV[4] ~= '' then
+  local ttl = park + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[3], now_ms + ttl, ARGV[4])
+  if redis.call('PTTL', KEYS[3]) < ttl then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+end
+return {0, park}
