@@ -2,7 +2,9 @@
 //!
 //! - `2`: a usage error (clap's own exit code, also used for a malformed URL).
 //! - `69` (`EX_UNAVAILABLE`): Redis could not be reached.
-//! - `1`: anything else, including a demo whose invariants broke.
+//! - `1`: anything else, including a demo whose invariants broke (and, for
+//!   `run`, a lock held elsewhere; see `run.rs` for its other codes).
+//! - `75` (`EX_TEMPFAIL`): `run` lost its lease while the command ran.
 
 use std::fmt;
 
@@ -12,6 +14,9 @@ pub const EX_UNAVAILABLE: u8 = 69;
 pub const EX_USAGE: u8 = 2;
 /// Exit code for every other failure.
 pub const EX_FAILURE: u8 = 1;
+/// Exit code of `run` when the lease was lost while the command ran
+/// (sysexits `EX_TEMPFAIL`).
+pub const EX_TEMPFAIL: u8 = 75;
 
 /// A failed command: the message for stderr and the process exit code.
 #[derive(Debug)]
@@ -49,6 +54,17 @@ impl Failure {
         match err {
             redbell::Error::Redis(e) => Failure::redis(url, what, e),
             other => Failure::new(EX_FAILURE, format!("{what}: {other}")),
+        }
+    }
+
+    /// Like [`Failure::lock`], for input taken from the command line: an
+    /// invalid lock name or duration is a usage error (`2`).
+    pub fn input(url: &str, what: &str, err: &redbell::Error) -> Failure {
+        match err {
+            redbell::Error::InvalidName { .. } | redbell::Error::InvalidLease { .. } => {
+                Failure::new(EX_USAGE, format!("{what}: {err}"))
+            }
+            other => Failure::lock(url, what, other),
         }
     }
 }

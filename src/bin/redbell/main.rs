@@ -5,13 +5,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod demo;
 mod fail;
+mod run;
+mod status;
+mod unlock;
 
 /// Distributed locks on Redis with event-driven waiting.
 ///
-/// Exit codes: 0 success, 1 failure (e.g. a demo invariant broke), 2 usage
-/// error, 69 Redis unreachable.
+/// Exit codes: 0 success, 1 failure (e.g. a demo invariant broke, or `run`
+/// found the lock held), 2 usage error, 69 Redis unreachable, 75 `run` lost
+/// its lease; `run` otherwise exits with its command's code (128+N when a
+/// signal N killed it). Environment: REDIS_URL when --url is absent.
 #[derive(Debug, Parser)]
 #[command(name = "redbell", version)]
 struct Cli {
@@ -40,6 +46,38 @@ enum Command {
     /// invariant breaks, 69 if Redis is unreachable.
     Demo(demo::DemoArgs),
 
+    /// Run a command while holding a lock (a distributed flock)
+    ///
+    /// Waits for the lock NAME (woken by the holder's release, no polling),
+    /// runs CMD in its own process group with REDBELL_NAME, REDBELL_TOKEN and
+    /// REDBELL_FENCE in its environment, renews the lease while it runs,
+    /// forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to its group, and
+    /// releases the lock when the command (and its whole group) has ended.
+    /// If the lease is lost meanwhile, the group gets SIGTERM, then SIGKILL
+    /// after --kill-grace, and redbell exits 75. Exits with the command's
+    /// own code otherwise.
+    #[command(arg_required_else_help = true)]
+    Run(run::RunArgs),
+
+    /// Show locks: holder token, remaining TTL, fence, queued waiters
+    Status(status::StatusArgs),
+
+    /// Break a lock as an operator (--force): delete it, wake the next waiter
+    Unlock(unlock::UnlockArgs),
+
+    /// Measure redbell against the sleep-poll recipe and report
+    ///
+    /// Floor latencies, hand-off on one lock (2, 8, 32 workers over 2
+    /// processes), waiter scaling (1 to 1,000 waiters), uncontended
+    /// throughput and crash takeover, side by side in one run. Prints a
+    /// markdown report; writes results.json and chart.svg under --out. Use
+    /// a private Redis: it runs CONFIG RESETSTAT.
+    Bench(bench::BenchArgs),
+
+    /// One process of a bench scenario (started by `bench` itself).
+    #[command(name = "bench-worker", hide = true)]
+    BenchWorker(bench::WorkerArgs),
+
     #[command(flatten)]
     Hidden(demo::Hidden),
 }
@@ -59,6 +97,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(&cli.url, &args).await,
+            Command::Run(args) => run::run(&cli.url, args).await,
+            Command::Status(args) => status::run(&cli.url, &args).await,
+            Command::Unlock(args) => unlock::run(&cli.url, &args).await,
+            Command::Bench(args) => bench::run(&cli.url, &args).await,
+            Command::BenchWorker(args) => bench::worker(&cli.url, args).await,
             Command::Hidden(cmd) => demo::hidden(&cli.url, cmd).await,
         }
     });

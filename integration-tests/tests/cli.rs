@@ -1,0 +1,673 @@
+//! `redbell run`, `status` and `unlock --force` end to end: the built binary
+//! against the test Redis.
+//!
+//! Needs `REDIS_URL` (set by `make test`) and the binary built first
+//! (`cargo build --bin redbell`, which `make test` does). Every test uses
+//! its own lock names and scratch directory, so they run in parallel with
+//! each other and with the other suites. Timing bounds are generous: the
+//! tests run on small, busy machines.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// `<target>/debug/redbell`: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
+fn bin() -> PathBuf {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => workspace.join(dir), // an absolute dir replaces the base
+        None => workspace.join("target"),
+    };
+    let path = target.join("debug").join("redbell");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bin redbell` first (`make test` does)",
+        path.display()
+    );
+    path
+}
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL")
+        .expect("REDIS_URL is not set: run the tests through `make test`, which starts a Redis")
+}
+
+fn unique(what: &str) -> String {
+    format!("cli-{what}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The lock key of `name` under the default prefix.
+fn key(name: &str) -> String {
+    format!("redbell:{{{name}}}")
+}
+
+fn redis() -> redis::Connection {
+    redis::Client::open(redis_url())
+        .and_then(|c| c.get_connection())
+        .expect("the test Redis is reachable")
+}
+
+fn exists(name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key(name))
+        .query::<i64>(&mut redis())
+        .expect("EXISTS")
+        == 1
+}
+
+fn del(name: &str) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(key(name))
+        .query(&mut redis())
+        .expect("DEL");
+}
+
+/// A fresh scratch directory.
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(unique("dir"));
+    std::fs::create_dir_all(&dir).expect("create a scratch dir");
+    dir
+}
+
+/// `redbell ARGS...` with `REDIS_URL` set and no stdin.
+fn redbell(args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env("REDIS_URL", redis_url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` at most `limit`, killing it and failing the test
+/// after that. Returns its output.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let end = Instant::now() + limit;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => break,
+            None if Instant::now() >= end => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("wait");
+                panic!(
+                    "{what} took over {limit:?}\n{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let out = child.wait_with_output().expect("wait");
+    eprintln!(
+        "--- {what}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `redbell ARGS...` to completion (at most 60 s).
+fn run(args: &[&str]) -> Output {
+    let child = redbell(args).spawn().expect("redbell starts");
+    finish(child, Duration::from_secs(60), &format!("redbell {args:?}"))
+}
+
+fn code(out: &Output) -> i32 {
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("redbell itself was killed: {}", out.status))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Waits until `path` exists with a complete line, and returns its text.
+fn wait_for_file(path: &Path, limit: Duration) -> String {
+    let end = Instant::now() + limit;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text;
+        }
+        assert!(
+            Instant::now() < end,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until `cond` holds, failing after `limit`.
+fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(5));
+    }
+    start.elapsed()
+}
+
+/// The processes (any state) whose process group is `pgid`, from /proc.
+fn group_members(pgid: i32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) {
+            found.push(stat.trim().to_owned());
+        }
+    }
+    found
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok()
+}
+
+/// Two pids written by a test command: `$$` (the command, leader of its
+/// group) and `$!` (a background grandchild).
+fn pids(path: &Path) -> (i32, i32) {
+    let text = wait_for_file(path, Duration::from_secs(20));
+    let mut it = text
+        .split_whitespace()
+        .map(|p| p.parse::<i32>().expect("a pid"));
+    (it.next().expect("$$"), it.next().expect("$!"))
+}
+
+fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// A flat JSON object (`{"k": "str" | number | true | false | null, ...}`),
+/// parsed strictly enough to prove the output is JSON. Values are kept as
+/// their JSON text, strings unquoted.
+fn parse_json_object(line: &str) -> HashMap<String, String> {
+    fn string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
+        assert_eq!(chars.next(), Some('"'), "a string starts with a quote");
+        let mut s = String::new();
+        loop {
+            match chars.next().expect("unterminated string") {
+                '"' => return s,
+                '\\' => s.push(chars.next().expect("an escape")),
+                c => s.push(c),
+            }
+        }
+    }
+    let mut chars = line.trim().chars().peekable();
+    let mut map = HashMap::new();
+    assert_eq!(chars.next(), Some('{'), "not an object: {line}");
+    if chars.peek() == Some(&'}') {
+        chars.next();
+    } else {
+        loop {
+            let k = string(&mut chars);
+            assert_eq!(chars.next(), Some(':'), "no colon in {line}");
+            let v = if chars.peek() == Some(&'"') {
+                string(&mut chars)
+            } else {
+                let mut v = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c == ',' || c == '}' {
+                        break;
+                    }
+                    v.push(c);
+                    chars.next();
+                }
+                assert!(
+                    v == "true" || v == "false" || v == "null" || v.parse::<f64>().is_ok(),
+                    "bad JSON value {v:?} in {line}"
+                );
+                v
+            };
+            map.insert(k, v);
+            match chars.next() {
+                Some(',') => continue,
+                Some('}') => break,
+                other => panic!("unexpected {other:?} in {line}"),
+            }
+        }
+    }
+    assert_eq!(chars.next(), None, "trailing text in {line}");
+    map
+}
+
+fn status_json(names: &[&str]) -> Vec<HashMap<String, String>> {
+    let mut args = vec!["status", "--json"];
+    args.extend_from_slice(names);
+    let out = run(&args);
+    assert_eq!(code(&out), 0, "status failed");
+    stdout(&out).lines().map(parse_json_object).collect()
+}
+
+#[test]
+fn concurrent_runs_are_mutually_exclusive() {
+    let name = unique("counter");
+    let dir = scratch();
+    let counter = dir.join("counter");
+    std::fs::write(&counter, "0\n").unwrap();
+    // Read, sleep 5 ms, write + 1: any overlap loses an increment.
+    let snippet = r#"n=$(cat "$COUNTER"); sleep 0.005; echo $((n + 1)) > "$COUNTER""#;
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let name = name.clone();
+            let counter = counter.clone();
+            thread::spawn(move || {
+                for _ in 0..10 {
+                    let child = redbell(&["run", &name, "-c", snippet])
+                        .env("COUNTER", &counter)
+                        .spawn()
+                        .expect("redbell starts");
+                    let out = finish(child, Duration::from_secs(60), "run counter");
+                    assert_eq!(code(&out), 0, "a run failed");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a worker panicked");
+    }
+    let total = std::fs::read_to_string(&counter).unwrap();
+    assert_eq!(total.trim(), "60", "increments were lost: runs overlapped");
+    assert!(!exists(&name), "the lock is left held");
+}
+
+#[test]
+fn a_held_lock_fails_fast_or_after_the_wait() {
+    let name = unique("held");
+    let dir = scratch();
+    let marker = dir.join("ran");
+    let touch = ["touch", marker.to_str().unwrap()];
+    let _: () = redis::cmd("SET")
+        .arg(key(&name))
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut redis())
+        .unwrap();
+
+    let started = Instant::now();
+    let out = run(&[&["run", "-n", &name, "--"][..], &touch].concat());
+    assert_eq!(code(&out), 1);
+    assert!(started.elapsed() < Duration::from_secs(2), "-n waited");
+
+    let out = run(&[&["run", "--nonblock", "-E", "42", &name, "--"][..], &touch].concat());
+    assert_eq!(code(&out), 42);
+
+    let started = Instant::now();
+    let out = run(&[&["run", "-w", "300ms", &name, "--"][..], &touch].concat());
+    let waited = started.elapsed();
+    assert_eq!(code(&out), 1);
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "-w 300ms gave up after {waited:?}"
+    );
+
+    let out = run(&[
+        &["run", "--wait", "100ms", "-E", "7", &name, "--"][..],
+        &touch,
+    ]
+    .concat());
+    assert_eq!(code(&out), 7);
+
+    assert!(!marker.exists(), "the command ran without the lock");
+    let holder: String = redis::cmd("GET")
+        .arg(key(&name))
+        .query(&mut redis())
+        .unwrap();
+    assert_eq!(holder, "someone-else", "the holder's lock was touched");
+    del(&name);
+}
+
+#[test]
+fn the_exit_code_passes_through() {
+    let name = unique("codes");
+    for (args, expected) in [
+        (vec!["--", "true"], 0),
+        (vec!["-c", "exit 3"], 3),
+        (vec!["--", "sh", "-c", "exit 255"], 255),
+        (vec!["-c", "kill -KILL $$"], 137),
+        (vec!["-c", "kill -TERM $$"], 143),
+    ] {
+        let out = run(&[&["run", &name][..], &args].concat());
+        assert_eq!(code(&out), expected, "run {args:?}");
+        assert!(!exists(&name), "the lock is left held after {args:?}");
+    }
+}
+
+#[test]
+fn sigterm_reaches_the_whole_group_and_frees_the_lock() {
+    let name = unique("sigterm");
+    let dir = scratch();
+    let pid_file = dir.join("pids");
+    // A shell that spawned a sleeping grandchild.
+    let script = r#"sleep 60 & echo "$$ $!" > "$PIDS"; wait"#;
+    let child = redbell(&["run", &name, "-c", script])
+        .env("PIDS", &pid_file)
+        .spawn()
+        .expect("redbell starts");
+    let (shell, grandchild) = pids(&pid_file);
+    assert!(exists(&name));
+    assert!(alive(grandchild));
+
+    let signalled = Instant::now();
+    kill("TERM", child.id());
+    let freed = wait_until(
+        Duration::from_secs(1),
+        "the lock freed after SIGTERM",
+        || !exists(&name),
+    );
+    let out = finish(child, Duration::from_secs(10), "run after SIGTERM");
+    assert_eq!(code(&out), 143, "the shell died of the forwarded SIGTERM");
+    eprintln!(
+        "lock freed {freed:?}, redbell gone {:?} after SIGTERM",
+        signalled.elapsed()
+    );
+    // redbell reaps its group before exiting: nothing of it remains.
+    let left = group_members(shell);
+    assert!(left.is_empty(), "processes of the group survived: {left:?}");
+    assert!(!alive(grandchild), "the grandchild survived");
+}
+
+#[test]
+fn a_lost_lease_terminates_then_kills_the_group() {
+    let name = unique("lost");
+    let dir = scratch();
+    let pid_file = dir.join("pids");
+    let term_file = dir.join("term");
+    // The shell notes SIGTERM and carries on; its grandchild ignores
+    // SIGTERM altogether. Only SIGKILL ends them.
+    let script = r#"trap 'echo term >> "$TERMS"' TERM
+        (trap '' TERM; exec sleep 60) &
+        echo "$$ $!" > "$PIDS"
+        while :; do sleep 0.05; done"#;
+    let child = redbell(&[
+        "run",
+        "--ttl",
+        "1s",
+        "--kill-grace",
+        "700ms",
+        &name,
+        "-c",
+        script,
+    ])
+    .env("PIDS", &pid_file)
+    .env("TERMS", &term_file)
+    .spawn()
+    .expect("redbell starts");
+    let (shell, grandchild) = pids(&pid_file);
+
+    del(&name); // an outside DEL: the lease is lost
+    let deleted = Instant::now();
+    let out = finish(child, Duration::from_secs(20), "run with a lost lease");
+    let took = deleted.elapsed();
+    assert_eq!(code(&out), 75);
+    assert!(
+        std::fs::read_to_string(&term_file).is_ok_and(|t| t.contains("term")),
+        "the command never got SIGTERM"
+    );
+    assert!(
+        took >= Duration::from_millis(700),
+        "SIGKILL came before --kill-grace: {took:?}"
+    );
+    assert!(stderr(&out).contains("lost the lease"), "no explanation");
+    let left = group_members(shell);
+    assert!(left.is_empty(), "processes of the group survived: {left:?}");
+    assert!(!alive(grandchild), "the grandchild survived unlocked");
+}
+
+#[test]
+fn a_lost_lease_stops_a_command_that_obeys_sigterm() {
+    let name = unique("lost-obey");
+    let child = redbell(&["run", "--ttl", "1s", &name, "--", "sleep", "60"])
+        .spawn()
+        .expect("redbell starts");
+    wait_until(Duration::from_secs(20), "the lock is taken", || {
+        exists(&name)
+    });
+    thread::sleep(Duration::from_millis(100));
+    del(&name);
+    let deleted = Instant::now();
+    let out = finish(child, Duration::from_secs(20), "run with a lost lease");
+    assert_eq!(code(&out), 75);
+    // Renewal every ttl/3 notices; SIGTERM ends `sleep` long before the
+    // default 5 s grace.
+    assert!(
+        deleted.elapsed() < Duration::from_millis(4500),
+        "no SIGTERM"
+    );
+    assert!(!exists(&name));
+}
+
+#[test]
+fn the_command_gets_name_token_and_increasing_fence() {
+    let name = unique("env");
+    let dir = scratch();
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        let file = dir.join(format!("env{i}"));
+        let child = redbell(&[
+            "run",
+            "-v",
+            &name,
+            "-c",
+            r#"echo "$REDBELL_NAME $REDBELL_TOKEN $REDBELL_FENCE" > "$OUT""#,
+        ])
+        .env("OUT", &file)
+        .spawn()
+        .expect("redbell starts");
+        let out = finish(child, Duration::from_secs(60), "run env");
+        assert_eq!(code(&out), 0);
+        assert!(stderr(&out).contains("acquired"), "-v logs the acquire");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let fields: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
+        assert_eq!(fields.len(), 3, "{text:?}");
+        assert_eq!(fields[0], name);
+        assert!(fields[1].len() >= 16, "a token: {:?}", fields[1]);
+        let fence: u64 = fields[2].parse().expect("REDBELL_FENCE is a number");
+        seen.push((fields[1].clone(), fence));
+    }
+    for pair in seen.windows(2) {
+        assert_ne!(pair[0].0, pair[1].0, "each acquisition has its own token");
+        assert!(pair[1].1 > pair[0].1, "fences must increase: {seen:?}");
+    }
+}
+
+#[test]
+fn status_shows_the_holder_and_force_unlock_hands_over() {
+    let name = unique("status");
+    let free = unique("status-free");
+    let dir = scratch();
+    let token_file = dir.join("token");
+    let marker = dir.join("second-ran");
+
+    // Holder A: a 3 s lease (renewed every second).
+    let holder = redbell(&[
+        "run",
+        "--ttl",
+        "3s",
+        &name,
+        "-c",
+        r#"echo "$REDBELL_TOKEN" > "$TOKEN"; exec sleep 60"#,
+    ])
+    .env("TOKEN", &token_file)
+    .spawn()
+    .expect("redbell starts");
+    let token = wait_for_file(&token_file, Duration::from_secs(20))
+        .trim()
+        .to_owned();
+
+    // Plain output: a header and one row per lock.
+    let out = run(&["status", &name, &free]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("no row for the lock:\n{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], "held", "{row}");
+    assert_eq!(cells[2], token, "{row}");
+    let ttl: f64 = cells[3].trim_end_matches('s').parse().expect("a TTL");
+    assert!(ttl > 0.0 && ttl <= 3.0, "TTL {ttl} is not within the lease");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&free) && l.contains("free")),
+        "{text}"
+    );
+
+    // --json: one object per line.
+    let lines = status_json(&[&name, &free]);
+    assert_eq!(lines.len(), 2);
+    let held = &lines[0];
+    assert_eq!(held["name"], name);
+    assert_eq!(held["held"], "true");
+    assert_eq!(held["holder"], token);
+    let ttl_ms: u64 = held["ttl_ms"].parse().expect("ttl_ms");
+    assert!(ttl_ms > 0 && ttl_ms <= 3000, "ttl_ms {ttl_ms}");
+    assert!(
+        held["fence"].parse::<u64>().is_ok(),
+        "fence {}",
+        held["fence"]
+    );
+    assert_eq!(held["waiters"], "0");
+    assert_eq!(lines[1]["held"], "false");
+    assert_eq!(lines[1]["holder"], "null");
+
+    // Waiter B queues for the lock.
+    let waiter = redbell(&["run", &name, "--", "touch", marker.to_str().unwrap()])
+        .spawn()
+        .expect("redbell starts");
+    wait_until(Duration::from_secs(20), "B shows as a waiter", || {
+        status_json(&[&name])[0]["waiters"] != "0"
+    });
+    assert!(!marker.exists());
+
+    // Break A's lock: B proceeds at once.
+    let broken = Instant::now();
+    let out = run(&["unlock", "--force", &name]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains(&token), "prints what it removed");
+    let handed = wait_until(Duration::from_secs(2), "B ran after the unlock", || {
+        marker.exists()
+    });
+    eprintln!("B ran {handed:?} after unlock --force");
+    let out = finish(waiter, Duration::from_secs(20), "waiter B");
+    assert_eq!(code(&out), 0);
+
+    // A learns at its next renewal that the lock is gone: SIGTERM, 75.
+    let out = finish(holder, Duration::from_secs(20), "holder A");
+    assert_eq!(code(&out), 75);
+    assert!(broken.elapsed() < Duration::from_secs(10));
+
+    let out = run(&["unlock", "--force", &name]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("not held"), "{}", stdout(&out));
+}
+
+#[test]
+fn unreachable_redis_exits_69_with_one_line() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let dir = scratch();
+    let marker = dir.join("ran");
+    for args in [
+        vec!["run", "x", "--", "touch", marker.to_str().unwrap()],
+        vec!["status", "x"],
+        vec!["unlock", "--force", "x"],
+    ] {
+        let out = run(&[&["--url", &url][..], &args].concat());
+        assert_eq!(code(&out), 69, "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "one line on stderr: {err:?}");
+        assert!(err.starts_with("redbell: "), "{err:?}");
+        assert!(!err.contains("panicked") && !err.contains("backtrace"));
+    }
+    // REDIS_URL is read when --url is absent.
+    let out = redbell(&["status", "x"])
+        .env("REDIS_URL", &url)
+        .output()
+        .expect("redbell runs");
+    assert_eq!(code(&out), 69);
+    assert!(!marker.exists());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec!["run", "x"],                                 // no command
+        vec!["run", "a{b", "--", "true"],                 // invalid name
+        vec!["run", "-n", "-w", "1s", "x", "--", "true"], // conflicting options
+        vec!["run", "--ttl", "0s", "x", "--", "true"],
+        vec!["run", "-w", "soon", "x", "--", "true"],
+        vec!["run", "-c", "true", "x", "--", "true"], // both -c and argv
+        vec!["unlock", "x"],                          // no --force
+        vec!["status", "a}b"],
+        vec!["status"],
+    ] {
+        let out = run(&args);
+        assert_eq!(code(&out), 2, "{args:?}");
+    }
+}
+
+#[test]
+fn help_explains_options_exit_codes_and_environment() {
+    let top = stdout(&run(&["--help"]));
+    for needle in ["run", "status", "unlock", "REDIS_URL", "69", "75"] {
+        assert!(top.contains(needle), "--help lacks {needle:?}:\n{top}");
+    }
+    let help = stdout(&run(&["run", "--help"]));
+    for needle in [
+        "--nonblock",
+        "--wait",
+        "--conflict-exit-code",
+        "--ttl",
+        "--kill-grace",
+        "--verbose",
+        "REDBELL_NAME",
+        "REDBELL_TOKEN",
+        "REDBELL_FENCE",
+        "REDIS_URL",
+        "128+N",
+        "69",
+        "75",
+    ] {
+        assert!(
+            help.contains(needle),
+            "run --help lacks {needle:?}:\n{help}"
+        );
+    }
+    let help = stdout(&run(&["status", "--help"]));
+    assert!(
+        help.contains("--json") && help.contains("WAITERS"),
+        "{help}"
+    );
+    let help = stdout(&run(&["unlock", "--help"]));
+    assert!(help.contains("--force") && help.contains("69"), "{help}");
+}

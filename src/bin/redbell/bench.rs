@@ -1,0 +1,287 @@
+//! `redbell bench`: measures redbell against the sleep-poll recipe, side by
+//! side in one run, and reports; it asserts nothing about speed.
+//!
+//! Output: a markdown report on stdout (progress on stderr), the raw
+//! results as `results.json` and a chart as `chart.svg` under `--out`
+//! (default `target/bench/`). `--quick` is a smoke test that finishes in
+//! well under a minute, with a debug build too; `make test` runs it so the
+//! bench never rots.
+//!
+//! # Scenarios
+//!
+//! 1. **Floor**: sequential `PING`s on a redis-rs `ConnectionManager` (the
+//!    connection type redbell uses), one acquire script call (`try_lock` on
+//!    a free lock) and one release script call (`unlock` with nobody
+//!    waiting). Every latency is also given as a multiple of the PING p50.
+//! 2. **Hand-off on one lock**: W = 2, 8, 32 workers, each with its own
+//!    client (`redbell::Client`, or for the poll recipe its own
+//!    connection), split over 2 OS processes (copies of this executable,
+//!    hidden `bench-worker` subcommand, see `bench/worker.rs`). Each loops
+//!    acquire → hold (`--hold`, 100 µs, spun) → unlock; see
+//!    `bench/contend.rs` for how each figure is computed.
+//! 3. The same with the **sleep-poll recipe** (`SET NX PX`, sleep 10 ms or
+//!    100 ms, retry; Lua compare-and-delete release), in `bench/lock.rs`.
+//! 4. **Waiter scaling**: 1, 10, 100, 1,000 waiters (plus the holder) on
+//!    one lock, spread over 4 processes, each process with ONE client shared
+//!    by its tasks (1,000 clients would be 2,000 connections); redbell, and
+//!    the 10 ms poll recipe as the contrast.
+//! 5. **Uncontended throughput**: 64 tasks on distinct locks sharing one
+//!    client, `lock()`+`unlock()` pairs/s, beside raw pipelined
+//!    `SET NX PX`+`DEL` pairs from the same library (redis-rs) as the
+//!    ceiling.
+//! 6. **Crash takeover**: a holder leaks its guard (`mem::forget`) under a
+//!    200 ms lease; another client is already waiting; the time from the
+//!    lease's expiry to its `lock()` returning, over 20 runs.
+//!
+//! # Redis commands
+//!
+//! Counted with `CONFIG RESETSTAT` and `INFO commandstats`, so run the
+//! bench on a private server (`make bench` starts one when `REDIS_URL` is
+//! unset); the bench's own bookkeeping commands are excluded. Two figures:
+//! *round trips* (the commands the clients send: script calls, the poll
+//! recipe's `SET`, redbell's SUBSCRIBE/UNSUBSCRIBE) and *all commands*,
+//! including those run inside the Lua scripts.
+//!
+//! Every key the bench writes carries the run id and is deleted at the end.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::fail::{EX_FAILURE, Failure};
+
+#[path = "bench/chart.rs"]
+mod chart;
+#[path = "bench/contend.rs"]
+mod contend;
+#[path = "bench/floor.rs"]
+mod floor;
+#[path = "bench/lock.rs"]
+mod lock;
+#[path = "bench/plan.rs"]
+mod plan;
+#[path = "bench/report.rs"]
+mod report;
+#[path = "bench/stats.rs"]
+mod stats;
+#[path = "bench/verdict.rs"]
+mod verdict;
+#[path = "bench/worker.rs"]
+mod worker;
+
+pub use worker::WorkerArgs;
+
+use contend::Scenario;
+use lock::Strategy;
+use plan::Plan;
+use report::Results;
+
+/// Options of `redbell bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// A smoke test finishing in well under a minute (also with a debug
+    /// build), for CI: same scenarios, far fewer iterations.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Directory for `results.json` and `chart.svg`.
+    #[arg(long, value_name = "DIR", default_value = "target/bench")]
+    pub out: PathBuf,
+
+    /// Time each worker holds the lock per acquisition (spun, not slept).
+    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = humantime::parse_duration)]
+    pub hold: Duration,
+}
+
+/// Runs a hidden `bench-worker` process.
+pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
+    worker::run(url, args).await
+}
+
+/// `redbell bench`.
+pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
+    let plan = Plan::new(args.quick);
+    let mut conn = contend::bookkeeping(url).await?;
+    let redis_version = redis_version(&mut conn).await;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let lease = Duration::from_secs(10);
+    eprintln!(
+        "bench: run {run} against {} ({})",
+        crate::fail::redact(url),
+        if args.quick { "quick" } else { "full" }
+    );
+
+    let result = async {
+        eprintln!("bench: floor, {} samples", plan.samples);
+        let floor = floor::floor(url, &format!("bench-{run}-floor"), plan.samples).await?;
+
+        let mut handoff = Vec::new();
+        for &w in &plan.workers {
+            for (strategy, n) in plan.handoff_strategies() {
+                let s = Scenario {
+                    kind: "handoff",
+                    strategy,
+                    workers: w,
+                    processes: 2,
+                    shared_client: false,
+                    n,
+                    hold: args.hold,
+                    lease,
+                };
+                handoff.push(contention(url, &run, &s).await?);
+            }
+        }
+
+        let mut scaling = Vec::new();
+        for (strategy, waiters, n) in plan.scaling() {
+            let s = Scenario {
+                kind: "scaling",
+                strategy,
+                workers: waiters + 1,
+                processes: 4,
+                shared_client: true,
+                n,
+                hold: args.hold,
+                lease,
+            };
+            scaling.push(contention(url, &run, &s).await?);
+        }
+
+        eprintln!(
+            "bench: uncontended, {} tasks, {:?} each",
+            plan.uncontended_tasks, plan.uncontended
+        );
+        let uncontended =
+            floor::uncontended(url, &run, plan.uncontended_tasks, plan.uncontended).await?;
+
+        let mut takeover = Vec::new();
+        for strategy in [
+            Strategy::Redbell,
+            Strategy::Poll(Duration::from_millis(10)),
+            Strategy::Poll(Duration::from_millis(100)),
+        ] {
+            eprintln!(
+                "bench: crash takeover, {}, {} runs",
+                strategy.label(),
+                plan.crash_runs
+            );
+            takeover.push(
+                floor::takeover(
+                    url,
+                    &run,
+                    strategy,
+                    plan.crash_runs,
+                    Duration::from_millis(200),
+                )
+                .await?,
+            );
+        }
+        Ok::<_, Failure>(Results {
+            date: plan::utc_now(),
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            redis_version,
+            build: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+            quick: args.quick,
+            hold_us: args.hold.as_micros() as u64,
+            floor,
+            handoff,
+            scaling,
+            uncontended,
+            takeover,
+        })
+    }
+    .await;
+    delete_run_keys(&mut conn, &run).await;
+    let results = result?;
+
+    println!("{}", report::markdown(&results));
+    std::fs::create_dir_all(&args.out).map_err(|e| {
+        Failure::new(
+            EX_FAILURE,
+            format!("cannot create {}: {e}", args.out.display()),
+        )
+    })?;
+    let json = args.out.join("results.json");
+    let text = serde_json::to_string_pretty(&results).expect("serializable");
+    std::fs::write(&json, text)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot write {}: {e}", json.display())))?;
+    let svg = args.out.join("chart.svg");
+    chart::draw(&results, &svg)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot draw {}: {e}", svg.display())))?;
+    eprintln!("bench: wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+/// Runs one contention scenario with progress on stderr.
+async fn contention(url: &str, run: &str, s: &Scenario) -> Result<contend::Outcome, Failure> {
+    eprintln!(
+        "bench: {} {} W={} N={} ({} processes, {})",
+        s.kind,
+        s.strategy.label(),
+        s.workers,
+        s.n,
+        s.processes.min(s.workers),
+        if s.shared_client {
+            "one client per process"
+        } else {
+            "one client per worker"
+        }
+    );
+    let name = format!(
+        "bench-{run}-{}-{}-{}",
+        s.kind,
+        s.strategy.label().replace(' ', "-"),
+        s.workers
+    );
+    let started = std::time::Instant::now();
+    let o = contend::run(url, &name, s).await?;
+    eprintln!(
+        "bench:   {:.1} s: {:.0} hand-offs/s, gap p50 {} µs, wait p99 {} µs",
+        started.elapsed().as_secs_f64(),
+        o.handoffs_per_s,
+        o.gap_us.p50.unwrap_or(0),
+        o.wait_us.p99.unwrap_or(0)
+    );
+    Ok(o)
+}
+
+async fn redis_version(conn: &mut redis::aio::MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned()
+}
+
+/// Deletes every key whose name contains the run id (best effort).
+async fn delete_run_keys(conn: &mut redis::aio::MultiplexedConnection, run: &str) {
+    let mut cursor: u64 = 0;
+    loop {
+        let Ok((next, keys)): Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("*{run}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+        else {
+            return;
+        };
+        if !keys.is_empty() {
+            let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query_async(conn).await;
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}

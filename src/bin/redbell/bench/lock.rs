@@ -1,0 +1,196 @@
+//! The two locking strategies under test, behind one small interface:
+//! redbell's event-driven mutex, and the sleep-poll recipe (implemented
+//! here, once, for every scenario of the bench).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::fail::{EX_FAILURE, Failure};
+
+/// A locking strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// redbell: waiters park until the release wakes the head of the queue.
+    Redbell,
+    /// `SET key token NX PX lease`; on failure sleep this long and retry;
+    /// release with a Lua compare-and-delete.
+    Poll(Duration),
+}
+
+impl Strategy {
+    /// A short label for tables and JSON: `redbell`, `poll 10ms`.
+    pub fn label(self) -> String {
+        match self {
+            Strategy::Redbell => "redbell".to_owned(),
+            Strategy::Poll(d) => format!("poll {}", humantime::format_duration(d)),
+        }
+    }
+
+    /// The commands this strategy's clients send themselves (every other
+    /// command in `INFO commandstats` runs inside one of its scripts). Used
+    /// to split "round trips" from "all commands".
+    pub fn client_commands(self) -> &'static [&'static str] {
+        match self {
+            Strategy::Redbell => &[
+                "evalsha",
+                "eval",
+                "script|load",
+                "subscribe",
+                "unsubscribe",
+                "ping",
+            ],
+            Strategy::Poll(_) => &["set", "evalsha", "eval", "script|load"],
+        }
+    }
+}
+
+/// The poll recipe's unlock: delete the key only if it still holds our token.
+const POLL_RELEASE: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then
+    return redis.call("DEL", KEYS[1])
+end
+return 0"#;
+
+/// One lock, as one worker (or task) uses it.
+#[derive(Clone)]
+pub enum Lock {
+    Redbell(redbell::Mutex),
+    Poll {
+        conn: ConnectionManager,
+        key: String,
+        lease_ms: u64,
+        interval: Duration,
+        release: redis::Script,
+    },
+}
+
+/// What `Lock::acquire` returns and `Lock::release` consumes.
+pub enum Held {
+    Redbell(redbell::MutexGuard),
+    Poll(String),
+}
+
+/// A connection from the same library redbell uses (redis-rs
+/// `ConnectionManager`, one multiplexed socket). The response timeout is
+/// long: 1,000 pollers sharing one connection (a debug build, a loaded
+/// server) queue replies well past the default, and the baseline should
+/// report that slowness, not fail on it.
+pub async fn manager(url: &str) -> Result<ConnectionManager, Failure> {
+    let client =
+        redis::Client::open(url).map_err(|e| Failure::redis(url, "invalid Redis URL", &e))?;
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(60)));
+    client
+        .get_connection_manager_with_config(config)
+        .await
+        .map_err(|e| Failure::redis(url, "cannot connect to Redis", &e))
+}
+
+/// The poll baseline's key for lock `name`.
+pub fn poll_key(name: &str) -> String {
+    format!("redbell-bench:{{{name}}}:poll")
+}
+
+/// A handle on the connection(s) a strategy needs; cloned handles share them.
+#[derive(Clone)]
+pub enum Conn {
+    Redbell(redbell::Client),
+    Poll(ConnectionManager),
+}
+
+impl Conn {
+    pub async fn connect(url: &str, strategy: Strategy) -> Result<Conn, Failure> {
+        match strategy {
+            Strategy::Redbell => redbell::Client::connect(url)
+                .await
+                .map(Conn::Redbell)
+                .map_err(|e| Failure::lock(url, "cannot connect to Redis", &e)),
+            Strategy::Poll(_) => manager(url).await.map(Conn::Poll),
+        }
+    }
+
+    /// The lock `name` with a fixed `lease` (no renewal traffic).
+    pub fn lock(&self, strategy: Strategy, name: &str, lease: Duration) -> Lock {
+        match (self, strategy) {
+            (Conn::Redbell(client), _) => Lock::Redbell(client.mutex(name).with_lease(lease)),
+            (Conn::Poll(conn), Strategy::Poll(interval)) => Lock::Poll {
+                conn: conn.clone(),
+                key: poll_key(name),
+                lease_ms: lease.as_millis().max(1) as u64,
+                interval,
+                release: redis::Script::new(POLL_RELEASE),
+            },
+            (Conn::Poll(_), Strategy::Redbell) => unreachable!("a poll connection for redbell"),
+        }
+    }
+}
+
+impl Lock {
+    /// Waits until the lock is ours.
+    pub async fn acquire(&self) -> Result<Held, Failure> {
+        match self {
+            Lock::Redbell(mutex) => mutex
+                .lock()
+                .await
+                .map(Held::Redbell)
+                .map_err(|e| fail("acquire", &e)),
+            Lock::Poll {
+                conn,
+                key,
+                lease_ms,
+                interval,
+                ..
+            } => {
+                let token = uuid::Uuid::new_v4().simple().to_string();
+                let mut conn = conn.clone();
+                loop {
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(*lease_ms)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| fail("acquire", &e))?;
+                    if set.is_some() {
+                        return Ok(Held::Poll(token));
+                    }
+                    tokio::time::sleep(*interval).await;
+                }
+            }
+        }
+    }
+
+    /// Releases what `acquire` returned; losing the lease first is a failure
+    /// (the bench's leases are far longer than any hold).
+    pub async fn release(&self, held: Held) -> Result<(), Failure> {
+        match (held, self) {
+            (Held::Redbell(guard), _) => guard.unlock().await.map_err(|e| fail("release", &e)),
+            (
+                Held::Poll(token),
+                Lock::Poll {
+                    conn, key, release, ..
+                },
+            ) => {
+                let deleted: i64 = release
+                    .key(key)
+                    .arg(token)
+                    .invoke_async(&mut conn.clone())
+                    .await
+                    .map_err(|e| fail("release", &e))?;
+                if deleted == 1 {
+                    Ok(())
+                } else {
+                    Err(Failure::new(EX_FAILURE, "release: the poll lock was lost"))
+                }
+            }
+            (Held::Poll(_), Lock::Redbell(_)) => unreachable!("a poll token on a redbell lock"),
+        }
+    }
+}
+
+fn fail(what: &str, e: &dyn std::fmt::Display) -> Failure {
+    Failure::new(EX_FAILURE, format!("{what}: {e}"))
+}

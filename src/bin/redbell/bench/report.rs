@@ -1,0 +1,205 @@
+//! The bench's results: the markdown report on stdout (tables, then every
+//! expectation of the issue against what was measured), and the JSON file.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::contend::Outcome;
+use super::floor::{Floor, Takeover, Uncontended};
+
+/// Everything one run measured.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    /// UTC, `YYYY-MM-DD HH:MM`.
+    pub date: String,
+    pub cores: usize,
+    pub redis_version: String,
+    pub build: &'static str,
+    pub quick: bool,
+    pub hold_us: u64,
+    pub floor: Floor,
+    pub handoff: Vec<Outcome>,
+    pub scaling: Vec<Outcome>,
+    pub uncontended: Uncontended,
+    pub takeover: Vec<Takeover>,
+}
+
+impl Results {
+    fn ping(&self) -> f64 {
+        self.floor.ping_us.p50.unwrap_or(1).max(1) as f64
+    }
+
+    /// `123 µs (2.1×)`: a latency and its multiple of the PING p50.
+    fn lat(&self, us: Option<i64>) -> String {
+        match us {
+            Some(us) => format!("{} ({:.1}×)", fmt_us(us), us as f64 / self.ping()),
+            None => "–".to_owned(),
+        }
+    }
+}
+
+/// `87 µs`, `1.24 ms`, `2.1 s`.
+pub fn fmt_us(us: i64) -> String {
+    let a = us.unsigned_abs();
+    if a < 1_000 {
+        format!("{us} µs")
+    } else if a < 1_000_000 {
+        format!("{:.2} ms", us as f64 / 1e3)
+    } else {
+        format!("{:.2} s", us as f64 / 1e6)
+    }
+}
+
+fn per(o: &Outcome, round_trips: bool) -> String {
+    o.commands
+        .as_ref()
+        .and_then(|c| c.per_handoff(if round_trips { c.round_trips } else { c.all }))
+        .map_or("–".to_owned(), |v| format!("{v:.2}"))
+}
+
+/// The whole report, as markdown.
+pub fn markdown(r: &Results) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# redbell bench{}\n\n{} · {} cores · Redis {} · {} build · hold {} µs per acquisition\n",
+        if r.quick {
+            " (--quick: smoke test, numbers indicative only)"
+        } else {
+            ""
+        },
+        r.date,
+        r.cores,
+        r.redis_version,
+        r.build,
+        r.hold_us
+    );
+    let f = &r.floor;
+    let _ = writeln!(
+        s,
+        "## 1. Floor ({} sequential calls on one idle connection)\n",
+        f.samples
+    );
+    let _ = writeln!(s, "| call | p50 | p99 |\n|---|---|---|");
+    for (name, p) in [
+        ("PING (redis-rs ConnectionManager)", f.ping_us),
+        ("acquire script (`try_lock`, free lock)", f.acquire_us),
+        ("release script (`unlock`, nobody waiting)", f.release_us),
+    ] {
+        let _ = writeln!(s, "| {name} | {} | {} |", r.lat(p.p50), r.lat(p.p99));
+    }
+    let _ = writeln!(
+        s,
+        "\nLatencies below are also given as multiples of the PING p50 ({} µs).\n",
+        r.ping()
+    );
+
+    let _ = writeln!(
+        s,
+        "## 2–3. Hand-off on one lock (W workers, each with its own client, over 2 processes)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| strategy | W | N | hand-offs/s | to another worker | busiest worker's share (fair) | gap p50 | gap p99 | wait p50 | wait p99 | wait max | round trips / hand-off | all cmds / hand-off |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for o in &r.handoff {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | {:.0}% ({:.0}/s) | {:.0}% ({:.0}%) | {} | {} | {} | {} | {} | {} | {} |",
+            o.strategy,
+            o.workers,
+            o.n,
+            o.handoffs_per_s,
+            o.handover_share * 100.0,
+            o.handovers_per_s,
+            o.busiest_share * 100.0,
+            100.0 / f64::from(o.workers),
+            r.lat(o.gap_us.p50),
+            r.lat(o.gap_us.p99),
+            r.lat(o.wait_us.p50),
+            r.lat(o.wait_us.p99),
+            fmt_us(o.wait_max_us),
+            per(o, true),
+            per(o, false),
+        );
+    }
+
+    let _ = writeln!(
+        s,
+        "\n## 4. Waiter scaling (waiters + 1 holder on one lock, over 4 processes, one client per process)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| strategy | waiters | N | hand-offs/s | gap p50 | gap p99 | round trips / hand-off | all cmds / hand-off |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for o in &r.scaling {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            o.strategy,
+            o.workers - 1,
+            o.n,
+            o.handoffs_per_s,
+            r.lat(o.gap_us.p50),
+            r.lat(o.gap_us.p99),
+            per(o, true),
+            per(o, false),
+        );
+    }
+
+    let u = &r.uncontended;
+    let _ = writeln!(
+        s,
+        "\n## 5. Uncontended throughput ({} tasks on distinct locks, one client, {:.1} s each)\n",
+        u.tasks, u.seconds
+    );
+    let _ = writeln!(s, "| what | pairs/s |\n|---|---|");
+    let _ = writeln!(
+        s,
+        "| redbell `lock()` + `unlock()` (2 round trips) | {:.0} |",
+        u.redbell_pairs_per_s
+    );
+    let _ = writeln!(
+        s,
+        "| raw `SET NX PX` + `DEL`, pipelined (1 round trip; the ceiling) | {:.0} |",
+        u.raw_pairs_per_s
+    );
+
+    let _ = writeln!(
+        s,
+        "\n## 6. Crash takeover (holder leaks its guard; time from lease expiry to the next holder)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| strategy | lease | runs | p50 | p99 | max |\n|---|---|---|---|---|---|"
+    );
+    for t in &r.takeover {
+        let _ = writeln!(
+            s,
+            "| {} | {} ms | {} | {} | {} | {} |",
+            t.strategy,
+            t.lease_ms,
+            t.runs,
+            t.takeover_us.p50.map_or("–".into(), fmt_us),
+            t.takeover_us.p99.map_or("–".into(), fmt_us),
+            t.max_us.map_or("–".into(), fmt_us),
+        );
+    }
+    s.push_str(NOTES);
+    s.push_str(&super::verdict::expectations(r));
+    s
+}
+
+const NOTES: &str = "
+Definitions: *gap* = next holder's `lock()` returning minus the previous holder's `unlock()` \
+returning (one machine clock; slightly negative when the next holder hears back first). \
+*wait* = `lock()` returning minus `lock()` called, for every call before the N-th release, \
+cut off there. *to another worker* = the share (and rate) of hand-offs where the lock changed \
+worker: a polling releaser mostly re-takes the lock itself. *round trips* = commands the \
+clients sent (script calls; the poll recipe's `SET`; SUBSCRIBE); *all cmds* adds those run \
+inside the Lua scripts. Commands are counted between N/10 and N (`CONFIG RESETSTAT`, \
+`INFO commandstats`), the bench's own bookkeeping excluded.
+";

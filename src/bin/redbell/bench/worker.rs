@@ -1,0 +1,183 @@
+//! The hidden `bench-worker` subcommand: one OS process running some of a
+//! contention scenario's workers.
+//!
+//! Protocol with the parent (`contend.rs`), over the child's stdin/stdout:
+//! the worker connects every client it needs, prints `ready`, waits for a
+//! `go` line on stdin, runs its tasks, then prints one JSON [`Record`] per
+//! acquisition and exits. Errors go to stderr with a non-zero exit code.
+//!
+//! Each task loops: note the request time; acquire; `INCR` the scenario's
+//! counter (the acquisition's ordinal `k`, since the increment happens under
+//! the lock); hold the lock for `--hold` by spinning (a Tokio sleep cannot
+//! wait less than a millisecond); unlock; note the time the unlock call
+//! returned. The first acquisition with `k > total` is released at once and
+//! ends the task. All times are µs since the Unix epoch from `SystemTime`:
+//! the processes share one machine clock.
+
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+
+use super::lock::{Conn, Lock, Strategy, manager};
+use crate::fail::{EX_FAILURE, Failure};
+
+/// Options of the hidden `bench-worker` subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// The lock's name.
+    #[arg(long)]
+    pub lock: String,
+    /// Use the poll baseline with this interval (default: redbell).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub poll: Option<Duration>,
+    /// Number of worker tasks in this process.
+    #[arg(long)]
+    pub tasks: u32,
+    /// Worker id of the first task (ids are global to the scenario).
+    #[arg(long)]
+    pub first_id: u32,
+    /// One client shared by all tasks of this process (default: one each).
+    #[arg(long)]
+    pub shared_client: bool,
+    /// Acquisitions in the whole scenario.
+    #[arg(long)]
+    pub total: u64,
+    /// Time the lock is held per acquisition.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub hold: Duration,
+    /// The fixed lease of each acquisition.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub lease: Duration,
+}
+
+impl WorkerArgs {
+    pub fn strategy(&self) -> Strategy {
+        self.poll.map_or(Strategy::Redbell, Strategy::Poll)
+    }
+}
+
+/// One acquisition, as a worker saw it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Record {
+    /// Worker id.
+    pub w: u32,
+    /// Ordinal of the acquisition (from the counter); `> total` for each
+    /// worker's last, which found the run over.
+    pub k: u64,
+    /// µs since the epoch: `lock()` called.
+    pub req: u64,
+    /// `lock()` returned.
+    pub acq: u64,
+    /// `unlock()` returned.
+    pub rel: u64,
+}
+
+/// The scenario's shared counter key.
+pub fn counter_key(lock: &str) -> String {
+    format!("redbell-bench:{{{lock}}}:count")
+}
+
+/// Microseconds since the Unix epoch.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Runs the worker process.
+pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
+    let strategy = args.strategy();
+    let mut locks = Vec::new();
+    let shared = if args.shared_client {
+        Some(Conn::connect(url, strategy).await?)
+    } else {
+        None
+    };
+    for _ in 0..args.tasks {
+        let conn = match &shared {
+            Some(c) => c.clone(),
+            None => Conn::connect(url, strategy).await?,
+        };
+        locks.push(conn.lock(strategy, &args.lock, args.lease));
+    }
+    let counter = manager(url).await?;
+    say("ready")?;
+    let mut line = String::new();
+    tokio::io::BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await
+        .map_err(|e| Failure::new(EX_FAILURE, format!("reading the start signal: {e}")))?;
+    if line.trim() != "go" {
+        return Err(Failure::new(EX_FAILURE, "no start signal from the parent"));
+    }
+    let key = counter_key(&args.lock);
+    let tasks: Vec<_> = locks
+        .into_iter()
+        .enumerate()
+        .map(|(i, lock)| {
+            let (counter, key) = (counter.clone(), key.clone());
+            let id = args.first_id + i as u32;
+            tokio::spawn(work(lock, counter, key, id, args.total, args.hold))
+        })
+        .collect();
+    let mut out = String::new();
+    for task in tasks {
+        let records = task
+            .await
+            .map_err(|e| Failure::new(EX_FAILURE, format!("worker task panicked: {e}")))??;
+        for r in records {
+            out.push_str(&serde_json::to_string(&r).expect("plain struct"));
+            out.push('\n');
+        }
+    }
+    say(out.trim_end())
+}
+
+/// One worker's loop; returns its records.
+async fn work(
+    lock: Lock,
+    mut counter: redis::aio::ConnectionManager,
+    key: String,
+    w: u32,
+    total: u64,
+    hold: Duration,
+) -> Result<Vec<Record>, Failure> {
+    let mut records = Vec::new();
+    loop {
+        let req = now_us();
+        let held = lock.acquire().await?;
+        let acq = now_us();
+        let since = Instant::now();
+        let k: u64 = redis::cmd("INCR")
+            .arg(&key)
+            .query_async(&mut counter)
+            .await
+            .map_err(|e| Failure::new(EX_FAILURE, format!("counter: {e}")))?;
+        if k <= total {
+            while since.elapsed() < hold {
+                std::hint::spin_loop();
+            }
+        }
+        lock.release(held).await?;
+        let rel = now_us();
+        records.push(Record {
+            w,
+            k,
+            req,
+            acq,
+            rel,
+        });
+        if k > total {
+            return Ok(records);
+        }
+    }
+}
+
+fn say(line: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::new(EX_FAILURE, format!("writing to the parent: {e}")))
+}
