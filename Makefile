@@ -23,7 +23,13 @@ build:
 	cargo build --workspace --all-targets
 
 test:
-	$(WITH_REDIS) bash -c 'cargo build --bin redbell --example ticket_sale && cargo test --workspace --all-targets && cargo test --workspace --doc'
+	$(WITH_REDIS) bash -c '\
+	  cargo build --bin redbell --examples && \
+	  cargo test --workspace --all-targets --no-fail-fast && \
+	  cargo test --workspace --doc && \
+	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
+	  echo "== bench --quick (smoke test; speed is not asserted)" && \
+	  ./target/debug/redbell bench --quick --out target/bench-quick'
 
 demo:
 	$(WITH_REDIS) cargo run --release --bin redbell -- demo --compare

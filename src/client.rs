@@ -90,8 +90,9 @@ pub struct ClientBuilder {
     /// Lease of a [`Mutex`] made without [`Mutex::with_lease`], renewed
     /// while its guard lives. Default: 30 s.
     lease: Duration,
-    /// How often such a lease is renewed. Default: 10 s.
-    renew_every: Duration,
+    /// How often such a lease is renewed. Default: a third of the lease
+    /// (10 s for the default lease).
+    renew_every: Option<Duration>,
     /// Expiry of a lock's fencing counter, reset by every acquisition.
     /// Default: 7 days.
     fence_ttl: Duration,
@@ -124,11 +125,12 @@ impl ClientBuilder {
         self
     }
 
-    /// Sets how often renewed leases are renewed (default 10 s, a third of
-    /// the default lease). Must be shorter than the lease; a third leaves
-    /// room for two failed renewals before the lease is lost.
+    /// Sets how often renewed leases are renewed (default: a third of the
+    /// lease, so 10 s for the default lease). Must be shorter than the
+    /// lease; a third leaves room for two failed renewals before the lease
+    /// is lost.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = every;
+        self.renew_every = Some(every);
         self
     }
 
@@ -179,18 +181,19 @@ impl ClientBuilder {
     /// opened; nothing is left running.
     pub async fn connect(self) -> Result<Client, Error> {
         validate_name(&self.prefix)?;
+        let renew_every = self.renew_every.unwrap_or(self.lease / 3);
         for d in [
             self.lease,
-            self.renew_every,
+            renew_every,
             self.fence_ttl,
             self.connect_timeout,
             self.response_timeout,
         ] {
             lease_ms(d)?;
         }
-        if self.renew_every >= self.lease {
+        if renew_every >= self.lease {
             return Err(Error::InvalidLease {
-                duration: self.renew_every,
+                duration: renew_every,
                 reason: "the renewal period must be shorter than the lease",
             });
         }
@@ -219,7 +222,7 @@ impl ClientBuilder {
             id.clone(),
         )
         .await?;
-        let renewer = Renewer::start(conn.clone(), self.lease, self.renew_every);
+        let renewer = Renewer::start(conn.clone(), self.lease, renew_every);
         tokio::spawn(background_task(conn.clone(), rx));
         Ok(Client(Arc::new(Inner {
             conn,
@@ -256,7 +259,7 @@ impl Client {
             url: url.to_owned(),
             prefix: "redbell".to_owned(),
             lease: Duration::from_secs(30),
-            renew_every: Duration::from_secs(10),
+            renew_every: None,
             fence_ttl: Duration::from_secs(7 * 24 * 3600),
             linger: Duration::from_secs(2),
             max_park: Duration::from_secs(1),

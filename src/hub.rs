@@ -502,8 +502,13 @@ impl Control {
                         *next = Instant::now() + *backoff;
                         return;
                     }
-                    for entry in self.shared.lock().values_mut() {
-                        entry.subscribed = true;
+                    // Only what this SUBSCRIBE named: a channel first used while
+                    // it was in flight still has its own request queued.
+                    let mut channels = self.shared.lock();
+                    for name in &wanted {
+                        if let Some(entry) = channels.get_mut(name) {
+                            entry.subscribed = true;
+                        }
                     }
                 }
                 self.install(sink, stream);

@@ -217,10 +217,16 @@ pub(crate) async fn acquire(
             .arg(grace_ms)
             .arg(park_ms),
     };
-    let (flag, value): (i64, i64) = invocation
-        .invoke_async(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, &keys.lock))?;
+    let (flag, value): (i64, i64) = invocation.invoke_async(conn).await.map_err(|e| {
+        // Only the fence key's error says so; every other one is about
+        // the lock's own keys.
+        let key = if e.to_string().contains("fence key") {
+            &keys.fence
+        } else {
+            &keys.lock
+        };
+        Error::from_redis(e, key)
+    })?;
     Ok(match flag {
         1 => Acquire::Acquired {
             fence: u64::try_from(value).unwrap_or(0),

@@ -31,7 +31,7 @@ if (not handoff or handoff == ARGV[4])
   local prev = redis.pcall('GET', KEYS[2])
   if type(prev) == 'table' and prev.err then
     redis.call('DEL', KEYS[1]) -- foreign data under the fence key: undo
-    return prev
+    return redis.error_reply('WRONGTYPE fence key holds a value that is not a redbell fence')
   end
   prev = tonumber(prev) or 0
   local now = redis.call('TIME')

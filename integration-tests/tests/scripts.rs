@@ -1,0 +1,156 @@
+//! The Lua scripts on a real server: they load under the advertised SHA,
+//! document their interface, and are the only scripts the client runs.
+
+use std::time::Duration;
+
+use redbell_integration_tests::{PrivateRedis, raw};
+
+#[tokio::test]
+async fn every_script_loads_under_its_sha() {
+    let redis = PrivateRedis::start().await;
+    let mut conn = raw(&redis.url()).await;
+    let scripts = redbell::scripts();
+    let mut names: Vec<_> = scripts.iter().map(|s| s.name).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), scripts.len(), "duplicate script names");
+    for wanted in ["acquire", "release", "extend"] {
+        assert!(names.contains(&wanted), "no {wanted} script in {names:?}");
+    }
+    for s in &scripts {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(s.source)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{} does not load: {e}", s.name));
+        assert_eq!(sha, s.sha1, "{}", s.name);
+    }
+    let shas: Vec<_> = scripts.iter().map(|s| s.sha1).collect();
+    let exist: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&shas)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(exist.iter().all(|&e| e == 1), "{exist:?}");
+}
+
+/// Each script has a comment header naming its KEYS, every KEYS[i] and
+/// ARGV[i] its body uses, and its return values. (Shared code such as `wake_next` may be
+/// prepended; the operation's own header is the comment block that starts
+/// with `-- <name>:`.)
+#[test]
+fn every_script_documents_its_interface() {
+    for s in redbell::scripts() {
+        let lines: Vec<&str> = s.source.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("-- {}:", s.name)))
+            .unwrap_or_else(|| panic!("{}: no header line '-- {}: ...'", s.name, s.name));
+        let header: String = lines[start..]
+            .iter()
+            .take_while(|l| l.starts_with("--"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n");
+        let code: String = lines
+            .iter()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            header.contains("KEYS[1"),
+            "{}: no KEYS in the header",
+            s.name
+        );
+        if code.contains("ARGV[") {
+            assert!(
+                header.contains("ARGV[1"),
+                "{}: no ARGV in the header",
+                s.name
+            );
+        }
+        assert!(
+            header.contains("Returns"),
+            "{}: no Returns in the header",
+            s.name
+        );
+        for kind in ["KEYS", "ARGV"] {
+            for (i, _) in code.match_indices(&format!("{kind}[")) {
+                let rest = &code[i + kind.len() + 1..];
+                let idx: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                if idx.is_empty() {
+                    continue; // KEYS[i] in a loop: documented as a range
+                }
+                let used = format!("{kind}[{idx}");
+                assert!(
+                    header.contains(&format!("{used}]")) || header.contains(&format!("{used}..")),
+                    "{}: {used}] is used but not documented in\n{header}",
+                    s.name
+                );
+            }
+        }
+        assert!(!code.trim().is_empty(), "{}: no code", s.name);
+    }
+}
+
+/// Every EVALSHA a client sends (lock, contended hand-off, extend, unlock,
+/// dropped guard, cancelled waiter) runs a script that `scripts()` lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_runs_only_listed_scripts() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let monitor = redbell_integration_tests::Monitor::start(&url).await;
+    let (a, b) = (
+        redbell_integration_tests::client(&url).await,
+        redbell_integration_tests::client(&url).await,
+    );
+    let name = redbell_integration_tests::unique("listed");
+    let lease = Duration::from_secs(30);
+    let g = a.mutex(&name).with_lease(lease).lock().await.unwrap();
+    g.extend(lease).await.unwrap();
+    let mutex = b.mutex(&name).with_lease(lease);
+    let waiter = tokio::spawn(async move { mutex.lock().await });
+    let cancelled = {
+        let mutex = b.mutex(&name).with_lease(lease);
+        tokio::spawn(async move { mutex.lock().await })
+    };
+    redbell_integration_tests::wait_for_subscribers(&url, &name, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancelled.abort();
+    let _ = cancelled.await;
+    g.unlock().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("hand-off")
+        .unwrap()
+        .unwrap();
+    drop(g);
+    let d = a.mutex(&name).with_lease(lease).lock().await.unwrap();
+    drop(d);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    monitor.sync().await;
+
+    let listed: Vec<String> = redbell::scripts()
+        .iter()
+        .map(|s| s.sha1.to_ascii_lowercase())
+        .collect();
+    let evals = monitor.matching_since(0, &["\"evalsha\""]);
+    assert!(evals.len() >= 5, "{evals:#?}");
+    for line in &evals {
+        let sha = line
+            .split("\"EVALSHA\" \"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("cannot parse {line}"))
+            .to_ascii_lowercase();
+        assert!(listed.contains(&sha), "unlisted script {sha} in {line}");
+    }
+    assert_eq!(
+        monitor.count(&["\"eval\""]),
+        0,
+        "a script was sent by EVAL, not EVALSHA"
+    );
+}
