@@ -18,6 +18,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+#[path = "../src/bin/redbell/commandstats.rs"]
+mod commandstats;
 #[path = "../src/bin/redbell/demo.rs"]
 mod demo;
 // The CLI's failure type; the other subcommands' exit codes go unused here.

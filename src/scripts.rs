@@ -8,8 +8,8 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
 use redis::aio::ConnectionManager;
+use redis::{Script, ScriptInvocation};
 
 use crate::Error;
 use crate::client::{Kind, LockKeys};
@@ -251,23 +251,10 @@ pub(crate) async fn release(
         Kind::Write => RW_WRITE_RELEASE.prepare_invoke(),
     };
     match keys.kind {
-        Kind::Read | Kind::Write => invocation.key(&keys.lock).key(&keys.channel).arg(token),
-        Kind::Plain => invocation
-            .key(&keys.lock)
-            .key(&keys.waiters)
-            .key(&keys.handoff)
-            .arg(token)
-            .arg(&keys.wake_prefix)
-            .arg(HANDOFF_MS),
-        Kind::Fair => invocation
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.waiters)
-            .key(&keys.expiry)
-            .arg(token)
-            .arg(&keys.wake_prefix)
-            .arg(CLAIM_MS)
-            .arg(keys.fence_ttl_ms),
+        Kind::Read | Kind::Write => {
+            invocation.key(&keys.lock).key(&keys.channel).arg(token);
+        }
+        Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, token),
     };
     let code: i64 = invocation
         .invoke_async(conn)
@@ -292,29 +279,39 @@ pub(crate) async fn pass(
         Kind::Read | Kind::Write => RW_PASS.prepare_invoke(),
     };
     match keys.kind {
-        Kind::Read | Kind::Write => invocation.key(&keys.waiters).key(&keys.channel).arg(member),
-        Kind::Plain => invocation
-            .key(&keys.lock)
-            .key(&keys.waiters)
-            .key(&keys.handoff)
-            .arg(member)
-            .arg(&keys.wake_prefix)
-            .arg(HANDOFF_MS),
-        Kind::Fair => invocation
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.waiters)
-            .key(&keys.expiry)
-            .arg(member)
-            .arg(&keys.wake_prefix)
-            .arg(CLAIM_MS)
-            .arg(keys.fence_ttl_ms),
+        Kind::Read | Kind::Write => {
+            invocation.key(&keys.waiters).key(&keys.channel).arg(member);
+        }
+        Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, member),
     };
     let woke: i64 = invocation
         .invoke_async(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.waiters))?;
     Ok(woke == 1)
+}
+
+/// The keys and arguments of the queue-moving scripts (release and pass,
+/// plain and fair): `who` is the token being released or the member leaving.
+fn move_queue_on(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, who: &str) {
+    match keys.kind {
+        Kind::Fair => invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiters)
+            .key(&keys.expiry)
+            .arg(who)
+            .arg(&keys.wake_prefix)
+            .arg(CLAIM_MS)
+            .arg(keys.fence_ttl_ms),
+        _ => invocation
+            .key(&keys.lock)
+            .key(&keys.waiters)
+            .key(&keys.handoff)
+            .arg(who)
+            .arg(&keys.wake_prefix)
+            .arg(HANDOFF_MS),
+    };
 }
 
 /// Extends every `(keys, token)` lock to `lease_ms` from now, in one script

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod commandstats;
 mod demo;
 mod fail;
 mod run;

@@ -34,7 +34,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 
 use super::lock::{Strategy, poll_key};
-use super::stats::{Commands, Pcts, parse_commandstats};
+use super::stats::{Commands, Pcts};
 use super::worker::{Record, counter_key};
 use crate::fail::{EX_FAILURE, Failure};
 
@@ -243,7 +243,7 @@ async fn measure(
                     .await
                     .map_err(r)?;
                 let b = c.first().copied().flatten().unwrap_or(0);
-                let stats = parse_commandstats(&info);
+                let stats = crate::commandstats::parse(&info);
                 return Ok(Some(Commands::from_stats(&stats, s.strategy, b - a)));
             }
             _ => {}

@@ -37,25 +37,6 @@ impl Pcts {
 /// neither strategy's lock path uses any of them.
 const BOOKKEEPING: [&str; 6] = ["incr", "mget", "multi", "exec", "info", "config"];
 
-/// Commands that run a script (one round trip each).
-const SCRIPT_CALLS: [&str; 4] = ["eval", "evalsha", "eval_ro", "evalsha_ro"];
-
-/// Calls per command from `INFO commandstats` (names as Redis gives them,
-/// e.g. `evalsha`, `config|resetstat`).
-pub fn parse_commandstats(info: &str) -> Vec<(String, u64)> {
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 /// The lock's Redis cost over a measured window of hand-offs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Commands {
@@ -92,7 +73,7 @@ impl Commands {
             if strategy.client_commands().contains(&name.as_str()) {
                 c.round_trips += calls;
             }
-            if SCRIPT_CALLS.contains(&name.as_str()) {
+            if crate::commandstats::SCRIPT_CALLS.contains(&name.as_str()) {
                 c.scripts += calls;
             }
             c.by_command.push((name.clone(), *calls));
@@ -123,7 +104,7 @@ mod tests {
         let info = "# Commandstats\r\ncmdstat_evalsha:calls=30,usec=1\r\n\
             cmdstat_get:calls=50,usec=1\r\ncmdstat_incr:calls=10,usec=1\r\n\
             cmdstat_config|resetstat:calls=1,usec=1\r\ncmdstat_set:calls=7,usec=1\r\n";
-        let stats = parse_commandstats(info);
+        let stats = crate::commandstats::parse(info);
         let c = Commands::from_stats(&stats, Strategy::Redbell, 10);
         assert_eq!((c.all, c.round_trips, c.scripts), (87, 30, 30));
         let p = Commands::from_stats(&stats, Strategy::Poll(Default::default()), 10);

@@ -7,16 +7,6 @@ use super::report::Commands;
 /// Commands the demo itself uses for bookkeeping, never on the sale path.
 const BOOKKEEPING: [&str; 5] = ["info", "lrange", "llen", "lpush", "blpop"];
 
-/// Commands that run a script (one round trip, inner calls counted apart).
-const SCRIPT_CALLS: [&str; 6] = [
-    "eval",
-    "evalsha",
-    "eval_ro",
-    "evalsha_ro",
-    "fcall",
-    "fcall_ro",
-];
-
 /// Calls per command from `INFO commandstats`; `None` if the server refuses
 /// INFO (some managed services do).
 pub async fn command_calls(conn: &mut MultiplexedConnection) -> Option<Vec<(String, u64)>> {
@@ -25,19 +15,7 @@ pub async fn command_calls(conn: &mut MultiplexedConnection) -> Option<Vec<(Stri
         .query_async(conn)
         .await
         .ok()?;
-    Some(
-        info.lines()
-            .filter_map(|line| {
-                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                let calls = stats
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("calls="))?
-                    .parse()
-                    .ok()?;
-                Some((name.to_owned(), calls))
-            })
-            .collect(),
-    )
+    Some(crate::commandstats::parse(&info))
 }
 
 /// Calls made between the two snapshots, bookkeeping excluded.
@@ -56,7 +34,7 @@ pub fn sale_commands(before: &[(String, u64)], after: &[(String, u64)]) -> Comma
             .map_or(0, |(_, c)| *c);
         let delta = calls.saturating_sub(earlier);
         commands.total += delta;
-        if SCRIPT_CALLS.contains(&name.as_str()) {
+        if crate::commandstats::SCRIPT_CALLS.contains(&name.as_str()) {
             commands.scripts += delta;
         }
     }
