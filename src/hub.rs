@@ -447,8 +447,17 @@ impl Control {
         }
         match tokio::time::timeout(self.connect_timeout, conn.sink.subscribe(channel)).await {
             Ok(Ok(())) => {
-                if let Some(entry) = self.shared.lock().get_mut(channel) {
-                    entry.subscribed = true;
+                let kept = match self.shared.lock().get_mut(channel) {
+                    Some(entry) => {
+                        entry.subscribed = true;
+                        true
+                    }
+                    None => false, // its waiters left while we subscribed
+                };
+                if !kept {
+                    let _ =
+                        tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(channel))
+                            .await;
                 }
             }
             Ok(Err(e)) => {

@@ -30,7 +30,7 @@
 //! the key.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
@@ -50,44 +50,68 @@ pub(crate) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
+/// The local deadline of a lease of `lease` whose request was sent at `sent`.
+fn deadline(sent: Instant, lease: Duration) -> Instant {
+    (sent + lease)
+        .checked_sub(drift(lease))
+        .unwrap_or(sent)
+        .max(sent)
+}
+
 /// The local view of one acquisition's lease.
 #[derive(Debug)]
 pub(crate) struct Lease {
-    /// Fixed origin for `deadline_ns`.
-    origin: Instant,
-    /// Nanoseconds after `origin` at which the lease is over unless renewed.
-    /// Only moved forward, by the renewal task or `extend`.
-    deadline_ns: AtomicU64,
+    /// When the latest confirmed acquire, renewal or extend was sent, and the
+    /// deadline it set. Replaced only by a confirmation of a later request,
+    /// so a late reply never undoes a newer one (an `extend` to a shorter
+    /// lease moves the deadline back).
+    times: StdMutex<Times>,
     /// Set once, when the lease is known lost; never cleared.
     lost: AtomicBool,
     /// Woken when `lost` is set or the deadline moves.
     changed: Notify,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    sent: Instant,
+    deadline: Instant,
+}
+
 impl Lease {
     /// A lease whose acquire request was sent at `sent` and lasts `lease`.
     pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Lease> {
-        let lease_state = Lease {
-            origin: sent,
-            deadline_ns: AtomicU64::new(0),
+        Arc::new(Lease {
+            times: StdMutex::new(Times {
+                sent,
+                deadline: deadline(sent, lease),
+            }),
             lost: AtomicBool::new(false),
             changed: Notify::new(),
-        };
-        lease_state.renewed(sent, lease);
-        Arc::new(lease_state)
+        })
     }
 
     /// Records a successful renewal (or extend) sent at `sent`.
     pub(crate) fn renewed(&self, sent: Instant, lease: Duration) {
-        let deadline = (sent + lease).saturating_duration_since(self.origin + drift(lease));
-        let ns = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
-        self.deadline_ns.fetch_max(ns, Ordering::AcqRel);
+        {
+            let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+            if sent < times.sent {
+                return; // a newer request was confirmed already
+            }
+            *times = Times {
+                sent,
+                deadline: deadline(sent, lease),
+            };
+        }
         self.changed.notify_waiters();
     }
 
     /// The instant after which the key may have expired on the server.
     pub(crate) fn deadline(&self) -> Instant {
-        self.origin + Duration::from_nanos(self.deadline_ns.load(Ordering::Acquire))
+        self.times
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .deadline
     }
 
     /// Marks the lease lost and wakes everyone waiting on [`Lease::lost`].
@@ -343,6 +367,25 @@ mod tests {
         lease.lost().await;
         assert!(Instant::now() >= started + Duration::from_millis(900));
         assert!(lease.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_extend_moves_the_deadline_back_and_late_replies_do_not_undo_it() {
+        let t0 = Instant::now();
+        let lease = Lease::new(t0, Duration::from_secs(30));
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let extend_sent = Instant::now();
+        lease.renewed(extend_sent, Duration::from_secs(1));
+        assert_eq!(
+            lease.deadline(),
+            deadline(extend_sent, Duration::from_secs(1))
+        );
+        // A renewal sent before the extend, confirmed after it, is ignored.
+        lease.renewed(t0 + Duration::from_millis(5), Duration::from_secs(30));
+        assert_eq!(
+            lease.deadline(),
+            deadline(extend_sent, Duration::from_secs(1))
+        );
     }
 
     #[tokio::test]
