@@ -1,5 +1,6 @@
-//! `redbell bench`: measures redbell against the sleep-poll recipe, side by
-//! side in one run, and reports; it asserts nothing about speed.
+//! `redbell bench`: measures redbell (its plain and its fair mutex) against
+//! the sleep-poll recipe, side by side in one run, and reports; it asserts
+//! nothing about speed.
 //!
 //! Output: a markdown report on stdout (progress on stderr), the raw
 //! results as `results.json` and a chart as `chart.svg` under `--out`
@@ -18,7 +19,13 @@
 //!    connection), split over 2 OS processes (copies of this executable,
 //!    hidden `bench-worker` subcommand, see `bench/worker.rs`). Each loops
 //!    acquire → hold (`--hold`, 100 µs, spun) → unlock; see
-//!    `bench/contend.rs` for how each figure is computed.
+//!    `bench/contend.rs` for how each figure is computed. Measured for
+//!    redbell's plain `Mutex` and for its `FairMutex` (`redbell fair`, FIFO
+//!    with direct hand-off). Beside them, the **serial floor**: the same
+//!    loop with no lock (counter `INCR` inside the hold, timestamps), one
+//!    task on one connection in the bench process, fastest of 5 runs; its
+//!    iterations/s are what hand-offs/s would be with zero lock overhead,
+//!    and every row's hand-offs/s is also given as a fraction of it.
 //! 3. The same with the **sleep-poll recipe** (`SET NX PX`, sleep 10 ms or
 //!    100 ms, retry; Lua compare-and-delete release), in `bench/lock.rs`.
 //! 4. **Waiter scaling**: 1, 10, 100, 1,000 waiters (plus the holder) on
@@ -114,6 +121,21 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
         eprintln!("bench: floor, {} samples", plan.samples);
         let floor = floor::floor(url, &format!("bench-{run}-floor"), plan.samples).await?;
 
+        eprintln!(
+            "bench: serial floor (no lock), N={}, hold {:?}, fastest of {} runs",
+            plan.serial_n(),
+            args.hold,
+            floor::SERIAL_RUNS
+        );
+        let serial_floor = floor::serial_floor(
+            url,
+            &format!("bench-{run}-serial"),
+            plan.serial_n(),
+            args.hold,
+        )
+        .await?;
+        eprintln!("bench:   {:.0} iterations/s", serial_floor.iterations_per_s);
+
         let mut handoff = Vec::new();
         for &w in &plan.workers {
             for (strategy, n) in plan.handoff_strategies() {
@@ -187,6 +209,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             quick: args.quick,
             hold_us: args.hold.as_micros() as u64,
             floor,
+            serial_floor,
             handoff,
             scaling,
             uncontended,

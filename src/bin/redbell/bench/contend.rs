@@ -115,8 +115,14 @@ async fn drive(
             .args(["--first-id", &first_id.to_string()])
             .args(["--total", &s.n.to_string()])
             .args(["--hold", &dur(s.hold), "--lease", &dur(s.lease)]);
-        if let Strategy::Poll(interval) = s.strategy {
-            cmd.args(["--poll", &dur(interval)]);
+        match s.strategy {
+            Strategy::Poll(interval) => {
+                cmd.args(["--poll", &dur(interval)]);
+            }
+            Strategy::Fair => {
+                cmd.arg("--fair");
+            }
+            Strategy::Redbell => {}
         }
         if s.shared_client {
             cmd.arg("--shared-client");
@@ -334,6 +340,8 @@ pub async fn cleanup(conn: &mut MultiplexedConnection, name: &str) {
         base.clone(),
         format!("{base}:fence"),
         format!("{base}:waiters"),
+        format!("{base}:fifo"),
+        format!("{base}:fifo:expiry"),
         format!("{base}:handoff"),
     ];
     let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query_async(conn).await;

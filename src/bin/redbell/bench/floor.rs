@@ -1,5 +1,6 @@
 //! The scenarios that run inside the bench process itself: the latency
-//! floor, uncontended throughput, and crash takeover.
+//! floor, the serial floor of the hand-off loop, uncontended throughput,
+//! and crash takeover.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,7 +10,7 @@ use serde::Serialize;
 
 use super::lock::{Conn, Strategy, manager};
 use super::stats::Pcts;
-use super::worker::now_us;
+use super::worker::{counter_key, now_us, work};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// Round trips on one idle connection, one at a time.
@@ -65,6 +66,74 @@ pub async fn floor(url: &str, name: &str, samples: usize) -> Result<Floor, Failu
         ping_us: Pcts::of(&pings),
         acquire_us: Pcts::of(&acquires),
         release_us: Pcts::of(&releases),
+    })
+}
+
+/// The serial floor: the hand-off workers' loop with no lock at all, one
+/// task on one connection (`worker::work` without a lock: the counter `INCR`
+/// inside the hold spun for `--hold`, the timestamps and the record). Its
+/// rate is what hand-offs/s would be with zero lock overhead; it is computed
+/// like hand-offs/s, `(N - 1)` over the time from the first to the `N`th
+/// iteration's "acquisition". A floor is the best the machine can do, so
+/// it is measured [`SERIAL_RUNS`] times and the fastest run is kept (the
+/// others were slowed by noise: other processes on the machine).
+#[derive(Debug, Clone, Serialize)]
+pub struct SerialFloor {
+    pub n: u64,
+    pub hold_us: u64,
+    /// The fastest run's rate.
+    pub iterations_per_s: f64,
+    /// One iteration of the fastest run: start to end.
+    pub iteration_us: Pcts,
+    /// Every run's rate, in order.
+    pub runs_per_s: Vec<f64>,
+}
+
+/// Runs of the serial floor; the fastest is kept.
+pub const SERIAL_RUNS: usize = 5;
+
+pub async fn serial_floor(
+    url: &str,
+    name: &str,
+    n: u64,
+    hold: Duration,
+) -> Result<SerialFloor, Failure> {
+    let counter = manager(url).await?;
+    let n = n.max(2);
+    // A warm-up tenth on its own counter, then the measured runs.
+    let warm = counter_key(&format!("{name}-warm"));
+    work(None, counter.clone(), warm, 0, n / 10, hold).await?;
+    let mut best: Option<(f64, Pcts)> = None;
+    let mut runs = Vec::with_capacity(SERIAL_RUNS);
+    for i in 0..SERIAL_RUNS {
+        let key = counter_key(&format!("{name}-{i}"));
+        let records = work(None, counter.clone(), key, 0, n, hold).await?;
+        let main: Vec<_> = records.iter().filter(|r| r.k <= n).collect();
+        let (Some(first), Some(last)) = (main.first(), main.last()) else {
+            return Err(Failure::new(
+                EX_FAILURE,
+                "the serial floor recorded nothing",
+            ));
+        };
+        let span_s = last.acq.saturating_sub(first.acq) as f64 / 1e6;
+        let rate = if span_s > 0.0 {
+            (main.len() - 1) as f64 / span_s
+        } else {
+            0.0
+        };
+        runs.push(rate);
+        if best.as_ref().is_none_or(|b| rate > b.0) {
+            let iterations: Vec<i64> = main.iter().map(|r| (r.rel - r.req) as i64).collect();
+            best = Some((rate, Pcts::of(&iterations)));
+        }
+    }
+    let (rate, iteration_us) = best.unwrap_or_default();
+    Ok(SerialFloor {
+        n,
+        hold_us: hold.as_micros() as u64,
+        iterations_per_s: rate,
+        iteration_us,
+        runs_per_s: runs,
     })
 }
 

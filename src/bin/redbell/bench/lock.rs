@@ -1,6 +1,7 @@
-//! The two locking strategies under test, behind one small interface:
-//! redbell's event-driven mutex, and the sleep-poll recipe (implemented
-//! here, once, for every scenario of the bench).
+//! The locking strategies under test, behind one small interface:
+//! redbell's event-driven mutex, its fair (FIFO, direct hand-off) mutex,
+//! and the sleep-poll recipe (implemented here, once, for every scenario of
+//! the bench).
 
 use std::time::Duration;
 
@@ -13,16 +14,21 @@ use crate::fail::{EX_FAILURE, Failure};
 pub enum Strategy {
     /// redbell: waiters park until the release wakes the head of the queue.
     Redbell,
+    /// redbell's `FairMutex`: waiters are served in arrival order, the
+    /// release grants the lock to the head of the queue.
+    Fair,
     /// `SET key token NX PX lease`; on failure sleep this long and retry;
     /// release with a Lua compare-and-delete.
     Poll(Duration),
 }
 
 impl Strategy {
-    /// A short label for tables and JSON: `redbell`, `poll 10ms`.
+    /// A short label for tables and JSON: `redbell`, `redbell fair`,
+    /// `poll 10ms`.
     pub fn label(self) -> String {
         match self {
             Strategy::Redbell => "redbell".to_owned(),
+            Strategy::Fair => "redbell fair".to_owned(),
             Strategy::Poll(d) => format!("poll {}", humantime::format_duration(d)),
         }
     }
@@ -32,7 +38,7 @@ impl Strategy {
     /// to split "round trips" from "all commands".
     pub fn client_commands(self) -> &'static [&'static str] {
         match self {
-            Strategy::Redbell => &[
+            Strategy::Redbell | Strategy::Fair => &[
                 "evalsha",
                 "eval",
                 "script|load",
@@ -55,6 +61,7 @@ return 0"#;
 #[derive(Clone)]
 pub enum Lock {
     Redbell(redbell::Mutex),
+    Fair(redbell::FairMutex),
     Poll {
         conn: ConnectionManager,
         key: String,
@@ -64,7 +71,8 @@ pub enum Lock {
     },
 }
 
-/// What `Lock::acquire` returns and `Lock::release` consumes.
+/// What `Lock::acquire` returns and `Lock::release` consumes (both redbell
+/// mutexes return a `MutexGuard`).
 pub enum Held {
     Redbell(redbell::MutexGuard),
     Poll(String),
@@ -102,7 +110,7 @@ pub enum Conn {
 impl Conn {
     pub async fn connect(url: &str, strategy: Strategy) -> Result<Conn, Failure> {
         match strategy {
-            Strategy::Redbell => redbell::Client::connect(url)
+            Strategy::Redbell | Strategy::Fair => redbell::Client::connect(url)
                 .await
                 .map(Conn::Redbell)
                 .map_err(|e| Failure::lock(url, "cannot connect to Redis", &e)),
@@ -113,6 +121,9 @@ impl Conn {
     /// The lock `name` with a fixed `lease` (no renewal traffic).
     pub fn lock(&self, strategy: Strategy, name: &str, lease: Duration) -> Lock {
         match (self, strategy) {
+            (Conn::Redbell(client), Strategy::Fair) => {
+                Lock::Fair(client.fair_mutex(name).with_lease(lease))
+            }
             (Conn::Redbell(client), _) => Lock::Redbell(client.mutex(name).with_lease(lease)),
             (Conn::Poll(conn), Strategy::Poll(interval)) => Lock::Poll {
                 conn: conn.clone(),
@@ -121,7 +132,9 @@ impl Conn {
                 interval,
                 release: redis::Script::new(POLL_RELEASE),
             },
-            (Conn::Poll(_), Strategy::Redbell) => unreachable!("a poll connection for redbell"),
+            (Conn::Poll(_), Strategy::Redbell | Strategy::Fair) => {
+                unreachable!("a poll connection for redbell")
+            }
         }
     }
 }
@@ -131,6 +144,11 @@ impl Lock {
     pub async fn acquire(&self) -> Result<Held, Failure> {
         match self {
             Lock::Redbell(mutex) => mutex
+                .lock()
+                .await
+                .map(Held::Redbell)
+                .map_err(|e| fail("acquire", &e)),
+            Lock::Fair(mutex) => mutex
                 .lock()
                 .await
                 .map(Held::Redbell)
@@ -186,7 +204,9 @@ impl Lock {
                     Err(Failure::new(EX_FAILURE, "release: the poll lock was lost"))
                 }
             }
-            (Held::Poll(_), Lock::Redbell(_)) => unreachable!("a poll token on a redbell lock"),
+            (Held::Poll(_), Lock::Redbell(_) | Lock::Fair(_)) => {
+                unreachable!("a poll token on a redbell lock")
+            }
         }
     }
 }

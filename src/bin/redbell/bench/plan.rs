@@ -18,8 +18,9 @@ pub struct Plan {
     pub samples: usize,
     /// W of the hand-off scenarios.
     pub workers: Vec<u32>,
-    /// Hand-offs per hand-off scenario: redbell, poll 10 ms, poll 100 ms.
-    pub n: [u64; 3],
+    /// Hand-offs per hand-off scenario: redbell, redbell fair, poll 10 ms,
+    /// poll 100 ms.
+    pub n: [u64; 4],
     /// Waiters of the scaling scenarios (redbell).
     pub waiters: Vec<u32>,
     /// Waiters of the scaling scenarios (poll 10 ms).
@@ -37,7 +38,7 @@ impl Plan {
             Plan {
                 samples: 300,
                 workers: vec![2, 8, 32],
-                n: [200, 200, 200],
+                n: [200, 200, 200, 200],
                 waiters: vec![1, 10, 100, 1000],
                 // 1,000 pollers saturate a debug build's connections (~10 s).
                 poll_waiters: vec![1, 10, 100],
@@ -50,7 +51,7 @@ impl Plan {
             Plan {
                 samples: 2000,
                 workers: vec![2, 8, 32],
-                n: [2000, 2000, 2000],
+                n: [2000, 2000, 2000, 2000],
                 waiters: vec![1, 10, 100, 1000],
                 poll_waiters: vec![1, 10, 100, 1000],
                 scaling_n: [2000, 2000],
@@ -62,12 +63,18 @@ impl Plan {
     }
 
     /// The strategies of the hand-off scenarios, with their N.
-    pub fn handoff_strategies(&self) -> [(Strategy, u64); 3] {
+    pub fn handoff_strategies(&self) -> [(Strategy, u64); 4] {
         [
             (Strategy::Redbell, self.n[0]),
-            (Strategy::Poll(Duration::from_millis(10)), self.n[1]),
-            (Strategy::Poll(Duration::from_millis(100)), self.n[2]),
+            (Strategy::Fair, self.n[1]),
+            (Strategy::Poll(Duration::from_millis(10)), self.n[2]),
+            (Strategy::Poll(Duration::from_millis(100)), self.n[3]),
         ]
+    }
+
+    /// Iterations of the serial floor (the hand-off scenarios' N).
+    pub fn serial_n(&self) -> u64 {
+        self.n[0]
     }
 
     /// `(strategy, waiters, N)` of every scaling scenario.

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::contend::Outcome;
-use super::floor::{Floor, Takeover, Uncontended};
+use super::floor::{Floor, SerialFloor, Takeover, Uncontended};
 
 /// Everything one run measured.
 #[derive(Debug, Serialize)]
@@ -19,6 +19,8 @@ pub struct Results {
     pub quick: bool,
     pub hold_us: u64,
     pub floor: Floor,
+    /// The hand-off loop with no lock: the ceiling of hand-offs/s.
+    pub serial_floor: SerialFloor,
     pub handoff: Vec<Outcome>,
     pub scaling: Vec<Outcome>,
     pub uncontended: Uncontended,
@@ -36,6 +38,12 @@ impl Results {
             Some(us) => format!("{} ({:.1}×)", fmt_us(us), us as f64 / self.ping()),
             None => "–".to_owned(),
         }
+    }
+
+    /// `hand-offs/s` over the serial floor's iterations/s.
+    pub fn of_floor(&self, per_s: f64) -> Option<f64> {
+        let f = self.serial_floor.iterations_per_s;
+        (f > 0.0).then(|| per_s / f)
     }
 }
 
@@ -99,6 +107,19 @@ pub fn markdown(r: &Results) -> String {
         s,
         "## 2–3. Hand-off on one lock (W workers, each with its own client, over 2 processes)\n"
     );
+    let sf = &r.serial_floor;
+    let _ = writeln!(
+        s,
+        "Serial floor: **{:.0} iterations/s** (the workers' loop with no lock: counter `INCR` within the {} µs spun hold, \
+         the bench's timestamps and record, serially on one connection, N={}, fastest of {} runs; one iteration p50 {}, p99 {}). \
+         \"% of floor\" = hand-offs/s over this rate.\n",
+        sf.iterations_per_s,
+        sf.hold_us,
+        sf.n,
+        sf.runs_per_s.len(),
+        r.lat(sf.iteration_us.p50),
+        r.lat(sf.iteration_us.p99),
+    );
     let _ = writeln!(
         s,
         "| strategy | W | N | hand-offs/s | to another worker | busiest worker's share (fair) | gap p50 | gap p99 | wait p50 | wait p99 | wait max | round trips / hand-off | all cmds / hand-off |"
@@ -107,11 +128,13 @@ pub fn markdown(r: &Results) -> String {
     for o in &r.handoff {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {:.0}% ({:.0}/s) | {:.0}% ({:.0}%) | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0}{} | {:.0}% ({:.0}/s) | {:.0}% ({:.0}%) | {} | {} | {} | {} | {} | {} | {} |",
             o.strategy,
             o.workers,
             o.n,
             o.handoffs_per_s,
+            r.of_floor(o.handoffs_per_s)
+                .map_or(String::new(), |f| format!(" ({:.0}% of floor)", f * 100.0)),
             o.handover_share * 100.0,
             o.handovers_per_s,
             o.busiest_share * 100.0,
@@ -196,6 +219,9 @@ pub fn markdown(r: &Results) -> String {
 const NOTES: &str = "
 Definitions: *gap* = next holder's `lock()` returning minus the previous holder's `unlock()` \
 returning (one machine clock; slightly negative when the next holder hears back first). \
+*serial floor* = the hand-off loop without the lock (no acquire, no unlock), one task \
+on one connection: the rate with zero lock overhead. *redbell fair* = `client.fair_mutex()`: \
+FIFO, the release grants the lock to the head waiter. \
 *wait* = `lock()` returning minus `lock()` called, for every call before the N-th release, \
 cut off there. *to another worker* = the share (and rate) of hand-offs where the lock changed \
 worker: a polling releaser mostly re-takes the lock itself. *round trips* = commands the \

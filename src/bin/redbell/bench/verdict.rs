@@ -113,7 +113,48 @@ pub fn expectations(r: &Results) -> String {
         );
     }
 
-    // 4. Crash takeover within 10 ms of lease expiry.
+    // 4. The fair lock at W=8: hands off to another worker (nearly) every
+    //    time; its p99 wait against the plain mutex's.
+    if let Some(fair) = find(&r.handoff, "redbell fair", 8) {
+        let plain = find(&r.handoff, "redbell", 8);
+        let _ = writeln!(
+            s,
+            "- W=8 fair lock hand-off ratio (to another worker) ≥ 0.9: {:.2} (plain redbell {}; busiest worker {:.1}%, fair 12.5%) — {}",
+            fair.handover_share,
+            plain.map_or("–".to_owned(), |p| format!("{:.2}", p.handover_share)),
+            fair.busiest_share * 100.0,
+            mark(fair.handover_share >= 0.9)
+        );
+        if let (Some(a), Some(b)) = (fair.wait_us.p99, plain.and_then(|p| p.wait_us.p99)) {
+            let _ = writeln!(
+                s,
+                "- W=8 fair lock acquire wait p99 against plain redbell's, reported: {} vs {} ({:.2}×; max {} vs {})",
+                fmt_us(a),
+                fmt_us(b),
+                a as f64 / b.max(1) as f64,
+                fmt_us(fair.wait_max_us),
+                plain.map_or("–".to_owned(), |p| fmt_us(p.wait_max_us)),
+            );
+        }
+        let floor = |o: &Outcome| {
+            r.of_floor(o.handoffs_per_s)
+                .map_or("–".to_owned(), |f| format!("{:.0}%", f * 100.0))
+        };
+        let _ = writeln!(
+            s,
+            "- W=8 hand-offs/s against the serial floor ({:.0}/s), reported: fair {:.0}/s = {}, plain {}",
+            r.serial_floor.iterations_per_s,
+            fair.handoffs_per_s,
+            floor(fair),
+            plain.map_or("–".to_owned(), |p| format!(
+                "{:.0}/s = {}",
+                p.handoffs_per_s,
+                floor(p)
+            )),
+        );
+    }
+
+    // 5. Crash takeover within 10 ms of lease expiry.
     let redbell = r.takeover.iter().find(|t| t.strategy == "redbell");
     if let Some((t, p50)) = redbell.and_then(|t| Some((t, t.takeover_us.p50?))) {
         let _ = writeln!(

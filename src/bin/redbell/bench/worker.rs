@@ -13,6 +13,10 @@
 //! returned. The first acquisition with `k > total` is released at once and
 //! ends the task. All times are µs since the Unix epoch from `SystemTime`:
 //! the processes share one machine clock.
+//!
+//! The same loop without a lock (no acquire, no unlock) is the bench's
+//! *serial floor* (`floor.rs`): one connection, the same counter, hold and
+//! timestamps, i.e. what a hand-off would cost with zero lock overhead.
 
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,8 +34,11 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub lock: String,
     /// Use the poll baseline with this interval (default: redbell).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "fair")]
     pub poll: Option<Duration>,
+    /// Use redbell's fair mutex (default: redbell's plain mutex).
+    #[arg(long)]
+    pub fair: bool,
     /// Number of worker tasks in this process.
     #[arg(long)]
     pub tasks: u32,
@@ -54,7 +61,11 @@ pub struct WorkerArgs {
 
 impl WorkerArgs {
     pub fn strategy(&self) -> Strategy {
-        self.poll.map_or(Strategy::Redbell, Strategy::Poll)
+        match (self.fair, self.poll) {
+            (true, _) => Strategy::Fair,
+            (false, Some(interval)) => Strategy::Poll(interval),
+            (false, None) => Strategy::Redbell,
+        }
     }
 }
 
@@ -119,7 +130,7 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         .map(|(i, lock)| {
             let (counter, key) = (counter.clone(), key.clone());
             let id = args.first_id + i as u32;
-            tokio::spawn(work(lock, counter, key, id, args.total, args.hold))
+            tokio::spawn(work(Some(lock), counter, key, id, args.total, args.hold))
         })
         .collect();
     let mut out = String::new();
@@ -135,9 +146,10 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
     say(out.trim_end())
 }
 
-/// One worker's loop; returns its records.
-async fn work(
-    lock: Lock,
+/// One worker's loop; returns its records. Without a lock it is the serial
+/// floor's loop: the same bookkeeping and hold, no acquire and no unlock.
+pub async fn work(
+    lock: Option<Lock>,
     mut counter: redis::aio::ConnectionManager,
     key: String,
     w: u32,
@@ -147,7 +159,10 @@ async fn work(
     let mut records = Vec::new();
     loop {
         let req = now_us();
-        let held = lock.acquire().await?;
+        let held = match &lock {
+            Some(lock) => Some(lock.acquire().await?),
+            None => None,
+        };
         let acq = now_us();
         let since = Instant::now();
         let k: u64 = redis::cmd("INCR")
@@ -160,7 +175,9 @@ async fn work(
                 std::hint::spin_loop();
             }
         }
-        lock.release(held).await?;
+        if let (Some(lock), Some(held)) = (&lock, held) {
+            lock.release(held).await?;
+        }
         let rel = now_us();
         records.push(Record {
             w,
