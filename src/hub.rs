@@ -33,6 +33,12 @@
 //! }
 //! ```
 //!
+//! The second attempt after subscribing costs one extra script call, once per
+//! client and lock while the subscription lasts (it lingers after the last
+//! waiter leaves, so a busy lock pays it once); in steady state a contended
+//! acquisition costs two attempts: the one that queued the waiter and the
+//! one after its wake-up.
+//!
 //! Correctness never depends on a message arriving: every park is bounded by
 //! the holder's remaining lease (its PTTL), so a holder that crashed without
 //! releasing hands over when its lease expires.

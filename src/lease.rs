@@ -23,11 +23,11 @@
 //! ## No orphan renewals
 //!
 //! Dropping or unlocking a guard removes its entry from the queue
-//! synchronously, before the release is sent. A renewal already in flight
-//! is harmless: the script only resets the expiry of a key that still holds
-//! our token, so it can never bring a released key back; and it travels on
-//! the same multiplexed connection ahead of the release, which then deletes
-//! the key.
+//! synchronously, before the release is sent. A renewal already taken from
+//! the queue may still reach Redis before or after the release; either way
+//! it is harmless, because the script only resets the expiry of a key that
+//! still holds our token: it can never bring a released key back or prolong
+//! someone else's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
