@@ -20,6 +20,10 @@ use crate::scripts::{self, Acquire, Queue};
 /// only has to cover its wake-up and round trip on a slow machine.
 const QUEUE_GRACE_MS: u64 = 2_000;
 
+/// How long a fair waiter next in line parks after the waiter ahead was
+/// granted the lock: the grant's claim lease, plus a little slack.
+const STANDBY: Duration = Duration::from_millis(scripts::CLAIM_MS + 50);
+
 /// Acquires one lock of one kind.
 #[derive(Clone, Debug)]
 pub(crate) struct Acquirer {
@@ -72,7 +76,7 @@ impl Acquirer {
         // uncontended lock: one round trip, no SUBSCRIBE.
         let token = new_token();
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
-        let notify = registration.notify();
+        let waiter = registration.waiter();
         let member = registration.member().to_owned();
         let queue = Queue {
             member: &member,
@@ -80,7 +84,7 @@ impl Acquirer {
             park_ms: lease_ms_or_max(config.max_park),
         };
         loop {
-            let notified = notify.notified();
+            let notified = waiter.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable(); // armed before the attempt
             registration.queued();
@@ -98,9 +102,20 @@ impl Acquirer {
                 subscribed = true;
                 continue;
             }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(pttl.unwrap_or(config.max_park)) => {}
+            let mut until = Instant::now() + pttl.unwrap_or(config.max_park);
+            loop {
+                tokio::select! {
+                    _ = &mut notified => {}
+                    _ = tokio::time::sleep_until(until) => break,
+                }
+                if !waiter.take_standby() {
+                    break;
+                }
+                // A fair lock was granted to the waiter ahead: if it never
+                // confirms, its claim lapses, and this waiter must notice.
+                until = until.min(Instant::now() + STANDBY);
+                notified.set(waiter.notify.notified());
+                notified.as_mut().enable();
             }
         }
     }

@@ -50,8 +50,10 @@ impl Client {
         })
     }
 
-    /// Breaks the lock `name` whoever holds it, as an operator would, and
-    /// wakes the next waiter. Returns the removed holder's token, or `None`
+    /// Breaks the [`Mutex`](crate::Mutex) lock `name` whoever holds it, as
+    /// an operator would, and wakes the next waiter. (For a
+    /// [`FairMutex`](crate::FairMutex) the queued waiters notice when their
+    /// parks end; read-write locks are not covered.) Returns the removed holder's token, or `None`
     /// if the lock was free. The former holder learns of it at its next
     /// renewal ([`MutexGuard::lost`](crate::MutexGuard::lost)) or unlock
     /// ([`Error::NotHeld`]).

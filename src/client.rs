@@ -388,7 +388,8 @@ pub(crate) struct LockKeys {
     pub(crate) waiters: String,
     /// `P:{N}:fifo:expiry` (fair: member -> expiry).
     pub(crate) expiry: String,
-    /// `P:{N}:handoff`: the member a release just woke, for a moment.
+    /// `P:{N}:handoff`: the member a release just woke (plain), or the
+    /// member last granted the lock (fair).
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.
     pub(crate) wake_prefix: String,

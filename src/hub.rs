@@ -74,6 +74,15 @@
 //! remove the member from the queue and, if the lock is free, wake the next
 //! head. A spurious wake-up only costs the woken waiter one attempt.
 //!
+//! ## What a targeted wake-up cannot cover
+//!
+//! A client that dies (or freezes) *after* receiving its wake-up and before
+//! attempting took the wake-up with it. The other waiters then retry when
+//! their parks end, bounded by the PTTL they saw: at most the holder's
+//! lease, the same bound as for a holder that crashed. (The fair mutex
+//! narrows this to its 500 ms claim: the waiter next in line is told to
+//! park no longer than that.)
+//!
 //! ## Lost messages
 //!
 //! Pub/sub is at-most-once. When the pub/sub connection drops, the hub
@@ -94,7 +103,7 @@
 //! lock does not SUBSCRIBE/UNSUBSCRIBE on every acquisition.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
@@ -133,12 +142,30 @@ struct Entry {
     /// Waiter id -> what that waiter parks on, and the kind of lock it
     /// waits for (read-write locks mix readers and writers on one channel).
     /// An id is present from `join` until its `Registration` is dropped.
-    waiters: HashMap<u64, (Arc<Notify>, Kind)>,
+    waiters: HashMap<u64, (Arc<Waiter>, Kind)>,
     /// When `waiters` last became empty; `None` while it is not.
     idle_since: Option<Instant>,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
     /// the control task; cleared for every entry when the connection drops.
     subscribed: bool,
+}
+
+/// What one waiter parks on.
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    /// Notified (`notify_one`, so a wake-up between two parks is kept) when
+    /// a wake-up names this waiter, and on reconnects.
+    pub(crate) notify: Notify,
+    /// Set with the latest notification when it was a fair lock's standby
+    /// rather than a grant; read and cleared by the waiter.
+    standby: AtomicBool,
+}
+
+impl Waiter {
+    /// Whether the notification just received was a standby (and clears it).
+    pub(crate) fn take_standby(&self) -> bool {
+        self.standby.swap(false, Ordering::AcqRel)
+    }
 }
 
 /// Work for the control task.
@@ -158,7 +185,7 @@ pub(crate) struct Registration {
     id: u64,
     /// `"<client id>:<waiter id>"`, this waiter's member in the queue.
     member: String,
-    notify: Arc<Notify>,
+    waiter: Arc<Waiter>,
     /// Set once an attempt that queues `member` was sent.
     queued: bool,
     /// Set when the waiter got the lock: its acquire left the queue.
@@ -167,8 +194,8 @@ pub(crate) struct Registration {
 
 impl Registration {
     /// What this waiter parks on; a wake-up naming it calls `notify_one`.
-    pub(crate) fn notify(&self) -> Arc<Notify> {
-        self.notify.clone()
+    pub(crate) fn waiter(&self) -> Arc<Waiter> {
+        self.waiter.clone()
     }
 
     /// This waiter's member in the lock's queue.
@@ -225,8 +252,8 @@ impl Shared {
     /// waiter between two parks returns from its next park at once.
     fn wake_all(&self) {
         for entry in self.lock().values() {
-            for (notify, _) in entry.waiters.values() {
-                notify.notify_one();
+            for (waiter, _) in entry.waiters.values() {
+                waiter.notify.notify_one();
             }
         }
     }
@@ -244,20 +271,27 @@ impl Shared {
             // A read-write lock's release is broadcast: wake every local
             // reader and one local writer.
             let mut writer_woken = false;
-            for (notify, kind) in entry.waiters.values() {
+            for (waiter, kind) in entry.waiters.values() {
                 if *kind == Kind::Read || !writer_woken {
                     writer_woken |= *kind == Kind::Write;
-                    notify.notify_one();
+                    waiter.notify.notify_one();
                 }
             }
             return;
         }
-        let waiter = std::str::from_utf8(payload)
-            .ok()
-            .and_then(|p| p.split(':').next())
-            .and_then(|id| id.parse::<u64>().ok());
-        match waiter.and_then(|id| entry.waiters.get(&id)) {
-            Some((notify, _)) => notify.notify_one(),
+        // "<waiter id>", "<waiter id>:<token>" (a fair grant) or
+        // "<waiter id>:<token>:s" (a fair standby: park no longer than the
+        // claim of the grant just made to the waiter ahead).
+        let text = std::str::from_utf8(payload).unwrap_or("");
+        let mut parts = text.split(':');
+        let id = parts.next().and_then(|id| id.parse::<u64>().ok());
+        let standby = parts.nth(1) == Some("s");
+        match id.and_then(|id| entry.waiters.get(&id)) {
+            Some((waiter, _)) => {
+                waiter.standby.store(standby, Ordering::Release);
+                waiter.notify.notify_one();
+            }
+            None if standby => {} // nothing was granted to the gone waiter
             None => {
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
                 let _ = self.background.send(Background::PassOn {
@@ -313,7 +347,7 @@ impl Hub {
     /// `":<token>"` for a fair lock (whose release writes that token).
     pub(crate) fn join(&self, keys: &Arc<LockKeys>, token: &str) -> (Registration, bool) {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
+        let waiter = Arc::new(Waiter::default());
         let subscribed = {
             let mut channels = self.shared.lock();
             let entry = channels
@@ -324,7 +358,7 @@ impl Hub {
                     idle_since: None,
                     subscribed: false,
                 });
-            entry.waiters.insert(id, (notify.clone(), keys.kind));
+            entry.waiters.insert(id, (waiter.clone(), keys.kind));
             entry.idle_since = None;
             entry.subscribed
         };
@@ -336,7 +370,7 @@ impl Hub {
                 Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
                 _ => format!("{}:{id}", self.shared.client_id),
             },
-            notify,
+            waiter,
             queued: false,
             acquired: false,
         };
@@ -477,18 +511,22 @@ impl Control {
         }
     }
 
+    /// Unsubscribes channels idle for longer than the linger. Their entries
+    /// stay (marked unsubscribed, so a new waiter subscribes again, after
+    /// this) until the server confirmed: a wake-up published meanwhile still
+    /// finds its lock and is passed on.
     async fn unsubscribe_idle(&mut self) {
         let idle: Vec<String> = {
             let mut channels = self.shared.lock();
             let linger = self.linger;
-            let idle: Vec<String> = channels
-                .iter()
-                .filter(|(_, e)| e.idle_since.is_some_and(|t| t.elapsed() >= linger))
-                .map(|(name, _)| name.clone())
-                .collect();
-            idle.into_iter()
-                .filter(|name| channels.remove(name).is_some_and(|e| e.subscribed))
-                .collect()
+            let mut idle = Vec::new();
+            for (name, entry) in channels.iter_mut() {
+                if entry.subscribed && entry.idle_since.is_some_and(|t| t.elapsed() >= linger) {
+                    entry.subscribed = false;
+                    idle.push(name.clone());
+                }
+            }
+            idle
         };
         if idle.is_empty() {
             return;
@@ -499,6 +537,16 @@ impl Control {
         let result = tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(&idle)).await;
         if !matches!(result, Ok(Ok(()))) {
             self.disconnected();
+            return;
+        }
+        let mut channels = self.shared.lock();
+        for name in &idle {
+            if channels
+                .get(name)
+                .is_some_and(|e| e.waiters.is_empty() && !e.subscribed)
+            {
+                channels.remove(name);
+            }
         }
     }
 
@@ -515,6 +563,8 @@ impl Control {
                         tokio::time::timeout(self.connect_timeout, sink.subscribe(&wanted)).await;
                     if !matches!(result, Ok(Ok(()))) {
                         *next = Instant::now() + *backoff;
+                        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+                        self.shared.wake_all();
                         return;
                     }
                     // Only what this SUBSCRIBE named: a channel first used while

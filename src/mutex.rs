@@ -72,8 +72,9 @@ impl Mutex {
     ///
     /// Cancel safe: dropping the future at any point leaves no lock behind.
     /// If an acquire script was in flight its token is released in the
-    /// background, and a wake-up this waiter received is passed on to the
-    /// next local waiter. `tokio::time::timeout(d, mutex.lock())` is safe.
+    /// background, and the waiter leaves the lock's queue, passing on a
+    /// wake-up it had received to the next waiter in the queue (in any
+    /// client). `tokio::time::timeout(d, mutex.lock())` is safe.
     pub async fn lock(&self) -> Result<MutexGuard, Error> {
         self.0.lock().await.map(MutexGuard)
     }

@@ -162,7 +162,7 @@ pub(crate) struct Queue<'a> {
 /// How long a fair release's grant holds the lock for the woken waiter
 /// before it confirms: a grant that never reaches its waiter costs the next
 /// one this long.
-const CLAIM_MS: u64 = 500;
+pub(crate) const CLAIM_MS: u64 = 500;
 
 /// One acquire attempt; a failed one queues `queue` when given.
 pub(crate) async fn acquire(
@@ -208,6 +208,7 @@ pub(crate) async fn acquire(
         Kind::Plain => invocation.key(&keys.handoff),
         Kind::Fair => invocation
             .key(&keys.expiry)
+            .key(&keys.handoff)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS),
         Kind::Read => invocation.arg(park_ms),
@@ -218,10 +219,13 @@ pub(crate) async fn acquire(
             .arg(park_ms),
     };
     let (flag, value): (i64, i64) = invocation.invoke_async(conn).await.map_err(|e| {
-        // Only the fence key's error says so; every other one is about
-        // the lock's own keys.
-        let key = if e.to_string().contains("fence key") {
+        // The fence's and the queue's errors say so; every other one is
+        // about the lock key itself.
+        let message = e.to_string();
+        let key = if message.contains("fence key") {
             &keys.fence
+        } else if message.contains("waiter queue key") {
+            &keys.waiters
         } else {
             &keys.lock
         };
@@ -280,7 +284,12 @@ pub(crate) async fn pass(
     };
     match keys.kind {
         Kind::Read | Kind::Write => {
-            invocation.key(&keys.waiters).key(&keys.channel).arg(member);
+            invocation
+                .key(&keys.waiters)
+                .key(&keys.channel)
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .arg(member);
         }
         Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, member),
     };
@@ -300,6 +309,7 @@ fn move_queue_on(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, who: &s
             .key(&keys.fence)
             .key(&keys.waiters)
             .key(&keys.expiry)
+            .key(&keys.handoff)
             .arg(who)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS)

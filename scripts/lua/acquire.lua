@@ -24,7 +24,13 @@
 --               no expiry), or lease_ms during a hand-off. The member, if any, is queued
 --               with expiry now + (pttl or park_ms) + grace_ms.
 --   error WRONGTYPE  the lock key exists but is not a string
---   error WRONGTYPE  the fence key is not a string (no lock key is left)
+--   error WRONGTYPE  the fence key is not a string, or the waiter queue not
+--                    a sorted set (no lock key is left either way)
+local QUEUE_WRONGTYPE = 'WRONGTYPE waiter queue key holds a value that is not a redbell queue'
+local function queue_error(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+
 local handoff = redis.call('GET', KEYS[4])
 if (not handoff or handoff == ARGV[4])
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -40,8 +46,9 @@ if (not handoff or handoff == ARGV[4])
   if handoff then
     redis.call('DEL', KEYS[4])
   end
-  if ARGV[4] ~= '' then
-    redis.call('ZREM', KEYS[3], ARGV[4])
+  if ARGV[4] ~= '' and queue_error(redis.pcall('ZREM', KEYS[3], ARGV[4])) then
+    redis.call('DEL', KEYS[1]) -- foreign data under the queue key: undo
+    return redis.error_reply(QUEUE_WRONGTYPE)
   end
   return {1, fence}
 end
@@ -60,7 +67,9 @@ if ARGV[4] ~= '' then
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ttl = (pttl >= 0 and pttl or tonumber(ARGV[6])) + tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], now_ms + ttl, ARGV[4])
+  if queue_error(redis.pcall('ZADD', KEYS[3], now_ms + ttl, ARGV[4])) then
+    return redis.error_reply(QUEUE_WRONGTYPE)
+  end
   if redis.call('PTTL', KEYS[3]) < ttl then
     redis.call('PEXPIRE', KEYS[3], ttl)
   end

@@ -9,11 +9,15 @@
 -- Returns an array with one code per key, in KEYS order:
 --   1   the key was ours; its expiry is now lease_ms from now
 --   0   the key is held by another token (left untouched)
---  -1   the key is gone (the lease expired or it was deleted)
---   error WRONGTYPE  a lock key is not a string
+--  -1   the key is gone (the lease expired or it was deleted), or holds
+--       foreign data of another type (so one such key cannot fail the
+--       renewal of the others in the batch)
 local out = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    v = false
+  end
   if v == ARGV[i + 1] then
     redis.call('PEXPIRE', key, ARGV[1])
     out[i] = 1

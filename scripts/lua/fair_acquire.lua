@@ -6,6 +6,7 @@
 -- KEYS[2]  fence key     P:{N}:fence        string: fencing counter
 -- KEYS[3]  queue         P:{N}:fifo         sorted set: member -> arrival us
 -- KEYS[4]  expiry        P:{N}:fifo:expiry  sorted set: member -> expiry ms
+-- KEYS[5]  granted       P:{N}:handoff      string: the member last granted
 -- ARGV[1]  token         this waiter's owner token
 -- ARGV[2]  lease_ms      the lease once acquired (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key
@@ -17,9 +18,9 @@
 -- ARGV[8]  claim_ms      the lease of a grant until it is confirmed
 --
 -- Returns
---   {1, fence}  ours: taken (lock free, queue empty or we are its head) or a
---               grant to us confirmed (lease reset to lease_ms); we left the
---               queue
+--   {1, fence}  ours: taken (lock free, and the queue empty or we are its
+--               head once dead and lapsed heads are dropped) or a grant to
+--               us confirmed (lease reset to lease_ms); we left the queue
 --   {0, park}   not ours. A waiting caller is queued (its arrival kept if it
 --               was queued already) and should park for `park` ms at most:
 --               the holder's PTTL for the head and the next in line (so a
@@ -32,24 +33,31 @@ local now_us, now_ms = now()
 prune(KEYS[3], KEYS[4], now_ms)
 local holder = redis.call('GET', KEYS[1])
 local member = ARGV[4]
+
+local function leave_queue()
+  if member ~= '' then
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('ZREM', KEYS[4], member)
+    if redis.call('GET', KEYS[5]) == member then
+      redis.call('DEL', KEYS[5])
+    end
+  end
+end
+
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZREM', KEYS[3], member)
-  redis.call('ZREM', KEYS[4], member)
+  leave_queue()
   return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 if not holder then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not head or head == member then
+  local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8],
+                           ARGV[3], now_us, member)
+  if moved ~= 1 then
     local fence = next_fence(KEYS[2], now_us, ARGV[3])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    if member ~= '' then
-      redis.call('ZREM', KEYS[3], member)
-      redis.call('ZREM', KEYS[4], member)
-    end
+    leave_queue()
     return {1, fence}
   end
-  grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[8], ARGV[3], now_us)
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if member == '' then

@@ -10,13 +10,18 @@
 -- prune(queue, expiry, now_ms) drops expired members from both sets.
 -- next_fence(fence, now_us, ttl_ms) advances the fencing counter to
 --   max(previous + 1, now_us) and returns it.
--- grant_next(lock, fence, queue, expiry, prefix, claim_ms, fence_ttl_ms, now_us)
---   makes the lock the head waiter's: its token, a fresh fence, a claim
---   lease of claim_ms, and publishes "<waiter id>:<token>" on its client's
---   channel prefix .. client id. A head whose client receives nothing
---   (PUBLISH counted 0 receivers) is dropped and the next one is tried.
---   The granted member stays queued until its confirming acquire.
---   Returns 1 if a waiter was granted the lock, 0 if nobody waits.
+-- grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
+--            fence_ttl_ms, now_us, caller)
+--   moves the queue on while the lock is free. Returns 2 at once if the head
+--   is `caller` (the caller may take the lock itself), 0 if nobody waits.
+--   Otherwise it makes the lock the head waiter's: its token, a fresh fence,
+--   a claim lease of claim_ms, and publishes "<waiter id>:<token>" on its
+--   client's channel prefix .. client id; the next in line gets a standby
+--   message "<waiter id>:<token>:s" so it parks no longer than the claim.
+--   Returns 1 then. The granted member stays queued until it confirms and is
+--   remembered in `granted`. A head whose client receives nothing (PUBLISH
+--   counted 0 receivers), or whose earlier grant lapsed unconfirmed, is
+--   dropped and the next one is tried.
 local function now()
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -37,18 +42,35 @@ local function next_fence(fence, now_us, ttl_ms)
   return f
 end
 
-local function grant_next(lock, fence, queue, expiry, prefix, claim_ms, fence_ttl_ms, now_us)
+local function split(member)
+  local cid, rest = string.match(member, '^([^:]+):(.*)$')
+  local token = rest and string.match(rest, '^[^:]*:(.*)$')
+  return cid, rest, token
+end
+
+local function grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
+                          fence_ttl_ms, now_us, caller)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
       return 0
     end
-    local cid, rest = string.match(head, '^([^:]+):(.*)$')
-    local token = rest and string.match(rest, ':(.*)$')
-    if token then
+    if head == caller then
+      return 2
+    end
+    local cid, rest, token = split(head)
+    if token and redis.call('GET', granted) ~= head then
       next_fence(fence, now_us, fence_ttl_ms)
       redis.call('SET', lock, token, 'PX', claim_ms)
       if redis.call('PUBLISH', prefix .. cid, rest) > 0 then
+        redis.call('SET', granted, head, 'PX', claim_ms * 4)
+        local second = redis.call('ZRANGE', queue, 1, 1)[1]
+        if second then
+          local cid2, rest2 = split(second)
+          if rest2 then
+            redis.call('PUBLISH', prefix .. cid2, rest2 .. ':s')
+          end
+        end
         return 1
       end
       redis.call('DEL', lock)

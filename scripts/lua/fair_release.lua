@@ -5,6 +5,7 @@
 -- KEYS[2]  fence key  P:{N}:fence
 -- KEYS[3]  queue      P:{N}:fifo
 -- KEYS[4]  expiry     P:{N}:fifo:expiry
+-- KEYS[5]  granted    P:{N}:handoff
 -- ARGV[1]  token         the owner token being released
 -- ARGV[2]  wake prefix   P:{N}:wake:
 -- ARGV[3]  claim_ms      the lease of a grant until it is confirmed
@@ -25,5 +26,5 @@ end
 redis.call('DEL', KEYS[1])
 local now_us, now_ms = now()
 prune(KEYS[3], KEYS[4], now_ms)
-grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], now_us)
+grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], now_us, '')
 return 1
