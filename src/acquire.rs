@@ -87,8 +87,12 @@ impl Acquirer {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable(); // armed before the attempt
+            // A fair waiter joins the queue only once it can be told of its
+            // grant: a grant published before its SUBSCRIBE was confirmed
+            // would reach nobody and cost it its place.
+            let queue = (subscribed || keys.kind != Kind::Fair).then_some(queue);
             registration.queued();
-            let pttl = match self.attempt(&keys, &token, lease_ms, Some(queue)).await? {
+            let pttl = match self.attempt(&keys, &token, lease_ms, queue).await? {
                 Ok(held) => {
                     registration.acquired();
                     return Ok(held);

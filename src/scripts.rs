@@ -213,24 +213,21 @@ pub(crate) async fn acquire(
             .arg(CLAIM_MS),
         Kind::Read => invocation.arg(park_ms),
         Kind::Write => invocation
+            .key(&keys.channel)
             .arg(keys.fence_ttl_ms)
             .arg(member)
             .arg(grace_ms)
             .arg(park_ms),
     };
-    let (flag, value): (i64, i64) = invocation.invoke_async(conn).await.map_err(|e| {
-        // The fence's and the queue's errors say so; every other one is
-        // about the lock key itself.
-        let message = e.to_string();
-        let key = if message.contains("fence key") {
-            &keys.fence
-        } else if message.contains("waiter queue key") {
-            &keys.waiters
-        } else {
-            &keys.lock
-        };
-        Error::from_redis(e, key)
-    })?;
+    let (flag, value): (i64, i64) = match invocation.invoke_async(conn).await {
+        Ok(reply) => reply,
+        Err(e) if e.code() == Some("WRONGTYPE") => {
+            return Err(Error::WrongType {
+                key: foreign_key(conn, keys).await,
+            });
+        }
+        Err(e) => return Err(Error::Redis(e)),
+    };
     Ok(match flag {
         1 => Acquire::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
@@ -239,6 +236,42 @@ pub(crate) async fn acquire(
             pttl_ms: u64::try_from(value).ok(),
         },
     })
+}
+
+/// Which of the lock's keys holds data of a type redbell does not put there
+/// (asked after a script failed with WRONGTYPE; one pipelined round trip).
+async fn foreign_key(conn: &mut ConnectionManager, keys: &LockKeys) -> String {
+    let expected: Vec<(&str, &str)> = match keys.kind {
+        Kind::Plain => vec![
+            (&keys.lock, "string"),
+            (&keys.fence, "string"),
+            (&keys.waiters, "zset"),
+            (&keys.handoff, "string"),
+        ],
+        Kind::Fair => vec![
+            (&keys.lock, "string"),
+            (&keys.fence, "string"),
+            (&keys.waiters, "zset"),
+            (&keys.expiry, "zset"),
+            (&keys.handoff, "string"),
+        ],
+        Kind::Read | Kind::Write => vec![
+            (&keys.writer, "string"),
+            (&keys.readers, "zset"),
+            (&keys.waiters, "zset"),
+            (&keys.fence, "string"),
+        ],
+    };
+    let mut pipe = redis::pipe();
+    for (key, _) in &expected {
+        pipe.cmd("TYPE").arg(*key);
+    }
+    let types: Vec<String> = pipe.query_async(conn).await.unwrap_or_default();
+    expected
+        .iter()
+        .zip(&types)
+        .find(|((_, want), got)| got.as_str() != "none" && got.as_str() != *want)
+        .map_or_else(|| keys.lock.clone(), |((key, _), _)| (*key).to_owned())
 }
 
 /// Deletes the lock if `token` still owns it, and wakes (plain) or grants

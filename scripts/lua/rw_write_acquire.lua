@@ -6,6 +6,7 @@
 -- KEYS[2]  readers  P:{N}:readers    sorted set: reader token -> expiry ms
 -- KEYS[3]  intents  P:{N}:writers    sorted set: waiting writer -> expiry ms
 -- KEYS[4]  fence    P:{N}:fence      string: fencing counter
+-- KEYS[5]  channel  P:{N}:rw         the read-write lock's release channel
 -- ARGV[1]  token         this writer's owner token
 -- ARGV[2]  lease_ms      the write lease (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key
@@ -16,7 +17,8 @@
 --
 -- Returns
 --   {1, fence}  held; fence = max(previous + 1, server TIME in us); the
---               caller's intent is withdrawn
+--               caller's intent is withdrawn, and if it had one, "g" is
+--               published so readers it held back re-park on its lease
 --   {0, park}   blocked by a writer (park = its PTTL) or by readers (park =
 --               until the last reader's lease ends); a waiting caller's
 --               intent is registered with expiry now + park + grace_ms
@@ -34,12 +36,14 @@ else
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if not last[2] then
+    -- Everything that can fail on foreign data comes before the first write.
+    local had_intent = ARGV[4] ~= '' and redis.call('ZREM', KEYS[3], ARGV[4]) == 1
     local prev = tonumber(redis.call('GET', KEYS[4])) or 0
     local fence = math.max(prev + 1, now_us)
     redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[3])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    if ARGV[4] ~= '' then
-      redis.call('ZREM', KEYS[3], ARGV[4])
+    if had_intent then
+      redis.call('PUBLISH', KEYS[5], 'g')
     end
     return {1, fence}
   end
