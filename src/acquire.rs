@@ -13,7 +13,7 @@ use crate::Error;
 use crate::client::{Client, Kind, LockKeys, lease_ms};
 use crate::guard::Held;
 use crate::lease::Lease;
-use crate::scripts::{self, Acquire, Queue};
+use crate::scripts::{self, Acquire, Queue, Replication};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
 /// waiter retries (and refreshes its entry) when that PTTL ends, so this
@@ -34,6 +34,8 @@ pub(crate) struct Acquirer {
     /// The fixed lease of each acquisition; `None` (the default): the
     /// client's lease, renewed while the guard lives.
     lease: Option<Duration>,
+    /// `WAIT` after acquires, extends and renewals. Default: the client's.
+    replication: Option<Replication>,
 }
 
 impl Acquirer {
@@ -43,11 +45,18 @@ impl Acquirer {
             Err(Error::InvalidName { name, reason }) => Err((name, reason)),
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
         };
+        let replication = client.0.config.replication;
         Acquirer {
             client,
             keys,
             lease: None,
+            replication,
         }
+    }
+
+    pub(crate) fn with_replication(mut self, replication: Option<Replication>) -> Acquirer {
+        self.replication = replication;
+        self
     }
 
     pub(crate) fn with_lease(mut self, lease: Duration) -> Acquirer {
@@ -164,17 +173,21 @@ impl Acquirer {
             keys,
             token: Some(token),
         };
-        let mut conn = inner.conn.clone();
-        let result = scripts::acquire(&mut conn, keys, token, lease_ms, queue).await;
+        let result =
+            scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
         match result {
             Ok(Acquire::Acquired { fence }) => {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
                 let renewal = self.lease.is_none().then(|| {
-                    inner
-                        .renewer
-                        .register(keys.clone(), token.to_owned(), lease.clone(), sent)
+                    inner.renewer.register(
+                        keys.clone(),
+                        token.to_owned(),
+                        lease.clone(),
+                        sent,
+                        self.replication,
+                    )
                 });
                 Ok(Ok(Held {
                     client: self.client.clone(),
@@ -184,6 +197,7 @@ impl Acquirer {
                     lease,
                     renewal,
                     released: false,
+                    replication: self.replication,
                 }))
             }
             Ok(Acquire::Held { pttl_ms }) => {

@@ -39,8 +39,7 @@ impl Client {
     /// Cancel safe: it only reads.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
         let keys = self.keys(name, Kind::Plain)?;
-        let mut conn = self.0.conn.clone();
-        let (holder, pttl, fence, waiters) = scripts::status(&mut conn, &keys).await?;
+        let (holder, pttl, fence, waiters) = scripts::status(&self.0.conn, &keys).await?;
         Ok(LockStatus {
             name: keys.name,
             holder: (!holder.is_empty()).then_some(holder),
@@ -68,8 +67,7 @@ impl Client {
     /// Dropping the future may or may not break the lock.
     pub async fn force_unlock(&self, name: &str) -> Result<Option<String>, Error> {
         let keys = self.keys(name, Kind::Plain)?;
-        let mut conn = self.0.conn.clone();
-        let holder = scripts::force_release(&mut conn, &keys).await?;
+        let holder = scripts::force_release(&self.0.conn, &keys).await?;
         Ok((!holder.is_empty()).then_some(holder))
     }
 }

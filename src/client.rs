@@ -4,12 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc;
 
+use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::lease::Renewer;
 use crate::mutex::Mutex;
+use crate::scripts::Replication;
 use crate::{Error, scripts};
 
 /// The longest lock name accepted, in bytes.
@@ -42,8 +43,8 @@ pub struct Client(pub(crate) Arc<Inner>);
 
 /// The engine behind [`Client`].
 pub(crate) struct Inner {
-    /// The command connection. Cloning it shares the one multiplexed socket.
-    pub(crate) conn: ConnectionManager,
+    /// The command connection (following the primary in sentinel mode).
+    pub(crate) conn: Conn,
     /// Parked waiters and the pub/sub connection.
     pub(crate) hub: Hub,
     /// Renews the leases of guards without a fixed lease.
@@ -65,6 +66,18 @@ pub(crate) struct Config {
     pub(crate) fence_ttl: Duration,
     pub(crate) linger: Duration,
     pub(crate) max_park: Duration,
+    /// `WAIT` after acquires and renewals, unless a lock says otherwise.
+    pub(crate) replication: Option<Replication>,
+}
+
+/// Where a client's server is.
+#[derive(Debug, Clone)]
+enum Target {
+    Url(String),
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 /// Builds a [`Client`] with settings other than the defaults.
@@ -84,7 +97,11 @@ pub(crate) struct Config {
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
-    url: String,
+    /// Where the server is: a URL, or a set of sentinels and a master name.
+    target: Target,
+    /// `WAIT` for this many replicas after each acquire and renewal.
+    /// Default: off.
+    replication: Option<Replication>,
     /// Prefix of every key and channel. Default: `"redbell"`.
     prefix: String,
     /// Lease of a [`Mutex`] made without [`Mutex::with_lease`], renewed
@@ -150,6 +167,31 @@ impl ClientBuilder {
         self
     }
 
+    /// After each acquire (and each renewal), waits until `replicas`
+    /// replicas have acknowledged the write, for at most `timeout`: `WAIT`
+    /// pipelined after the script on the same connection. An acquisition
+    /// fewer replicas acknowledged is given up again and reported as
+    /// [`Error::NotReplicated`]; a renewal that fewer replicas acknowledged
+    /// counts as failed (it is retried, and the lease is lost at its
+    /// deadline). Default: off.
+    ///
+    /// Cost: one more round trip's worth of waiting on every acquire (the
+    /// replicas' acknowledgement), up to `timeout` when a replica lags.
+    /// Limits: `WAIT` narrows the window in which a failover loses a lock,
+    /// it does not close it (Redis replication stays asynchronous: a replica
+    /// that acknowledged can still lose the write, and a failover can
+    /// promote a replica that did not acknowledge). Use
+    /// [fencing tokens](crate::MutexGuard::fence) for what must not break.
+    /// Can also be set per lock with
+    /// [`Mutex::min_replica_acks`](crate::Mutex::min_replica_acks).
+    pub fn min_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replication = (replicas > 0).then(|| Replication {
+            replicas,
+            timeout_ms: lease_ms(timeout).unwrap_or(1),
+        });
+        self
+    }
+
     /// Sets the timeout for establishing a connection (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -197,25 +239,32 @@ impl ClientBuilder {
                 reason: "the renewal period must be shorter than the lease",
             });
         }
-        let redis = redis::Client::open(self.url.as_str())?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = redis
-            .get_connection_manager_with_config(manager_config)
-            .await?;
+        let conn = match &self.target {
+            Target::Url(url) => {
+                Conn::direct(url, self.connect_timeout, self.response_timeout).await?
+            }
+            Target::Sentinel { sentinels, master } => {
+                let sentinels: Vec<&str> = sentinels.iter().map(String::as_str).collect();
+                Conn::sentinel(
+                    &sentinels,
+                    master,
+                    self.connect_timeout,
+                    self.response_timeout,
+                )
+                .await?
+            }
+        };
         let config = Config {
             prefix: self.prefix,
             fence_ttl: self.fence_ttl,
             linger: self.linger,
             max_park: self.max_park,
+            replication: self.replication,
         };
         let (background, rx) = mpsc::unbounded_channel();
         let id = uuid::Uuid::new_v4().simple().to_string();
         let hub = Hub::start(
-            redis,
+            conn.clone(),
             self.connect_timeout,
             config.linger,
             background.clone(),
@@ -253,10 +302,48 @@ impl Client {
         Client::builder(url).connect().await
     }
 
+    /// Connects to the primary that the Redis Sentinels at `sentinel_urls`
+    /// name for `master_name`, and follows it across failovers: when a
+    /// command fails in a way that may mean the primary moved (refused,
+    /// dropped, timed out, `READONLY`), the client asks the sentinels again
+    /// and switches to the new primary; the pub/sub hub does the same before
+    /// each reconnect and then wakes every waiter. Commands in flight during
+    /// a failover fail with a retryable [`Error::Redis`].
+    ///
+    /// The primary is connected to without a password (sentinel URLs may
+    /// carry their own).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when no sentinel answers, none knows the master, or
+    /// the primary cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes closes any connection it
+    /// opened; nothing is left running.
+    pub async fn sentinel(sentinel_urls: &[&str], master_name: &str) -> Result<Client, Error> {
+        Client::sentinel_builder(sentinel_urls, master_name)
+            .connect()
+            .await
+    }
+
+    /// Starts building a client that finds its primary through Redis
+    /// Sentinel; see [`Client::sentinel`].
+    pub fn sentinel_builder(sentinel_urls: &[&str], master_name: &str) -> ClientBuilder {
+        let mut builder = Client::builder("");
+        builder.target = Target::Sentinel {
+            sentinels: sentinel_urls.iter().map(|url| (*url).to_owned()).collect(),
+            master: master_name.to_owned(),
+        };
+        builder
+    }
+
     /// Starts building a client for the Redis server at `url`.
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
-            url: url.to_owned(),
+            target: Target::Url(url.to_owned()),
+            replication: None,
             prefix: "redbell".to_owned(),
             lease: Duration::from_secs(30),
             renew_every: None,
@@ -448,7 +535,7 @@ pub(crate) enum Background {
 
 /// Runs background work in order, retrying connection failures a few
 /// times. Ends when every sender is dropped and the queue is drained.
-async fn background_task(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Background>) {
+async fn background_task(conn: Conn, mut rx: mpsc::UnboundedReceiver<Background>) {
     const BACKOFF: [u64; 3] = [0, 50, 250];
     while let Some(work) = rx.recv().await {
         for (attempt, delay) in BACKOFF.iter().enumerate() {
@@ -456,12 +543,11 @@ async fn background_task(mut conn: ConnectionManager, mut rx: mpsc::UnboundedRec
                 tokio::time::sleep(Duration::from_millis(*delay)).await;
             }
             let (keys, result) = match &work {
-                Background::Release { keys, token } => (
-                    keys,
-                    scripts::release(&mut conn, keys, token).await.map(drop),
-                ),
+                Background::Release { keys, token } => {
+                    (keys, scripts::release(&conn, keys, token).await.map(drop))
+                }
                 Background::PassOn { keys, member } => {
-                    (keys, scripts::pass(&mut conn, keys, member).await.map(drop))
+                    (keys, scripts::pass(&conn, keys, member).await.map(drop))
                 }
             };
             match result {

@@ -62,6 +62,19 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
+    /// The lock was acquired on the primary, but fewer replicas than asked
+    /// for (see [`min_replica_acks`](crate::ClientBuilder::min_replica_acks))
+    /// acknowledged it in time, so a failover could lose it: it was released
+    /// again, and nothing is held. (For a renewal: the lease is treated as
+    /// not renewed.)
+    #[error("only {acked} of {wanted} replicas acknowledged the lock in time; it was given up")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
     /// The client's background machinery has shut down (the Tokio runtime
     /// is going away).
     #[error("the redbell client is closed")]
@@ -75,7 +88,7 @@ impl Error {
     /// failures and [`Error::NotHeld`].
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Timeout => true,
+            Error::Timeout | Error::NotReplicated { .. } => true,
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::client::{Client, LockKeys, lease_ms};
 use crate::lease::{Lease, Renewal};
-use crate::scripts::{self, Owned};
+use crate::scripts::{self, Owned, Replication};
 
 /// One acquisition: released in the background when dropped unreleased.
 pub(crate) struct Held {
@@ -27,22 +27,28 @@ pub(crate) struct Held {
     pub(crate) renewal: Option<Renewal>,
     /// Set once a release has completed; `Drop` releases otherwise.
     pub(crate) released: bool,
+    /// `WAIT` after an `extend`, as for the acquire.
+    pub(crate) replication: Option<Replication>,
 }
 
 impl Held {
     pub(crate) async fn unlock(mut self) -> Result<(), Error> {
         self.renewal = None; // no renewal from here on
-        let mut conn = self.client.0.conn.clone();
-        let owned = scripts::release(&mut conn, &self.keys, &self.token).await?;
+        let owned = scripts::release(&self.client.0.conn, &self.keys, &self.token).await?;
         self.released = true;
         owned.into_result()
     }
 
     pub(crate) async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease_ms(lease)?;
-        let mut conn = self.client.0.conn.clone();
         let sent = Instant::now();
-        let owned = scripts::extend(&mut conn, &[(&self.keys, &self.token)], lease_ms).await?;
+        let owned = scripts::extend(
+            &self.client.0.conn,
+            &[(&self.keys, &self.token)],
+            lease_ms,
+            self.replication,
+        )
+        .await?;
         match owned.first().copied().unwrap_or(Owned::Gone) {
             Owned::Ours => {
                 self.lease.renewed(sent, Duration::from_millis(lease_ms));

@@ -115,6 +115,7 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::client::{Background, Kind, LockKeys};
+use crate::conn::Conn;
 
 /// The hub of one client. Dropping it stops its tasks.
 pub(crate) struct Hub {
@@ -306,13 +307,13 @@ impl Shared {
 impl Hub {
     /// Opens the pub/sub connection and starts the hub's tasks.
     pub(crate) async fn start(
-        redis: redis::Client,
+        conn: Conn,
         connect_timeout: Duration,
         linger: Duration,
         background: mpsc::UnboundedSender<Background>,
         client_id: String,
     ) -> Result<Hub, Error> {
-        let (sink, stream) = connect(&redis, connect_timeout).await?;
+        let (sink, stream) = connect(&conn.client(), connect_timeout).await?;
         let shared = Arc::new(Shared {
             channels: StdMutex::new(HashMap::new()),
             background,
@@ -321,7 +322,7 @@ impl Hub {
         });
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let control = Control {
-            redis,
+            primary: conn,
             shared: shared.clone(),
             ops_tx: ops.downgrade(),
             connect_timeout,
@@ -402,7 +403,8 @@ struct Connection {
 
 /// The control task's state.
 struct Control {
-    redis: redis::Client,
+    /// Where the primary is; re-resolved before each reconnect.
+    primary: Conn,
     shared: Arc<Shared>,
     /// Lets dispatchers report a disconnect without keeping the hub alive.
     ops_tx: mpsc::WeakUnboundedSender<Op>,
@@ -551,7 +553,11 @@ impl Control {
     }
 
     async fn try_reconnect(&mut self, backoff: &mut Duration, next: &mut Instant) {
-        match connect(&self.redis, self.connect_timeout).await {
+        // After a failover the primary has moved: ask first (sentinel mode).
+        if let Err(e) = self.primary.resolve().await {
+            tracing::debug!(error = %e, "could not resolve the primary");
+        }
+        match connect(&self.primary.client(), self.connect_timeout).await {
             Ok((mut sink, stream)) => {
                 let wanted: Vec<String> = {
                     let mut channels = self.shared.lock();

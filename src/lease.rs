@@ -34,13 +34,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::client::LockKeys;
+use crate::conn::Conn;
 use crate::hub::AbortOnDrop;
-use crate::scripts::{self, Owned};
+use crate::scripts::{self, Owned, Replication};
 
 /// Locks renewed by one script call at most.
 const BATCH: usize = 512;
@@ -200,6 +200,8 @@ struct Entry {
     lease: Arc<Lease>,
     /// When the next renewal is due; the entry's key in `queue`.
     due: Instant,
+    /// `WAIT` after each renewal, as for the acquire.
+    replication: Option<Replication>,
 }
 
 impl Shared {
@@ -212,7 +214,7 @@ impl Shared {
 
 impl Renewer {
     /// Starts the renewal task: leases of `lease`, renewed every `every`.
-    pub(crate) fn start(conn: ConnectionManager, lease: Duration, every: Duration) -> Renewer {
+    pub(crate) fn start(conn: Conn, lease: Duration, every: Duration) -> Renewer {
         let shared = Arc::new(Shared {
             state: StdMutex::default(),
             added: Notify::new(),
@@ -238,6 +240,7 @@ impl Renewer {
         token: String,
         lease: Arc<Lease>,
         sent: Instant,
+        replication: Option<Replication>,
     ) -> Renewal {
         let due = sent + self.shared.every;
         let id = {
@@ -251,6 +254,7 @@ impl Renewer {
                     token,
                     lease,
                     due,
+                    replication,
                 },
             );
             state.queue.insert((due, id));
@@ -266,7 +270,7 @@ impl Renewer {
 
 /// The renewal task: sleep until the earliest due entry, renew everything
 /// due within a quarter period in batches, repeat.
-async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
+async fn run(shared: Arc<Shared>, conn: Conn) {
     let slack = shared.every / 4;
     let retry = (shared.every / 4).min(Duration::from_millis(250));
     loop {
@@ -287,7 +291,7 @@ async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
 
         // Take every entry due within the slack out of the queue.
         let horizon = Instant::now() + slack;
-        let batch: Vec<(u64, Arc<LockKeys>, String)> = {
+        let mut batch: Vec<(u64, Arc<LockKeys>, String, Option<Replication>)> = {
             let mut guard = shared.lock();
             let state = &mut *guard;
             let mut batch = Vec::new();
@@ -297,19 +301,31 @@ async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
                 }
                 state.queue.pop_first();
                 if let Some(entry) = state.entries.get(&id) {
-                    batch.push((id, entry.keys.clone(), entry.token.clone()));
+                    batch.push((
+                        id,
+                        entry.keys.clone(),
+                        entry.token.clone(),
+                        entry.replication,
+                    ));
                 }
             }
             batch
         };
 
-        for chunk in batch.chunks(BATCH) {
+        // Locks that must be confirmed by replicas go in calls of their own.
+        batch.sort_by_key(|(_, _, _, replication)| replication.map(|r| (r.replicas, r.timeout_ms)));
+        let chunks = batch
+            .chunk_by(|a, b| a.3 == b.3)
+            .flat_map(|same| same.chunks(BATCH));
+        for chunk in chunks {
             let sent = Instant::now();
-            let locks: Vec<(&LockKeys, &str)> =
-                chunk.iter().map(|(_, k, t)| (&**k, t.as_str())).collect();
-            let outcome = scripts::extend(&mut conn, &locks, lease_ms(shared.lease)).await;
+            let locks: Vec<(&LockKeys, &str)> = chunk
+                .iter()
+                .map(|(_, k, t, _)| (&**k, t.as_str()))
+                .collect();
+            let outcome = scripts::extend(&conn, &locks, lease_ms(shared.lease), chunk[0].3).await;
             let mut state = shared.lock();
-            for (i, (id, _, _)) in chunk.iter().enumerate() {
+            for (i, (id, _, _, _)) in chunk.iter().enumerate() {
                 let Some(entry) = state.entries.get_mut(id) else {
                     continue; // unlocked or dropped while in flight
                 };

@@ -5,6 +5,7 @@
 mod acquire;
 mod admin;
 mod client;
+mod conn;
 mod error;
 mod fair;
 mod guard;

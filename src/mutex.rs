@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::acquire::Acquirer;
-use crate::client::{Client, Kind};
+use crate::client::{Client, Kind, lease_ms};
 use crate::guard::guard_api;
+use crate::scripts::Replication;
 
 /// A handle on one distributed mutex, identified by its name.
 ///
@@ -38,6 +39,21 @@ impl Mutex {
     /// fail with [`Error::InvalidLease`].
     pub fn with_lease(self, lease: Duration) -> Mutex {
         Mutex(self.0.with_lease(lease))
+    }
+
+    /// For this lock, waits after each acquire, extend and renewal until
+    /// `replicas` replicas acknowledged the write (at most `timeout`); an
+    /// acquisition fewer replicas acknowledged is given up and reported as
+    /// [`Error::NotReplicated`]. See
+    /// [`ClientBuilder::min_replica_acks`](crate::ClientBuilder::min_replica_acks)
+    /// for the cost and the limits. `replicas` = 0 turns it off for this
+    /// lock.
+    pub fn min_replica_acks(self, replicas: u32, timeout: Duration) -> Mutex {
+        let replication = (replicas > 0).then(|| Replication {
+            replicas,
+            timeout_ms: lease_ms(timeout).unwrap_or(1),
+        });
+        Mutex(self.0.with_replication(replication))
     }
 
     /// The lock's name.

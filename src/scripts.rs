@@ -6,13 +6,13 @@
 //! `SCRIPT FLUSH` (or on a server that never saw them) redis-rs answers the
 //! `NOSCRIPT` error by loading the script and retrying once.
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
-use redis::aio::ConnectionManager;
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
 
 use crate::Error;
 use crate::client::{Kind, LockKeys};
+use crate::conn::Conn;
 
 const ACQUIRE_LUA: &str = include_str!("../scripts/lua/acquire.lua");
 const EXTEND_LUA: &str = include_str!("../scripts/lua/extend.lua");
@@ -53,21 +53,62 @@ const RW_WRITE_RELEASE_LUA: &str = include_str!("../scripts/lua/rw_write_release
 const RW_READ_EXTEND_LUA: &str = include_str!("../scripts/lua/rw_read_extend.lua");
 const RW_PASS_LUA: &str = include_str!("../scripts/lua/rw_pass.lua");
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(PASS_LUA));
-static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ACQUIRE_LUA));
-static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_RELEASE_LUA));
-static FAIR_PASS: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_PASS_LUA));
-static RW_READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_ACQUIRE_LUA));
-static RW_WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_ACQUIRE_LUA));
-static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_LUA));
-static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_LUA));
-static RW_READ_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_EXTEND_LUA));
-static RW_PASS: LazyLock<Script> = LazyLock::new(|| Script::new(RW_PASS_LUA));
-static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
-static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
+/// One embedded script: its name (the file's), its source (with any
+/// shared code prepended) and, once first used, its SHA1.
+struct Lua {
+    name: &'static str,
+    source: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl Lua {
+    const fn new(name: &'static str, source: &'static str) -> Lua {
+        Lua {
+            name,
+            source,
+            script: OnceLock::new(),
+        }
+    }
+
+    fn script(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.source))
+    }
+}
+
+static ACQUIRE: Lua = Lua::new("acquire", ACQUIRE_LUA);
+static RELEASE: Lua = Lua::new("release", RELEASE_LUA);
+static EXTEND: Lua = Lua::new("extend", EXTEND_LUA);
+static PASS: Lua = Lua::new("pass", PASS_LUA);
+static STATUS: Lua = Lua::new("status", STATUS_LUA);
+static FORCE_RELEASE: Lua = Lua::new("force_release", FORCE_RELEASE_LUA);
+static FAIR_ACQUIRE: Lua = Lua::new("fair_acquire", FAIR_ACQUIRE_LUA);
+static FAIR_RELEASE: Lua = Lua::new("fair_release", FAIR_RELEASE_LUA);
+static FAIR_PASS: Lua = Lua::new("fair_pass", FAIR_PASS_LUA);
+static RW_READ_ACQUIRE: Lua = Lua::new("rw_read_acquire", RW_READ_ACQUIRE_LUA);
+static RW_WRITE_ACQUIRE: Lua = Lua::new("rw_write_acquire", RW_WRITE_ACQUIRE_LUA);
+static RW_READ_RELEASE: Lua = Lua::new("rw_read_release", RW_READ_RELEASE_LUA);
+static RW_WRITE_RELEASE: Lua = Lua::new("rw_write_release", RW_WRITE_RELEASE_LUA);
+static RW_READ_EXTEND: Lua = Lua::new("rw_read_extend", RW_READ_EXTEND_LUA);
+static RW_PASS: Lua = Lua::new("rw_pass", RW_PASS_LUA);
+
+/// Every script, in the order [`scripts()`] lists them.
+static ALL: [&Lua; 15] = [
+    &ACQUIRE,
+    &RELEASE,
+    &EXTEND,
+    &PASS,
+    &STATUS,
+    &FORCE_RELEASE,
+    &FAIR_ACQUIRE,
+    &FAIR_RELEASE,
+    &FAIR_PASS,
+    &RW_READ_ACQUIRE,
+    &RW_WRITE_ACQUIRE,
+    &RW_READ_RELEASE,
+    &RW_WRITE_RELEASE,
+    &RW_READ_EXTEND,
+    &RW_PASS,
+];
 
 /// One of the Lua scripts redbell runs on the server.
 ///
@@ -85,30 +126,108 @@ pub struct ScriptInfo {
 
 /// Every Lua script redbell runs, with its SHA1.
 pub fn scripts() -> Vec<ScriptInfo> {
-    [
-        ("acquire", ACQUIRE_LUA, &*ACQUIRE),
-        ("release", RELEASE_LUA, &*RELEASE),
-        ("extend", EXTEND_LUA, &*EXTEND),
-        ("pass", PASS_LUA, &*PASS),
-        ("status", STATUS_LUA, &*STATUS),
-        ("force_release", FORCE_RELEASE_LUA, &*FORCE_RELEASE),
-        ("fair_acquire", FAIR_ACQUIRE_LUA, &*FAIR_ACQUIRE),
-        ("fair_release", FAIR_RELEASE_LUA, &*FAIR_RELEASE),
-        ("fair_pass", FAIR_PASS_LUA, &*FAIR_PASS),
-        ("rw_read_acquire", RW_READ_ACQUIRE_LUA, &*RW_READ_ACQUIRE),
-        ("rw_write_acquire", RW_WRITE_ACQUIRE_LUA, &*RW_WRITE_ACQUIRE),
-        ("rw_read_release", RW_READ_RELEASE_LUA, &*RW_READ_RELEASE),
-        ("rw_write_release", RW_WRITE_RELEASE_LUA, &*RW_WRITE_RELEASE),
-        ("rw_read_extend", RW_READ_EXTEND_LUA, &*RW_READ_EXTEND),
-        ("rw_pass", RW_PASS_LUA, &*RW_PASS),
-    ]
-    .into_iter()
-    .map(|(name, source, script)| ScriptInfo {
-        name,
-        source,
-        sha1: script.get_hash(),
-    })
-    .collect()
+    ALL.iter()
+        .map(|lua| ScriptInfo {
+            name: lua.name,
+            source: lua.source,
+            sha1: lua.script().get_hash(),
+        })
+        .collect()
+}
+
+/// One script call being built. Like redis-rs's `ScriptInvocation` (EVALSHA,
+/// and on `NOSCRIPT` — a flushed or promoted server — load and retry once),
+/// but it can also be pipelined with `WAIT` on the same connection, and its
+/// errors are reported to the [`Conn`] so a moved primary is noticed.
+pub(crate) struct Call {
+    script: &'static Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    fn new(script: &'static Lua) -> Call {
+        Call {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    fn key(&mut self, key: impl ToRedisArgs) -> &mut Call {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    fn evalsha(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.script().get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    async fn invoke<T: FromRedisValue>(&self, conn: &Conn) -> RedisResult<T> {
+        Ok(self.run(conn, None).await?.0)
+    }
+
+    /// Runs the script, followed by `WAIT` when `wait` is given; returns the
+    /// reply and how many replicas acknowledged.
+    async fn run<T: FromRedisValue>(
+        &self,
+        conn: &Conn,
+        wait: Option<Replication>,
+    ) -> RedisResult<(T, Option<u32>)> {
+        let mut manager = conn.manager();
+        let mut loaded = false;
+        loop {
+            let result = match wait {
+                None => self
+                    .evalsha()
+                    .query_async::<T>(&mut manager)
+                    .await
+                    .map(|reply| (reply, None)),
+                Some(w) => redis::pipe()
+                    .add_command(self.evalsha())
+                    .cmd("WAIT")
+                    .arg(w.replicas)
+                    .arg(w.timeout_ms)
+                    .query_async::<(T, u32)>(&mut manager)
+                    .await
+                    .map(|(reply, acked)| (reply, Some(acked))),
+            };
+            match result {
+                Err(e) if !loaded && e.code() == Some("NOSCRIPT") => {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(self.script.source)
+                        .query_async::<String>(&mut manager)
+                        .await
+                        .inspect_err(|e| conn.report(e))?;
+                    loaded = true;
+                }
+                Err(e) => {
+                    conn.report(&e);
+                    return Err(e);
+                }
+                Ok(reply) => return Ok(reply),
+            }
+        }
+    }
+}
+
+/// `WAIT replicas timeout` after writes: see
+/// [`ClientBuilder::min_replica_acks`](crate::ClientBuilder::min_replica_acks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replication {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
 }
 
 /// The outcome of one acquire attempt.
@@ -166,20 +285,21 @@ pub(crate) const CLAIM_MS: u64 = 500;
 
 /// One acquire attempt; a failed one queues `queue` when given.
 pub(crate) async fn acquire(
-    conn: &mut ConnectionManager,
+    conn: &Conn,
     keys: &LockKeys,
     token: &str,
     lease_ms: u64,
     queue: Option<Queue<'_>>,
+    replication: Option<Replication>,
 ) -> Result<Acquire, Error> {
     let member = queue.map_or("", |q| q.member);
     let grace_ms = queue.map_or(0, |q| q.grace_ms);
     let park_ms = queue.map_or(0, |q| q.park_ms);
     let mut invocation = match keys.kind {
-        Kind::Plain => ACQUIRE.prepare_invoke(),
-        Kind::Fair => FAIR_ACQUIRE.prepare_invoke(),
-        Kind::Read => RW_READ_ACQUIRE.prepare_invoke(),
-        Kind::Write => RW_WRITE_ACQUIRE.prepare_invoke(),
+        Kind::Plain => Call::new(&ACQUIRE),
+        Kind::Fair => Call::new(&FAIR_ACQUIRE),
+        Kind::Read => Call::new(&RW_READ_ACQUIRE),
+        Kind::Write => Call::new(&RW_WRITE_ACQUIRE),
     };
     match keys.kind {
         Kind::Plain | Kind::Fair => {
@@ -219,7 +339,7 @@ pub(crate) async fn acquire(
             .arg(grace_ms)
             .arg(park_ms),
     };
-    let (flag, value): (i64, i64) = match invocation.invoke_async(conn).await {
+    let ((flag, value), acked): ((i64, i64), _) = match invocation.run(conn, replication).await {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("WRONGTYPE") => {
             return Err(Error::WrongType {
@@ -228,6 +348,16 @@ pub(crate) async fn acquire(
         }
         Err(e) => return Err(Error::Redis(e)),
     };
+    if let (1, Some(wanted), Some(acked)) = (flag, replication, acked) {
+        if acked < wanted.replicas {
+            // Not known to survive a failover: give it back, and say so.
+            release(conn, keys, token).await?;
+            return Err(Error::NotReplicated {
+                acked,
+                wanted: wanted.replicas,
+            });
+        }
+    }
     Ok(match flag {
         1 => Acquire::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
@@ -240,7 +370,7 @@ pub(crate) async fn acquire(
 
 /// Which of the lock's keys holds data of a type redbell does not put there
 /// (asked after a script failed with WRONGTYPE; one pipelined round trip).
-async fn foreign_key(conn: &mut ConnectionManager, keys: &LockKeys) -> String {
+async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
     let expected: Vec<(&str, &str)> = match keys.kind {
         Kind::Plain => vec![
             (&keys.lock, "string"),
@@ -266,7 +396,10 @@ async fn foreign_key(conn: &mut ConnectionManager, keys: &LockKeys) -> String {
     for (key, _) in &expected {
         pipe.cmd("TYPE").arg(*key);
     }
-    let types: Vec<String> = pipe.query_async(conn).await.unwrap_or_default();
+    let types: Vec<String> = pipe
+        .query_async(&mut conn.manager())
+        .await
+        .unwrap_or_default();
     expected
         .iter()
         .zip(&types)
@@ -276,16 +409,12 @@ async fn foreign_key(conn: &mut ConnectionManager, keys: &LockKeys) -> String {
 
 /// Deletes the lock if `token` still owns it, and wakes (plain) or grants
 /// the lock to (fair) the head waiter.
-pub(crate) async fn release(
-    conn: &mut ConnectionManager,
-    keys: &LockKeys,
-    token: &str,
-) -> Result<Owned, Error> {
+pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result<Owned, Error> {
     let mut invocation = match keys.kind {
-        Kind::Plain => RELEASE.prepare_invoke(),
-        Kind::Fair => FAIR_RELEASE.prepare_invoke(),
-        Kind::Read => RW_READ_RELEASE.prepare_invoke(),
-        Kind::Write => RW_WRITE_RELEASE.prepare_invoke(),
+        Kind::Plain => Call::new(&RELEASE),
+        Kind::Fair => Call::new(&FAIR_RELEASE),
+        Kind::Read => Call::new(&RW_READ_RELEASE),
+        Kind::Write => Call::new(&RW_WRITE_RELEASE),
     };
     match keys.kind {
         Kind::Read | Kind::Write => {
@@ -294,7 +423,7 @@ pub(crate) async fn release(
         Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, token),
     };
     let code: i64 = invocation
-        .invoke_async(conn)
+        .invoke(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))?;
     Ok(owned(code))
@@ -302,18 +431,14 @@ pub(crate) async fn release(
 
 /// Takes `member` out of the lock's queue and passes on any wake-up (plain)
 /// or grant (fair) it had. Returns whether another waiter was woken.
-pub(crate) async fn pass(
-    conn: &mut ConnectionManager,
-    keys: &LockKeys,
-    member: &str,
-) -> Result<bool, Error> {
+pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<bool, Error> {
     if keys.kind == Kind::Read {
         return Ok(false); // readers never queue
     }
     let mut invocation = match keys.kind {
-        Kind::Plain => PASS.prepare_invoke(),
-        Kind::Fair => FAIR_PASS.prepare_invoke(),
-        Kind::Read | Kind::Write => RW_PASS.prepare_invoke(),
+        Kind::Plain => Call::new(&PASS),
+        Kind::Fair => Call::new(&FAIR_PASS),
+        Kind::Read | Kind::Write => Call::new(&RW_PASS),
     };
     match keys.kind {
         Kind::Read | Kind::Write => {
@@ -327,7 +452,7 @@ pub(crate) async fn pass(
         Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, member),
     };
     let woke: i64 = invocation
-        .invoke_async(conn)
+        .invoke(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.waiters))?;
     Ok(woke == 1)
@@ -335,7 +460,7 @@ pub(crate) async fn pass(
 
 /// The keys and arguments of the queue-moving scripts (release and pass,
 /// plain and fair): `who` is the token being released or the member leaving.
-fn move_queue_on(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, who: &str) {
+fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
     match keys.kind {
         Kind::Fair => invocation
             .key(&keys.lock)
@@ -360,28 +485,37 @@ fn move_queue_on(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, who: &s
 /// Extends every `(keys, token)` lock to `lease_ms` from now, in one script
 /// call; one outcome per lock, in order.
 pub(crate) async fn extend(
-    conn: &mut ConnectionManager,
+    conn: &Conn,
     locks: &[(&LockKeys, &str)],
     lease_ms: u64,
+    replication: Option<Replication>,
 ) -> Result<Vec<Owned>, Error> {
     // Readers' holds live in a sorted set and need their own script; the
     // rest are token strings. One call per family, outcomes put back in order.
     let (readers, others): (Vec<usize>, Vec<usize>) =
         (0..locks.len()).partition(|&i| locks[i].0.kind == Kind::Read);
     let mut out = vec![Owned::Gone; locks.len()];
-    for (script, family) in [(&*EXTEND, others), (&*RW_READ_EXTEND, readers)] {
+    for (script, family) in [(&EXTEND, others), (&RW_READ_EXTEND, readers)] {
         if family.is_empty() {
             continue;
         }
-        let mut invocation = script.prepare_invoke();
-        invocation.arg(lease_ms);
+        let mut call = Call::new(script);
+        call.arg(lease_ms);
         for &i in &family {
-            invocation.key(&locks[i].0.lock).arg(locks[i].1);
+            call.key(&locks[i].0.lock).arg(locks[i].1);
         }
-        let codes: Vec<i64> = invocation
-            .invoke_async(conn)
+        let (codes, acked): (Vec<i64>, _) = call
+            .run(conn, replication)
             .await
             .map_err(|e| Error::from_redis(e, &locks[family[0]].0.lock))?;
+        if let (Some(wanted), Some(acked)) = (replication, acked) {
+            if acked < wanted.replicas {
+                return Err(Error::NotReplicated {
+                    acked,
+                    wanted: wanted.replicas,
+                });
+            }
+        }
         for (&i, code) in family.iter().zip(codes) {
             out[i] = owned(code);
         }
@@ -392,32 +526,29 @@ pub(crate) async fn extend(
 /// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
 /// ("" = none), live waiters.
 pub(crate) async fn status(
-    conn: &mut ConnectionManager,
+    conn: &Conn,
     keys: &LockKeys,
 ) -> Result<(String, i64, String, u64), Error> {
-    STATUS
+    Call::new(&STATUS)
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.waiters)
         .key(format!("{}:fifo:expiry", keys.lock))
-        .invoke_async(conn)
+        .invoke(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))
 }
 
 /// Deletes the lock whoever holds it and wakes the head waiter; returns the
 /// removed token ("" if the lock was free).
-pub(crate) async fn force_release(
-    conn: &mut ConnectionManager,
-    keys: &LockKeys,
-) -> Result<String, Error> {
-    FORCE_RELEASE
+pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String, Error> {
+    Call::new(&FORCE_RELEASE)
         .key(&keys.lock)
         .key(&keys.waiters)
         .key(&keys.handoff)
         .arg(&keys.wake_prefix)
         .arg(HANDOFF_MS)
-        .invoke_async(conn)
+        .invoke(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))
 }
