@@ -24,6 +24,9 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 /// granted the lock: the grant's claim lease, plus a little slack.
 const STANDBY: Duration = Duration::from_millis(scripts::CLAIM_MS + 50);
 
+/// The longest single park, whatever PTTL a foreign key reports.
+const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
+
 /// Acquires one lock of one kind.
 #[derive(Clone, Debug)]
 pub(crate) struct Acquirer {
@@ -115,7 +118,10 @@ impl Acquirer {
                 subscribed = true;
                 continue;
             }
-            let mut until = Instant::now() + pttl.unwrap_or(config.max_park);
+            // Capped so a foreign key with an absurd expiry cannot overflow
+            // the clock; a day-long park still costs nothing.
+            let park = pttl.unwrap_or(config.max_park).min(MAX_PARK);
+            let mut until = Instant::now() + park;
             loop {
                 tokio::select! {
                     _ = &mut notified => {}
