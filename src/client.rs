@@ -74,6 +74,7 @@ pub(crate) struct Config {
 #[derive(Debug, Clone)]
 enum Target {
     Url(String),
+    Cluster(Vec<String>),
     Sentinel {
         sentinels: Vec<String>,
         master: String,
@@ -243,6 +244,10 @@ impl ClientBuilder {
             Target::Url(url) => {
                 Conn::direct(url, self.connect_timeout, self.response_timeout).await?
             }
+            Target::Cluster(nodes) => {
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Conn::cluster(&nodes, self.connect_timeout, self.response_timeout).await?
+            }
             Target::Sentinel { sentinels, master } => {
                 let sentinels: Vec<&str> = sentinels.iter().map(String::as_str).collect();
                 Conn::sentinel(
@@ -336,6 +341,35 @@ impl Client {
             sentinels: sentinel_urls.iter().map(|url| (*url).to_owned()).collect(),
             master: master_name.to_owned(),
         };
+        builder
+    }
+
+    /// Connects to the Redis Cluster that `node_urls` (some of its nodes)
+    /// belong to. Locks, guards and waiting work as on one server: every key
+    /// and channel of a lock shares its `{name}` hash tag, so each lock lives
+    /// in one slot; wake-ups use sharded pub/sub (SPUBLISH from the release
+    /// script, SSUBSCRIBE on a dedicated connection), so they stay inside
+    /// the lock's shard; renewals are batched per slot. Failovers and slot
+    /// migrations are followed by redis-rs; the hub resubscribes and wakes
+    /// every waiter after either. Calls in flight during a failover fail
+    /// with a retryable [`Error::Redis`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when no node can be reached or the URLs are invalid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes closes any connection it
+    /// opened; nothing is left running.
+    pub async fn cluster(node_urls: &[&str]) -> Result<Client, Error> {
+        Client::cluster_builder(node_urls).connect().await
+    }
+
+    /// Starts building a client for a Redis Cluster; see [`Client::cluster`].
+    pub fn cluster_builder(node_urls: &[&str]) -> ClientBuilder {
+        let mut builder = Client::builder("");
+        builder.target = Target::Cluster(node_urls.iter().map(|url| (*url).to_owned()).collect());
         builder
     }
 

@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock as StdRwLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::Error;
 
@@ -39,8 +42,9 @@ struct Inner {
 struct Current {
     /// `host:port` of the primary (sentinel mode), or the URL.
     addr: String,
-    client: redis::Client,
-    manager: ConnectionManager,
+    /// The client the pub/sub hub connects with (single node and sentinel).
+    client: Option<redis::Client>,
+    manager: Manager,
 }
 
 enum Source {
@@ -49,6 +53,46 @@ enum Source {
         sentinels: Vec<redis::Client>,
         master: String,
     },
+    /// Redis Cluster: redis-rs follows slots, failovers and migrations.
+    Cluster {
+        nodes: Vec<String>,
+    },
+}
+
+/// A command connection: to one server, or to a cluster (commands routed by
+/// their first key's slot). Cheap to clone; clones share their sockets.
+#[derive(Clone)]
+pub(crate) enum Manager {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Manager {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Manager::Single(c) => c.req_packed_command(cmd),
+            Manager::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Manager::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Manager::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Manager::Single(c) => c.get_db(),
+            Manager::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 impl Conn {
@@ -63,7 +107,7 @@ impl Conn {
         Ok(Conn(Arc::new(Inner {
             current: StdRwLock::new(Current {
                 addr: url.to_owned(),
-                client,
+                client: Some(client),
                 manager,
             }),
             source: Source::Direct,
@@ -95,7 +139,7 @@ impl Conn {
         Ok(Conn(Arc::new(Inner {
             current: StdRwLock::new(Current {
                 addr,
-                client,
+                client: Some(client),
                 manager,
             }),
             source,
@@ -105,13 +149,54 @@ impl Conn {
         })))
     }
 
-    /// The current command connection (a clone sharing its socket).
-    pub(crate) fn manager(&self) -> ConnectionManager {
+    /// Connects to the Redis Cluster that `node_urls` belong to.
+    pub(crate) async fn cluster(
+        node_urls: &[&str],
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Conn, Error> {
+        let client = ClusterClient::builder(node_urls.iter().copied())
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .build()?;
+        let manager = client.get_async_connection().await?;
+        Ok(Conn(Arc::new(Inner {
+            current: StdRwLock::new(Current {
+                addr: node_urls.join(","),
+                client: None,
+                manager: Manager::Cluster(manager),
+            }),
+            source: Source::Cluster {
+                nodes: node_urls.iter().map(|url| (*url).to_owned()).collect(),
+            },
+            connect_timeout,
+            response_timeout,
+            resolving: AtomicBool::new(false),
+        })))
+    }
+
+    /// Whether this is a Redis Cluster (sharded pub/sub, per-slot batches).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.0.source, Source::Cluster { .. })
+    }
+
+    /// The cluster's seed nodes, for the hub's dedicated pub/sub
+    /// connection; `None` unless this is a cluster.
+    pub(crate) fn cluster_nodes(&self) -> Option<&[String]> {
+        match &self.0.source {
+            Source::Cluster { nodes } => Some(nodes),
+            _ => None,
+        }
+    }
+
+    /// The current command connection (a clone sharing its sockets).
+    pub(crate) fn manager(&self) -> Manager {
         self.current().manager
     }
 
-    /// The current primary's client, for the pub/sub connection.
-    pub(crate) fn client(&self) -> redis::Client {
+    /// The current primary's client, for the pub/sub connection; `None` on
+    /// a cluster (see [`Conn::cluster_nodes`]).
+    pub(crate) fn client(&self) -> Option<redis::Client> {
         self.current().client
     }
 
@@ -132,7 +217,7 @@ impl Conn {
             || err.is_connection_dropped()
             || err.is_timeout()
             || err.code() == Some("READONLY");
-        if !moved || matches!(self.0.source, Source::Direct) {
+        if !moved || !matches!(self.0.source, Source::Sentinel { .. }) {
             return;
         }
         if self.0.resolving.swap(true, Ordering::AcqRel) {
@@ -150,7 +235,7 @@ impl Conn {
     /// In sentinel mode, asks where the primary is and switches to it if it
     /// moved. Returns whether it switched.
     pub(crate) async fn resolve(&self) -> Result<bool, Error> {
-        if matches!(self.0.source, Source::Direct) {
+        if !matches!(self.0.source, Source::Sentinel { .. }) {
             return Ok(false);
         }
         let addr = primary_of(&self.0.source, self.0.connect_timeout).await?;
@@ -162,7 +247,7 @@ impl Conn {
         tracing::info!(primary = %addr, "following a failover to the new primary");
         *self.0.current.write().unwrap_or_else(|p| p.into_inner()) = Current {
             addr,
-            client,
+            client: Some(client),
             manager,
         };
         Ok(true)
@@ -174,13 +259,15 @@ async fn manager(
     client: &redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> Result<ConnectionManager, Error> {
+) -> Result<Manager, Error> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(response_timeout))
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500));
-    Ok(client.get_connection_manager_with_config(config).await?)
+    Ok(Manager::Single(
+        client.get_connection_manager_with_config(config).await?,
+    ))
 }
 
 /// `host:port` of the primary the first answering sentinel names.

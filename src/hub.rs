@@ -107,8 +107,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -116,6 +114,7 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::client::{Background, Kind, LockKeys};
 use crate::conn::Conn;
+use crate::pubsub::{self, Event, Sink, Stream};
 
 /// The hub of one client. Dropping it stops its tasks.
 pub(crate) struct Hub {
@@ -249,6 +248,12 @@ impl Shared {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether `channel` is subscribed for waiters (a server-side
+    /// unsubscribe of it must be undone).
+    fn wants(&self, channel: &str) -> bool {
+        self.lock().get(channel).is_some_and(|e| e.subscribed)
+    }
+
     /// Wakes every waiter: a stored permit on each one's own `Notify`, so a
     /// waiter between two parks returns from its next park at once.
     fn wake_all(&self) {
@@ -313,7 +318,7 @@ impl Hub {
         background: mpsc::UnboundedSender<Background>,
         client_id: String,
     ) -> Result<Hub, Error> {
-        let (sink, stream) = connect(&conn.client(), connect_timeout).await?;
+        let (sink, stream) = pubsub::connect(&conn, connect_timeout).await?;
         let shared = Arc::new(Shared {
             channels: StdMutex::new(HashMap::new()),
             background,
@@ -397,7 +402,7 @@ impl Hub {
 
 /// The live pub/sub connection: the sink and the dispatcher reading it.
 struct Connection {
-    sink: PubSubSink,
+    sink: Sink,
     _dispatcher: AbortOnDrop,
 }
 
@@ -417,12 +422,7 @@ struct Control {
 }
 
 impl Control {
-    async fn run(
-        mut self,
-        sink: PubSubSink,
-        stream: PubSubStream,
-        mut ops: mpsc::UnboundedReceiver<Op>,
-    ) {
+    async fn run(mut self, sink: Sink, stream: Stream, mut ops: mpsc::UnboundedReceiver<Op>) {
         self.install(sink, stream);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -457,7 +457,7 @@ impl Control {
     }
 
     /// Makes `sink`/`stream` the current connection and starts its dispatcher.
-    fn install(&mut self, sink: PubSubSink, stream: PubSubStream) {
+    fn install(&mut self, sink: Sink, stream: Stream) {
         self.generation += 1;
         let dispatcher = tokio::spawn(dispatch(
             stream,
@@ -487,7 +487,12 @@ impl Control {
         if !wanted {
             return;
         }
-        match tokio::time::timeout(self.connect_timeout, conn.sink.subscribe(channel)).await {
+        match tokio::time::timeout(
+            self.connect_timeout,
+            conn.sink.subscribe(&[channel.to_owned()]),
+        )
+        .await
+        {
             Ok(Ok(())) => {
                 let kept = match self.shared.lock().get_mut(channel) {
                     Some(entry) => {
@@ -497,9 +502,11 @@ impl Control {
                     None => false, // its waiters left while we subscribed
                 };
                 if !kept {
-                    let _ =
-                        tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(channel))
-                            .await;
+                    let _ = tokio::time::timeout(
+                        self.connect_timeout,
+                        conn.sink.unsubscribe(&[channel.to_owned()]),
+                    )
+                    .await;
                 }
             }
             Ok(Err(e)) => {
@@ -557,7 +564,7 @@ impl Control {
         if let Err(e) = self.primary.resolve().await {
             tracing::debug!(error = %e, "could not resolve the primary");
         }
-        match connect(&self.primary.client(), self.connect_timeout).await {
+        match pubsub::connect(&self.primary, self.connect_timeout).await {
             Ok((mut sink, stream)) => {
                 let wanted: Vec<String> = {
                     let mut channels = self.shared.lock();
@@ -605,30 +612,22 @@ impl Control {
 /// Reads messages and wakes one waiter of the message's channel; reports a
 /// disconnect when the stream ends.
 async fn dispatch(
-    mut stream: PubSubStream,
+    mut stream: Stream,
     shared: Arc<Shared>,
     ops: mpsc::WeakUnboundedSender<Op>,
     generation: u64,
 ) {
-    while let Some(msg) = stream.next().await {
-        shared.deliver(msg.get_channel_name(), msg.get_payload_bytes());
+    while let Some(event) = stream.next().await {
+        match event {
+            Event::Message { channel, payload } => shared.deliver(&channel, &payload),
+            // The server dropped a channel we still want (a cluster slot
+            // moved): start over as after a lost connection.
+            Event::Unsubscribed { channel } if shared.wants(&channel) => break,
+            Event::Unsubscribed { .. } => {}
+        }
     }
     if let Some(ops) = ops.upgrade() {
         let _ = ops.send(Op::Disconnected { generation });
-    }
-}
-
-async fn connect(
-    redis: &redis::Client,
-    timeout: Duration,
-) -> Result<(PubSubSink, PubSubStream), Error> {
-    match tokio::time::timeout(timeout, redis.get_async_pubsub()).await {
-        Ok(Ok(pubsub)) => Ok(pubsub.split()),
-        Ok(Err(e)) => Err(Error::Redis(e)),
-        Err(_) => Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "timed out connecting the pub/sub connection",
-        )))),
     }
 }
 

@@ -12,6 +12,7 @@ mod guard;
 mod hub;
 mod lease;
 mod mutex;
+mod pubsub;
 mod rwlock;
 mod scripts;
 

@@ -59,6 +59,9 @@ struct Lua {
     name: &'static str,
     source: &'static str,
     script: OnceLock<Script>,
+    /// The Redis Cluster variant: `PUBLISH` becomes `SPUBLISH` (sharded
+    /// pub/sub, delivered only inside the lock's shard).
+    sharded: OnceLock<(String, Script)>,
 }
 
 impl Lua {
@@ -67,11 +70,26 @@ impl Lua {
             name,
             source,
             script: OnceLock::new(),
+            sharded: OnceLock::new(),
         }
     }
 
     fn script(&self) -> &Script {
         self.script.get_or_init(|| Script::new(self.source))
+    }
+
+    /// The source and script to run on a single server or on a cluster.
+    fn variant(&self, cluster: bool) -> (&str, &Script) {
+        if cluster {
+            let (source, script) = self.sharded.get_or_init(|| {
+                let source = self.source.replace("'PUBLISH'", "'SPUBLISH'");
+                let script = Script::new(&source);
+                (source, script)
+            });
+            (source, script)
+        } else {
+            (self.source, self.script())
+        }
     }
 }
 
@@ -164,9 +182,9 @@ impl Call {
         self
     }
 
-    fn evalsha(&self) -> Cmd {
+    fn evalsha(&self, script: &Script) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.script().get_hash())
+        cmd.arg(script.get_hash())
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);
@@ -185,16 +203,17 @@ impl Call {
         wait: Option<Replication>,
     ) -> RedisResult<(T, Option<u32>)> {
         let mut manager = conn.manager();
+        let (source, script) = self.script.variant(conn.is_cluster());
         let mut loaded = false;
         loop {
             let result = match wait {
                 None => self
-                    .evalsha()
+                    .evalsha(script)
                     .query_async::<T>(&mut manager)
                     .await
                     .map(|reply| (reply, None)),
                 Some(w) => redis::pipe()
-                    .add_command(self.evalsha())
+                    .add_command(self.evalsha(script))
                     .cmd("WAIT")
                     .arg(w.replicas)
                     .arg(w.timeout_ms)
@@ -206,7 +225,7 @@ impl Call {
                 Err(e) if !loaded && e.code() == Some("NOSCRIPT") => {
                     redis::cmd("SCRIPT")
                         .arg("LOAD")
-                        .arg(self.script.source)
+                        .arg(source)
                         .query_async::<String>(&mut manager)
                         .await
                         .inspect_err(|e| conn.report(e))?;
@@ -491,11 +510,24 @@ pub(crate) async fn extend(
     replication: Option<Replication>,
 ) -> Result<Vec<Owned>, Error> {
     // Readers' holds live in a sorted set and need their own script; the
-    // rest are token strings. One call per family, outcomes put back in order.
-    let (readers, others): (Vec<usize>, Vec<usize>) =
-        (0..locks.len()).partition(|&i| locks[i].0.kind == Kind::Read);
+    // rest are token strings. One call per family (and, on a cluster, per
+    // slot: a script's keys must share one), outcomes put back in order.
+    let mut groups: Vec<((bool, u16), Vec<usize>)> = Vec::new();
+    for (i, (keys, _)) in locks.iter().enumerate() {
+        let slot = if conn.is_cluster() {
+            hash_slot(&keys.lock)
+        } else {
+            0
+        };
+        let group = (keys.kind == Kind::Read, slot);
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((group, vec![i])),
+        }
+    }
     let mut out = vec![Owned::Gone; locks.len()];
-    for (script, family) in [(&EXTEND, others), (&RW_READ_EXTEND, readers)] {
+    for ((readers, _), family) in groups {
+        let script = if readers { &RW_READ_EXTEND } else { &EXTEND };
         if family.is_empty() {
             continue;
         }
@@ -553,6 +585,32 @@ pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String
         .map_err(|e| Error::from_redis(e, &keys.lock))
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its `{hash tag}` if
+/// it has a non-empty one, else of the whole key, modulo 16384.
+fn hash_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 fn owned(code: i64) -> Owned {
     match code {
         1 => Owned::Ours,
@@ -585,6 +643,18 @@ mod tests {
         shas.sort_unstable();
         shas.dedup();
         assert_eq!(shas.len(), 15);
+    }
+
+    #[test]
+    fn hash_slots_match_redis() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(hash_slot("foo"), 12182);
+        assert_eq!(hash_slot("redbell:{foo}:fence"), 12182);
+        assert_eq!(
+            hash_slot("{user1000}.following"),
+            hash_slot("{user1000}.followers")
+        );
+        assert_eq!(hash_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
     }
 
     #[test]
