@@ -7,18 +7,16 @@ use std::time::Duration;
 
 use rand::Rng;
 use redbell::MutexGuard;
-use redbell_integration_tests::{client, eventually, get, raw, redis_url, unique};
+use redbell_integration_tests::{
+    LONG, client, eventually, get, join_within, raw, redis_url, scan, unique, zcard,
+};
+use redis::aio::MultiplexedConnection;
 use tokio::time::timeout;
 
-const LONG: Duration = Duration::from_secs(30);
-
 /// The lock keys (not fence or queue keys) of names starting with `prefix`, with their values.
-async fn lock_keys(
-    conn: &mut redis::aio::MultiplexedConnection,
-    prefix: &str,
-) -> BTreeMap<String, String> {
+async fn lock_keys(conn: &mut MultiplexedConnection, prefix: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for key in redbell_integration_tests::scan(conn, &format!("redbell:{{{prefix}*")).await {
+    for key in scan(conn, &format!("redbell:{{{prefix}*")).await {
         // Only lock keys `redbell:{name}`; not `:fence`, `:waiters`, ...
         if !key.ends_with('}') {
             continue;
@@ -32,24 +30,29 @@ async fn lock_keys(
 
 /// How many entries the sorted sets (waiter queues) of names starting with
 /// `prefix` hold in all.
-async fn queued_members(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> i64 {
+async fn queued_members(conn: &mut MultiplexedConnection, prefix: &str) -> i64 {
     let mut n = 0;
-    for key in redbell_integration_tests::scan(conn, &format!("redbell:{{{prefix}*")).await {
+    for key in scan(conn, &format!("redbell:{{{prefix}*")).await {
         let kind: String = redis::cmd("TYPE")
             .arg(&key)
             .query_async(conn)
             .await
             .unwrap();
         if kind == "zset" {
-            let c: i64 = redis::cmd("ZCARD")
-                .arg(&key)
-                .query_async(conn)
-                .await
-                .unwrap();
-            n += c;
+            n += zcard(conn, &key).await;
         }
     }
     n
+}
+
+/// Whether, within 2 s, no lock key of a name starting with `prefix` is
+/// left ([`lock_keys`] empty).
+async fn lock_keys_cleared(conn: &MultiplexedConnection, prefix: &str) -> bool {
+    eventually(Duration::from_secs(2), || {
+        let mut conn = conn.clone();
+        async move { lock_keys(&mut conn, prefix).await.is_empty() }
+    })
+    .await
 }
 
 /// 1,000 lock() futures on ~20 contended names across 4 clients, each cut off
@@ -118,14 +121,13 @@ async fn cancelled_lock_futures_leave_no_lock_behind() {
 
     let mut alive: Vec<MutexGuard> = Vec::new();
     let mut acquired = 0;
-    for t in timeout(
+    for (got, kept) in join_within(
         Duration::from_secs(60),
-        futures_util::future::join_all(cancelled),
+        cancelled,
+        "the cancelled futures did not all finish",
     )
     .await
-    .expect("the cancelled futures did not all finish")
     {
-        let (got, kept) = t.unwrap();
         acquired += usize::from(got);
         alive.extend(kept);
     }
@@ -174,12 +176,7 @@ async fn cancelled_lock_futures_leave_no_lock_behind() {
         "{} waiter entries left queued by cancelled waiters",
         queued_members(&mut conn, &prefix).await
     );
-    let cleared = eventually(Duration::from_secs(2), || {
-        let mut conn = conn.clone();
-        let prefix = prefix.clone();
-        async move { lock_keys(&mut conn, &prefix).await.is_empty() }
-    })
-    .await;
+    let cleared = lock_keys_cleared(&conn, &prefix).await;
     assert!(cleared, "dropped guards were not released");
 }
 
@@ -244,11 +241,6 @@ async fn cancelled_try_lock_leaves_no_lock_behind() {
         t.unwrap();
     }
     let conn = raw(&url).await;
-    let clean = eventually(Duration::from_secs(2), || {
-        let mut conn = conn.clone();
-        let prefix = prefix.clone();
-        async move { lock_keys(&mut conn, &prefix).await.is_empty() }
-    })
-    .await;
+    let clean = lock_keys_cleared(&conn, &prefix).await;
     assert!(clean, "cancelled try_lock/lock_timeout left a lock behind");
 }

@@ -13,34 +13,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// `<target>/debug/redbell`: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
-fn bin() -> PathBuf {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => workspace.join(dir), // an absolute dir replaces the base
-        None => workspace.join("target"),
-    };
-    let path = target.join("debug").join("redbell");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --bin redbell` first (`make test` does)",
-        path.display()
-    );
-    path
-}
+use redbell_integration_tests::{free_port, lock_key, log_output, redbell_binary, redis_url};
 
-fn redis_url() -> String {
-    std::env::var("REDIS_URL")
-        .expect("REDIS_URL is not set: run the tests through `make test`, which starts a Redis")
-}
-
+/// A name no other test uses: `cli-what-<uuid>`.
 fn unique(what: &str) -> String {
-    format!("cli-{what}-{}", uuid::Uuid::new_v4().simple())
-}
-
-/// The lock key of `name` under the default prefix.
-fn key(name: &str) -> String {
-    format!("redbell:{{{name}}}")
+    redbell_integration_tests::unique(&format!("cli-{what}"))
 }
 
 fn redis() -> redis::Connection {
@@ -51,7 +28,7 @@ fn redis() -> redis::Connection {
 
 fn exists(name: &str) -> bool {
     redis::cmd("EXISTS")
-        .arg(key(name))
+        .arg(lock_key(name))
         .query::<i64>(&mut redis())
         .expect("EXISTS")
         == 1
@@ -59,7 +36,7 @@ fn exists(name: &str) -> bool {
 
 fn del(name: &str) {
     let _: i64 = redis::cmd("DEL")
-        .arg(key(name))
+        .arg(lock_key(name))
         .query(&mut redis())
         .expect("DEL");
 }
@@ -73,7 +50,7 @@ fn scratch() -> PathBuf {
 
 /// `redbell ARGS...` with `REDIS_URL` set and no stdin.
 fn redbell(args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin());
+    let mut cmd = Command::new(redbell_binary());
     cmd.args(args)
         .env("REDIS_URL", redis_url())
         .stdin(Stdio::null())
@@ -102,12 +79,7 @@ fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
         }
     }
     let out = child.wait_with_output().expect("wait");
-    eprintln!(
-        "--- {what}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    log_output(what, &out);
     out
 }
 
@@ -301,7 +273,7 @@ fn a_held_lock_fails_fast_or_after_the_wait() {
     let marker = dir.join("ran");
     let touch = ["touch", marker.to_str().unwrap()];
     let _: () = redis::cmd("SET")
-        .arg(key(&name))
+        .arg(lock_key(&name))
         .arg("someone-else")
         .arg("PX")
         .arg(60_000)
@@ -334,7 +306,7 @@ fn a_held_lock_fails_fast_or_after_the_wait() {
 
     assert!(!marker.exists(), "the command ran without the lock");
     let holder: String = redis::cmd("GET")
-        .arg(key(&name))
+        .arg(lock_key(&name))
         .query(&mut redis())
         .unwrap();
     assert_eq!(holder, "someone-else", "the holder's lock was touched");
@@ -590,11 +562,7 @@ fn status_shows_the_holder_and_force_unlock_hands_over() {
 #[test]
 fn unreachable_redis_exits_69_with_one_line() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let url = format!("redis://127.0.0.1:{port}");
+    let url = format!("redis://127.0.0.1:{}", free_port());
     let dir = scratch();
     let marker = dir.join("ran");
     for args in [

@@ -9,26 +9,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-/// `<target>/debug/<name>`: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
-fn built(name: &str) -> PathBuf {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => workspace.join(dir), // an absolute dir replaces the base
-        None => workspace.join("target"),
-    };
-    let path = target.join("debug").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --bin redbell --example ticket_sale` first (`make test` does)",
-        path.display()
-    );
-    path
-}
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL")
-        .expect("REDIS_URL is not set: run the tests through `make test`, which starts a Redis")
-}
+use redbell_integration_tests::{built_binary, log_output, redbell_binary, redis_url};
 
 /// Runs `exe args...` with `REDIS_URL` set, failing the test after 120 s.
 async fn run(exe: PathBuf, args: &[&str]) -> Output {
@@ -41,13 +22,7 @@ async fn run(exe: PathBuf, args: &[&str]) -> Output {
         .await
         .unwrap_or_else(|_| panic!("{} {args:?} took over 120 s", exe.display()))
         .expect("the demo binary runs");
-    eprintln!(
-        "--- {} {args:?}: {}\n{}{}",
-        exe.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    log_output(&format!("{} {args:?}", exe.display()), &out);
     out
 }
 
@@ -88,7 +63,7 @@ fn assert_clean(out: &Output, tickets: u64) {
 #[tokio::test]
 async fn pubsub_processes_sell_every_ticket_once() {
     let out = run(
-        built("redbell"),
+        redbell_binary(),
         &["demo", "--windows", "5", "--tickets", "100"],
     )
     .await;
@@ -109,20 +84,20 @@ async fn poll_baseline_sells_every_ticket_once() {
         "--poll-interval",
         "10ms",
     ];
-    let out = run(built("redbell"), &args).await;
+    let out = run(redbell_binary(), &args).await;
     assert_clean(&out, 100);
 }
 
 #[tokio::test]
 async fn tasks_mode_sells_every_ticket_once() {
-    let out = run(built("redbell"), &["demo", "--tasks", "--tickets", "50"]).await;
+    let out = run(redbell_binary(), &["demo", "--tasks", "--tickets", "50"]).await;
     assert_clean(&out, 50);
 }
 
 #[tokio::test]
 async fn the_example_runs_its_own_window_processes() {
     let out = run(
-        built(&format!(
+        built_binary(&format!(
             "examples/ticket_sale{}",
             std::env::consts::EXE_SUFFIX
         )),
@@ -137,7 +112,7 @@ async fn the_example_runs_its_own_window_processes() {
 #[tokio::test]
 async fn a_broken_lock_is_detected() {
     let out = run(
-        built("redbell"),
+        redbell_binary(),
         &["demo", "--windows", "5", "--tickets", "100", "--no-lock"],
     )
     .await;
@@ -152,7 +127,7 @@ async fn a_broken_lock_is_detected() {
 
 #[tokio::test]
 async fn unreachable_redis_exits_69() {
-    let out = tokio::process::Command::new(built("redbell"))
+    let out = tokio::process::Command::new(redbell_binary())
         .args(["--url", "redis://127.0.0.1:1", "demo"])
         .output()
         .await

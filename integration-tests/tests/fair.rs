@@ -15,51 +15,29 @@ use std::time::Duration;
 
 use redbell::{Client, Error, FairMutex, MutexGuard};
 use redbell_integration_tests::{
-    Monitor, PrivateRedis, client, eventually, exists, fence_key, get, lock_key, pttl, raw,
-    redis_url, subscribers, unique, wait_for_subscribers,
+    LONG, Monitor, PROMPT, PrivateRedis, Side, client, client_ids, client_list, config_set,
+    counter_key, counter_value, del, eventually, exists, fence_key, fifo_expiry_key, fifo_key, get,
+    join_within, kill_client, lock_key, non_atomic_increment, pttl, raw, redis_url, server_ms,
+    spawn_timed, subscribers, subscriptions, unique, wait_for_members, wait_for_subscribers,
+    wake_channel, zcard, zrange,
 };
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-const LONG: Duration = Duration::from_secs(30);
-const PROMPT: Duration = Duration::from_secs(5);
 /// The holder's lease in the unconfirmed-grant tests.
 const HOLDER_LEASE: Duration = Duration::from_secs(4);
 
-/// `redbell:{name}:fifo`: member -> arrival (server µs).
-fn fifo_key(name: &str) -> String {
-    format!("{}:fifo", lock_key(name))
-}
-
-/// `redbell:{name}:fifo:expiry`: member -> expiry (server ms).
-fn fifo_expiry_key(name: &str) -> String {
-    format!("{}:fifo:expiry", lock_key(name))
-}
-
-async fn zcard(conn: &mut MultiplexedConnection, key: &str) -> i64 {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .expect("ZCARD")
-}
-
 /// Waits until `n` waiters are queued for lock `name` at the server.
 async fn wait_queued(conn: &MultiplexedConnection, name: &str, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut conn = conn.clone();
-    loop {
-        let queued = zcard(&mut conn, &fifo_key(name)).await;
-        if queued >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "lock {name}: {queued} of {n} waiters queued after 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_members(conn, &fifo_key(name), n, Duration::from_millis(2)).await;
+}
+
+/// Waits until `n` waiters are queued for lock `name` and `n` clients
+/// listen on it: all of them parked, ready to be granted the lock.
+async fn wait_parked(conn: &MultiplexedConnection, url: &str, name: &str, n: i64) {
+    wait_queued(conn, name, n).await;
+    wait_for_subscribers(url, name, n).await;
 }
 
 /// Asserts that lock `name` is free and its queue keys are gone.
@@ -74,13 +52,7 @@ async fn assert_clean(conn: &mut MultiplexedConnection, name: &str) {
     })
     .await;
     if !ok {
-        let fifo: Vec<String> = redis::cmd("ZRANGE")
-            .arg(fifo_key(name))
-            .arg(0)
-            .arg(-1)
-            .query_async(conn)
-            .await
-            .unwrap();
+        let fifo = zrange(conn, &fifo_key(name)).await;
         panic!(
             "lock {name} not clean once idle: holder {:?}, queue {fifo:?}, expiry key exists: {}",
             get(conn, &lock_key(name)).await,
@@ -89,119 +61,34 @@ async fn assert_clean(conn: &mut MultiplexedConnection, name: &str) {
     }
 }
 
-/// The server's connections: `(id, CLIENT LIST line)`.
-async fn client_list(conn: &mut MultiplexedConnection) -> Vec<(u64, String)> {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(conn)
-        .await
-        .expect("CLIENT LIST");
-    list.lines()
-        .filter_map(|line| {
-            let id = line.strip_prefix("id=")?.split(' ').next()?.parse().ok()?;
-            Some((id, line.to_owned()))
-        })
+/// The ids of the connections a client opened: those in the server's
+/// [`client_list`] now that were not in `before`.
+async fn new_connections(admin: &mut MultiplexedConnection, before: &HashSet<u64>) -> HashSet<u64> {
+    client_ids(&client_list(admin).await)
+        .difference(before)
+        .copied()
         .collect()
-}
-
-fn ids(list: &[(u64, String)]) -> HashSet<u64> {
-    list.iter().map(|(id, _)| *id).collect()
-}
-
-/// How many channels connection `line` is subscribed to (`sub=`).
-fn subs(line: &str) -> usize {
-    line.split(' ')
-        .find_map(|f| f.strip_prefix("sub="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-async fn kill_id(conn: &mut MultiplexedConnection, id: u64) {
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(id)
-        .query_async(conn)
-        .await
-        .expect("CLIENT KILL ID");
-    assert_eq!(killed, 1, "connection {id} was not killed");
-}
-
-/// A Tokio runtime (one thread) of its own: a separate "process" whose
-/// clients can be frozen.
-struct Side {
-    handle: tokio::runtime::Handle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-/// Keeps a [`Side`] frozen until dropped.
-struct Frozen {
-    _thaw: std::sync::mpsc::Sender<()>,
-}
-
-impl Side {
-    fn start() -> Side {
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("side runtime");
-            handle_tx.send(rt.handle().clone()).unwrap();
-            rt.block_on(async {
-                let _ = stopped.await;
-            });
-        });
-        Side {
-            handle: handle_rx.recv().expect("side runtime handle"),
-            stop: Some(stop),
-        }
-    }
-
-    fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.handle.spawn(future)
-    }
-
-    /// A client living on this runtime.
-    async fn client(&self, url: &str) -> Client {
-        let url = url.to_owned();
-        self.spawn(async move { client(&url).await }).await.unwrap()
-    }
-
-    /// Blocks the runtime's only thread until the returned value is dropped.
-    async fn freeze(&self) -> Frozen {
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let (thaw_tx, thaw_rx) = std::sync::mpsc::channel::<()>();
-        self.spawn(async move {
-            let _ = started_tx.send(());
-            let _ = thaw_rx.recv(); // blocks the thread: nothing else runs
-        });
-        started_rx.await.expect("the side runtime froze");
-        Frozen { _thaw: thaw_tx }
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
 }
 
 /// A waiter's outcome: when lock() returned, and what.
 type Waited = (Instant, Result<MutexGuard, Error>);
 
 fn spawn_lock(mutex: FairMutex) -> JoinHandle<Waited> {
-    tokio::spawn(async move {
-        let r = mutex.lock().await;
-        (Instant::now(), r)
-    })
+    spawn_timed(async move { mutex.lock().await })
+}
+
+/// Waits until A (its lock() already spawned) is queued and listening, then
+/// queues B behind it: B's lock() task, once both are parked.
+async fn queue_b_behind_a(
+    conn: &MultiplexedConnection,
+    url: &str,
+    name: &str,
+    b: &Client,
+) -> JoinHandle<Waited> {
+    wait_parked(conn, url, name, 1).await;
+    let b_task = spawn_lock(b.fair_mutex(name).with_lease(LONG));
+    wait_parked(conn, url, name, 2).await;
+    b_task
 }
 
 /// 6 clients queue one after another behind a held lock and get it in
@@ -242,15 +129,12 @@ async fn waiters_are_served_in_arrival_order() {
         }
         wait_for_subscribers(&url, &name, 6).await;
         h.unlock().await.unwrap();
-        for t in timeout(
+        join_within(
             Duration::from_secs(20),
-            futures_util::future::join_all(tasks),
+            tasks,
+            "a round did not finish within 20 s",
         )
-        .await
-        .expect("a round did not finish within 20 s")
-        {
-            t.unwrap();
-        }
+        .await;
         let order = order.lock().unwrap().clone();
         let who: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
         assert_eq!(
@@ -327,15 +211,7 @@ async fn newcomers_do_not_barge() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     h.unlock().await.unwrap();
-    for t in timeout(
-        Duration::from_secs(20),
-        futures_util::future::join_all(tasks),
-    )
-    .await
-    .expect("the queue did not drain")
-    {
-        t.unwrap();
-    }
+    join_within(Duration::from_secs(20), tasks, "the queue did not drain").await;
     let (tries, barged) = timeout(PROMPT, barging).await.unwrap().unwrap();
     eprintln!("barger: {tries} try_lock calls during the hand-offs, {barged} succeeded");
     assert_eq!(barged, 0, "try_lock took the lock ahead of queued waiters");
@@ -355,13 +231,11 @@ async fn grant_reaching_nobody_moves_on_at_once() {
     let name = unique("fair-lost-grant");
     let mut admin = raw(&url).await;
     let (h, b) = (client(&url).await, client(&url).await);
-    let before = ids(&client_list(&mut admin).await);
+    let before = client_ids(&client_list(&mut admin).await);
     let side = Side::start();
     let a = side.client(&url).await;
-    let a_ids: HashSet<u64> = ids(&client_list(&mut admin).await)
-        .difference(&before)
-        .copied()
-        .collect(); // A's connections (the helpers below open short-lived ones)
+    // A's connections (the helpers below open short-lived ones)
+    let a_ids = new_connections(&mut admin, &before).await;
     let guard = h.fair_mutex(&name).with_lease(LONG).lock().await.unwrap();
     let inside = Arc::new(AtomicUsize::new(0));
 
@@ -377,21 +251,17 @@ async fn grant_reaching_nobody_moves_on_at_once() {
         a_inside.fetch_sub(1, Ordering::SeqCst);
         g.unlock().await.expect("A's unlock");
     });
-    wait_queued(&admin, &name, 1).await;
-    wait_for_subscribers(&url, &name, 1).await;
-    let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&admin, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    let b_task = queue_b_behind_a(&admin, &url, &name, &b).await;
 
     let list = client_list(&mut admin).await;
     let a_pubsub: Vec<u64> = list
         .iter()
-        .filter(|(id, line)| a_ids.contains(id) && subs(line) > 0)
+        .filter(|(id, line)| a_ids.contains(id) && subscriptions(line) > 0)
         .map(|(id, _)| *id)
         .collect();
     assert_eq!(a_pubsub.len(), 1, "A's pub/sub connection: {list:#?}");
     let frozen = side.freeze().await; // A cannot reconnect
-    kill_id(&mut admin, a_pubsub[0]).await;
+    kill_client(&mut admin, a_pubsub[0]).await;
     assert_eq!(
         subscribers(&mut admin, &name).await,
         1,
@@ -434,11 +304,7 @@ async fn cancelled_grantee_passes_the_grant_on() {
     let guard = h.fair_mutex(&name).with_lease(LONG).lock().await.unwrap();
     let am = a.fair_mutex(&name).with_lease(LONG);
     let a_task = side.spawn(async move { am.lock().await.map(drop) });
-    wait_queued(&conn, &name, 1).await;
-    wait_for_subscribers(&url, &name, 1).await;
-    let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&conn, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    let b_task = queue_b_behind_a(&conn, &url, &name, &b).await;
 
     let frozen = side.freeze().await;
     let released_at = Instant::now();
@@ -496,11 +362,7 @@ async fn timed_out_grantee_passes_the_grant_on() {
     let a_deadline = Instant::now() + Duration::from_millis(1500);
     let a_task =
         side.spawn(async move { am.lock_timeout(Duration::from_millis(1500)).await.map(drop) });
-    wait_queued(&conn, &name, 1).await;
-    wait_for_subscribers(&url, &name, 1).await;
-    let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&conn, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    let b_task = queue_b_behind_a(&conn, &url, &name, &b).await;
     assert!(
         Instant::now() + Duration::from_millis(100) < a_deadline,
         "set-up too slow"
@@ -559,11 +421,7 @@ async fn unconfirmed_grant_lapses_after_the_claim_lease() {
         .unwrap();
     let am = a.fair_mutex(&name).with_lease(LONG);
     let _a_task = side.spawn(async move { am.lock().await.map(drop) });
-    wait_queued(&conn, &name, 1).await;
-    wait_for_subscribers(&url, &name, 1).await;
-    let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&conn, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    let b_task = queue_b_behind_a(&conn, &url, &name, &b).await;
 
     let _frozen = side.freeze().await; // for the rest of the test
     let holder_left = pttl(&mut conn, &lock_key(&name)).await;
@@ -603,12 +461,10 @@ async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
     let name = unique("fair-cut-off");
     let mut admin = raw(&url).await;
     let (h, b) = (client(&url).await, client(&url).await);
-    let before = ids(&client_list(&mut admin).await);
+    let before = client_ids(&client_list(&mut admin).await);
     let a = client(&url).await;
-    let a_ids: HashSet<u64> = ids(&client_list(&mut admin).await)
-        .difference(&before)
-        .copied()
-        .collect(); // A's connections (the helpers below open short-lived ones)
+    // A's connections (the helpers below open short-lived ones)
+    let a_ids = new_connections(&mut admin, &before).await;
     let guard = h
         .fair_mutex(&name)
         .with_lease(HOLDER_LEASE)
@@ -616,16 +472,12 @@ async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
         .await
         .unwrap();
     let a_task = spawn_lock(a.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&admin, &name, 1).await;
-    wait_for_subscribers(&url, &name, 1).await;
-    let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&admin, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    let b_task = queue_b_behind_a(&admin, &url, &name, &b).await;
 
     let list = client_list(&mut admin).await;
     let a_command: Vec<u64> = list
         .iter()
-        .filter(|(id, line)| a_ids.contains(id) && subs(line) == 0)
+        .filter(|(id, line)| a_ids.contains(id) && subscriptions(line) == 0)
         .map(|(id, _)| *id)
         .collect();
     assert_eq!(a_command.len(), 1, "A's command connection: {list:#?}");
@@ -635,26 +487,14 @@ async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
         .iter()
         .filter(|(id, _)| before.contains(id) || a_ids.contains(id))
         .count();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxclients")
-        .arg(staying - 1)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    kill_id(&mut admin, a_command[0]).await;
+    config_set(&mut admin, "maxclients", staying - 1).await;
+    kill_client(&mut admin, a_command[0]).await;
 
     let holder_left = pttl(&mut admin, &lock_key(&name)).await;
     let released_at = Instant::now();
     guard.unlock().await.unwrap(); // granted to A, whose pub/sub still listens
     let b_result = timeout(HOLDER_LEASE * 2, b_task).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxclients")
-        .arg(10_000)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    config_set(&mut admin, "maxclients", 10_000).await;
     let a_result = timeout(PROMPT, a_task)
         .await
         .expect("A's lock() hung")
@@ -703,8 +543,7 @@ async fn a_head_giving_up_does_not_delay_the_next() {
         let a_deadline = Instant::now() + Duration::from_millis(600);
         wait_queued(&conn, &name, 1).await;
         let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-        wait_queued(&conn, &name, 2).await;
-        wait_for_subscribers(&url, &name, 2).await;
+        wait_parked(&conn, &url, &name, 2).await;
         let release_at = if offset >= 0 {
             a_deadline + Duration::from_millis(offset as u64)
         } else {
@@ -738,14 +577,13 @@ async fn a_head_giving_up_does_not_delay_the_next() {
     let a_task = spawn_lock(a.fair_mutex(&name).with_lease(LONG));
     wait_queued(&conn, &name, 1).await;
     let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&conn, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    wait_parked(&conn, &url, &name, 2).await;
     a_task.abort();
     assert!(a_task.await.unwrap_err().is_cancelled());
     let queue_left = eventually(Duration::from_secs(2), || {
         let mut conn = conn.clone();
-        let fifo = fifo_key(&name);
-        async move { zcard(&mut conn, &fifo).await == 1 }
+        let name = name.clone();
+        async move { zcard(&mut conn, &fifo_key(&name)).await == 1 }
     })
     .await;
     assert!(queue_left, "the cancelled head stayed queued");
@@ -806,7 +644,7 @@ async fn exclusion_and_handoffs_under_load() {
     const TOTAL: usize = 400;
     let url = redis_url();
     let name = unique("fair-load");
-    let counter = format!("redbell-test:{{{name}}}:counter");
+    let counter = counter_key(&name);
     let tickets = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let owners = Arc::new(StdMutex::new(Vec::with_capacity(TOTAL)));
@@ -833,36 +671,22 @@ async fn exclusion_and_handoffs_under_load() {
                         .expect("lock");
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                     owners.lock().unwrap().push(task_id);
-                    let n: Option<i64> = redis::cmd("GET")
-                        .arg(&counter)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    tokio::task::yield_now().await;
-                    let _: () = redis::cmd("SET")
-                        .arg(&counter)
-                        .arg(n.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
+                    non_atomic_increment(&mut conn, &counter, Duration::ZERO).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     g.unlock().await.expect("unlock");
                 }
             }));
         }
     }
-    for t in timeout(
+    join_within(
         Duration::from_secs(60),
-        futures_util::future::join_all(tasks),
+        tasks,
+        "400 hand-offs took over 60 s",
     )
-    .await
-    .expect("400 hand-offs took over 60 s")
-    {
-        t.expect("task panicked");
-    }
+    .await;
     let took = started.elapsed();
     let mut conn = raw(&url).await;
-    let n: i64 = get(&mut conn, &counter).await.unwrap().parse().unwrap();
+    let n = counter_value(&mut conn, &counter).await;
     assert_eq!(n, TOTAL as i64, "the non-atomic counter lost increments");
     let owners = owners.lock().unwrap().clone();
     assert_eq!(owners.len(), TOTAL);
@@ -871,12 +695,7 @@ async fn exclusion_and_handoffs_under_load() {
     eprintln!("{TOTAL} acquisitions in {took:?}; hand-off ratio {ratio:.3}");
     assert!(ratio >= 0.9, "hand-off ratio {ratio:.3}");
     assert_clean(&mut conn, &name).await;
-    let _: () = redis::cmd("DEL")
-        .arg(&counter)
-        .arg(fence_key(&name))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&counter, &fence_key(&name)]).await;
 }
 
 /// A mixed run of 4 s in which one client's connections are killed every
@@ -888,13 +707,13 @@ async fn exclusion_holds_while_a_clients_connections_are_killed() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
     let name = unique("fair-kill-mix");
-    let counter = format!("redbell-test:{{{name}}}:counter");
+    let counter = counter_key(&name);
     let lease = Duration::from_secs(3);
     let mut admin = raw(&url).await;
     let monitor = Monitor::start(&url).await;
     let data = raw(&url).await;
     let stable = [client(&url).await, client(&url).await];
-    let spared = ids(&client_list(&mut admin).await);
+    let spared = client_ids(&client_list(&mut admin).await);
     let victim = client(&url).await; // every connection made from here on is killed
 
     let stop_at = Instant::now() + Duration::from_secs(4);
@@ -985,14 +804,9 @@ async fn exclusion_holds_while_a_clients_connections_are_killed() {
     let mut per_client = [0u64; 3];
     let mut victim_errors = 0;
     let mut longest = Duration::ZERO;
-    for t in timeout(
-        Duration::from_secs(40),
-        futures_util::future::join_all(tasks),
-    )
-    .await
-    .expect("the mixed run did not end")
+    for (who, done, errors, wait) in
+        join_within(Duration::from_secs(40), tasks, "the mixed run did not end").await
     {
-        let (who, done, errors, wait) = t.expect("task panicked");
         per_client[who] += done;
         victim_errors += errors;
         if who < 2 {
@@ -1001,9 +815,7 @@ async fn exclusion_holds_while_a_clients_connections_are_killed() {
     }
     let total: u64 = per_client.iter().sum();
     let mut data = data.clone();
-    let n: i64 = get(&mut data, &counter)
-        .await
-        .map_or(0, |v| v.parse().unwrap());
+    let n = counter_value(&mut data, &counter).await;
     eprintln!(
         "{kills} connections killed; critical sections per client {per_client:?}; \
          victim errors {victim_errors}; longest wait of a spared client {longest:?}"
@@ -1053,17 +865,10 @@ async fn a_late_grant_message_does_not_release_the_new_holder() {
     let a_task = spawn_lock(a.fair_mutex(&name).with_lease(LONG));
     wait_queued(&conn, &name, 1).await;
     let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&conn, &name, 2).await;
-    wait_for_subscribers(&url, &name, 2).await;
+    wait_parked(&conn, &url, &name, 2).await;
     // A's member "<client id>:<waiter id>:<token>": the grant to A is
     // published on P:{N}:wake:<client id> with payload "<waiter id>:<token>".
-    let queue: Vec<String> = redis::cmd("ZRANGE")
-        .arg(fifo_key(&name))
-        .arg(0)
-        .arg(0)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let queue = zrange(&mut conn, &fifo_key(&name)).await;
     let (a_client, grant) = queue[0].split_once(':').expect("member format");
 
     guard.unlock().await.unwrap();
@@ -1078,7 +883,7 @@ async fn a_late_grant_message_does_not_release_the_new_holder() {
         queue[0]
     );
     let receivers: i64 = redis::cmd("PUBLISH")
-        .arg(format!("{}:wake:{a_client}", lock_key(&name)))
+        .arg(wake_channel(&name, a_client))
         .arg(grant)
         .query_async(&mut conn)
         .await
@@ -1109,15 +914,14 @@ async fn newcomer_behind_only_dead_entries_takes_the_free_lock_at_once() {
     // N waits once, so that its client keeps listening (the subscription lingers).
     let guard = h.fair_mutex(&name).with_lease(LONG).lock().await.unwrap();
     let first = spawn_lock(n.fair_mutex(&name).with_lease(LONG));
-    wait_queued(&conn, &name, 1).await;
-    wait_for_subscribers(&url, &name, 1).await;
+    wait_parked(&conn, &url, &name, 1).await;
     guard.unlock().await.unwrap();
     let (_, g) = timeout(PROMPT, first).await.unwrap().unwrap();
     g.unwrap().unlock().await.unwrap();
 
     // A dead client's entry at the head of the queue, the lock free.
     let dead = format!("{}:1:{}", unique("gone").replace('-', ""), "deadtoken");
-    let (now_s, _): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let now_ms = server_ms(&mut conn).await;
     let _: () = redis::pipe()
         .cmd("ZADD")
         .arg(fifo_key(&name))
@@ -1126,7 +930,7 @@ async fn newcomer_behind_only_dead_entries_takes_the_free_lock_at_once() {
         .ignore()
         .cmd("ZADD")
         .arg(fifo_expiry_key(&name))
-        .arg((now_s + 60) * 1000)
+        .arg(now_ms + 60_000)
         .arg(&dead)
         .ignore()
         .query_async(&mut conn)

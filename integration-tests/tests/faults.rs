@@ -6,22 +6,16 @@ use std::time::Duration;
 
 use redbell::{Error, MutexGuard};
 use redbell_integration_tests::{
-    PrivateRedis, client, eventually, exists, lock_key, raw, unique, wait_for_subscribers,
+    LONG, PrivateRedis, client, client_list, config_set, eventually, gone_within,
+    kill_clients_of_type, lock_key, raw, subscribers, subscriptions, unique, wait_for_subscribers,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-const LONG: Duration = Duration::from_secs(30);
-
+/// `CLIENT KILL TYPE kind` on a fresh connection (which may be of that
+/// type itself); how many connections were killed.
 async fn kill_clients(url: &str, kind: &str) -> i64 {
-    let mut conn = raw(url).await;
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg(kind)
-        .query_async(&mut conn)
-        .await
-        .expect("CLIENT KILL")
+    kill_clients_of_type(&mut raw(url).await, kind).await
 }
 
 /// Waiters on 2 clients, their pub/sub connections killed, then the release:
@@ -65,44 +59,18 @@ async fn lost_release_test(refuse_reconnects: bool) {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     if refuse_reconnects {
-        let list: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        let pubsub = list.lines().filter(|l| l.contains("flags=P")).count();
-        let max = list.lines().count() - pubsub;
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxclients")
-            .arg(max)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        let list = client_list(&mut admin).await;
+        let pubsub = list.iter().filter(|(_, l)| l.contains("flags=P")).count();
+        config_set(&mut admin, "maxclients", list.len() - pubsub).await;
     }
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let killed = kill_clients_of_type(&mut admin, "pubsub").await;
     assert!(killed >= 2, "killed {killed} pub/sub connections");
     let released_at = Instant::now();
     guard.unlock().await.unwrap();
     if refuse_reconnects {
-        assert_eq!(
-            redbell_integration_tests::subscribers(&mut admin, &name).await,
-            0
-        );
+        assert_eq!(subscribers(&mut admin, &name).await, 0);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxclients")
-            .arg(10_000)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        config_set(&mut admin, "maxclients", 10_000).await;
     }
 
     for t in tasks {
@@ -173,12 +141,7 @@ async fn command_connection_killed_while_holding() {
         Err(e) => panic!("unexpected error {e:?}"),
     }
     let conn = raw(&url).await;
-    let released = eventually(Duration::from_secs(3), || {
-        let mut conn = conn.clone();
-        let key = lock_key(&name);
-        async move { !exists(&mut conn, &key).await }
-    })
-    .await;
+    let released = gone_within(&conn, &lock_key(&name), Duration::from_secs(3)).await;
     assert!(
         released,
         "the lock was not released after the connection came back"
@@ -293,14 +256,10 @@ async fn redis_restart_while_tasks_wait() {
 /// The largest `sub=` count among the server's connections: how many
 /// channels the busiest subscriber listens on.
 async fn max_subscriptions(conn: &mut redis::aio::MultiplexedConnection) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(conn)
+    client_list(conn)
         .await
-        .unwrap();
-    list.split_whitespace()
-        .filter_map(|f| f.strip_prefix("sub="))
-        .filter_map(|n| n.parse().ok())
+        .iter()
+        .map(|(_, line)| subscriptions(line))
         .max()
         .unwrap_or(0)
 }
@@ -343,13 +302,7 @@ async fn waiter_joining_during_a_resubscribe_is_not_stranded() {
     .await;
     assert!(subscribed, "the bulk waiters never all subscribed");
 
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let killed = kill_clients_of_type(&mut admin, "pubsub").await;
     assert!(killed >= 1);
     // New waiters keep arriving while the client reconnects and resubscribes.
     let mut probes = Vec::new();

@@ -5,27 +5,21 @@ use std::time::Duration;
 
 use redbell::{Client, Error, MAX_LEASE, MAX_NAME_LEN};
 use redbell_integration_tests::{
-    Monitor, PrivateRedis, client, eventually, exists, fence_key, free_port, get, lock_key, pttl,
-    raw, redis_url, unique,
+    LONG, Monitor, PROMPT, PrivateRedis, client, del, exists, fails_promptly, fence_key, free_port,
+    get, gone_within, hgetall, hset, lock_key, pttl, raw, redis_url, set, unique,
 };
 use tokio::time::{Instant, timeout};
-
-const LONG: Duration = Duration::from_secs(30);
-const PROMPT: Duration = Duration::from_secs(5);
 
 /// Runs lock(), try_lock() and lock_timeout() on `mutex` and hands each
 /// error to `check` (none may succeed or hang).
 async fn all_fail(mutex: &redbell::Mutex, check: impl Fn(&str, Error)) {
-    let r = timeout(PROMPT, mutex.lock()).await.expect("lock() hung");
-    check("lock", r.expect_err("lock() succeeded"));
-    let r = timeout(PROMPT, mutex.try_lock())
-        .await
-        .expect("try_lock() hung");
-    check("try_lock", r.expect_err("try_lock() succeeded"));
-    let r = timeout(PROMPT, mutex.lock_timeout(Duration::from_secs(1)))
-        .await
-        .expect("lock_timeout() hung");
-    check("lock_timeout", r.expect_err("lock_timeout() succeeded"));
+    check("lock", fails_promptly("lock()", mutex.lock()).await);
+    check(
+        "try_lock",
+        fails_promptly("try_lock()", mutex.try_lock()).await,
+    );
+    let e = fails_promptly("lock_timeout()", mutex.lock_timeout(Duration::from_secs(1))).await;
+    check("lock_timeout", e);
 }
 
 #[tokio::test]
@@ -188,34 +182,20 @@ async fn lock_key_of_the_wrong_type() {
     let mut conn = raw(&url).await;
     let name = unique("hash-lock");
     let key = lock_key(&name);
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg("owner")
-        .arg("someone else")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hset(&mut conn, &key, "owner", "someone else").await;
     all_fail(&c.mutex(&name).with_lease(LONG), |op, e| match e {
         Error::WrongType { key: k } => assert_eq!(k, key, "{op}"),
         e => panic!("{op}: expected WrongType, got {e:?}"),
     })
     .await;
-    let v: Vec<String> = redis::cmd("HGETALL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let v = hgetall(&mut conn, &key).await;
     assert_eq!(v, ["owner", "someone else"], "the hash was modified");
     assert_eq!(pttl(&mut conn, &key).await, -1, "the hash got an expiry");
     assert!(
         !exists(&mut conn, &fence_key(&name)).await,
         "a fence was advanced"
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&key]).await;
 }
 
 #[tokio::test]
@@ -225,13 +205,7 @@ async fn fence_key_of_the_wrong_type() {
     let mut conn = raw(&url).await;
     let name = unique("hash-fence");
     let fence = fence_key(&name);
-    let _: () = redis::cmd("HSET")
-        .arg(&fence)
-        .arg("f")
-        .arg("v")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hset(&mut conn, &fence, "f", "v").await;
     all_fail(&c.mutex(&name).with_lease(LONG), |op, e| {
         assert!(matches!(e, Error::WrongType { .. }), "{op}: {e:?}");
     })
@@ -240,17 +214,9 @@ async fn fence_key_of_the_wrong_type() {
         !exists(&mut conn, &lock_key(&name)).await,
         "a lock key was left behind"
     );
-    let v: Vec<String> = redis::cmd("HGETALL")
-        .arg(&fence)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let v = hgetall(&mut conn, &fence).await;
     assert_eq!(v, ["f", "v"]);
-    let _: () = redis::cmd("DEL")
-        .arg(&fence)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&fence]).await;
 }
 
 /// The WrongType error should name the key that actually has the wrong type.
@@ -261,23 +227,13 @@ async fn wrong_type_error_names_the_fence_key() {
     let mut conn = raw(&url).await;
     let name = unique("hash-fence-name");
     let fence = fence_key(&name);
-    let _: () = redis::cmd("HSET")
-        .arg(&fence)
-        .arg("f")
-        .arg("v")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hset(&mut conn, &fence, "f", "v").await;
     let e = c
         .mutex(&name)
         .try_lock()
         .await
         .expect_err("a hash fence key");
-    let _: () = redis::cmd("DEL")
-        .arg(&fence)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&fence]).await;
     match e {
         Error::WrongType { key } => assert_eq!(
             key, fence,
@@ -296,12 +252,7 @@ async fn foreign_key_without_expiry() {
     let mut conn = raw(&url).await;
     let name = unique("no-expiry");
     let key = lock_key(&name);
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg("manual")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set(&mut conn, &key, "manual").await;
     let mutex = c.mutex(&name).with_lease(LONG);
     assert!(matches!(mutex.try_lock().await, Ok(None)));
     let started = Instant::now();
@@ -318,11 +269,7 @@ async fn foreign_key_without_expiry() {
     // Deleted by hand (no PUBLISH): a waiter notices within its bounded park.
     let waiter = tokio::spawn(async move { mutex.lock_timeout(Duration::from_secs(10)).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let _: () = redis::cmd("DEL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&key]).await;
     let deleted_at = Instant::now();
     let g = waiter
         .await
@@ -403,11 +350,7 @@ async fn bad_builder_settings() {
     let ttl = pttl(&mut conn, &key).await;
     assert!(ttl > 5_000 && ttl <= 7_000, "pttl {ttl}");
     g.unlock().await.unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(format!("{prefix}:{{job}}:fence"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&format!("{prefix}:{{job}}:fence")]).await;
 }
 
 #[tokio::test]
@@ -484,11 +427,6 @@ async fn script_flush_between_calls() {
     let g = waiter.await.unwrap().expect("waiter after a flush");
     let _: () = flush().query_async(&mut conn).await.unwrap();
     drop(g);
-    let released = eventually(Duration::from_secs(2), || {
-        let mut conn = conn.clone();
-        let key = key.clone();
-        async move { !exists(&mut conn, &key).await }
-    })
-    .await;
+    let released = gone_within(&conn, &key, Duration::from_secs(2)).await;
     assert!(released, "background release after a flush failed");
 }

@@ -5,48 +5,19 @@
 //! Tests that kill connections, pause the server or count commands
 //! server-wide run on a [`PrivateRedis`] of their own.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use rand::Rng;
-use redbell::{Client, Error, MutexGuard};
+use redbell::{Error, MutexGuard};
 use redbell_integration_tests::{
-    Monitor, PrivateRedis, client, eventually, exists, get, lock_key, pttl, raw, redis_url,
-    script_sha, unique,
+    LONG, Monitor, PrivateRedis, client, commandstats, del, exists, get, gone_within,
+    kill_clients_of_type, lock_key, pttl, raw, redis_url, renewing_client, reset_stats, script_sha,
+    set_px, unique, warm_up,
 };
-use redis::aio::MultiplexedConnection;
 use tokio::time::{Instant, sleep, timeout};
 
-const LONG: Duration = Duration::from_secs(30);
-
 // ---------------------------------------------------------------- helpers
-
-/// A client whose locks get `lease`, renewed every `every`.
-async fn renewing_client(url: &str, lease: Duration, every: Duration) -> Client {
-    Client::builder(url)
-        .default_lease(lease)
-        .renew_every(every)
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("redbell cannot connect to {url}: {e}"))
-}
-
-/// `INFO commandstats` as command -> calls.
-async fn commandstats(conn: &mut MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
-}
 
 /// The margin the library keeps off a lease for clock drift: 1% + 2 ms.
 fn drift(lease: Duration) -> Duration {
@@ -111,15 +82,9 @@ async fn a_renewed_lease_outlives_slow_work() {
     assert!(ttl > 0 && ttl <= 1000, "pttl {ttl} of a 1 s lease");
 
     drop(guard);
-    let mut conn2 = conn.clone();
-    let released = eventually(Duration::from_secs(2), || {
-        let mut conn = conn2.clone();
-        let key = key.clone();
-        async move { !exists(&mut conn, &key).await }
-    })
-    .await;
+    let released = gone_within(&conn, &key, Duration::from_secs(2)).await;
     assert!(released, "the key outlived the dropped guard");
-    assert!(!exists(&mut conn2, &key).await);
+    assert!(!exists(&mut conn, &key).await);
 }
 
 // ------------------------------------------------------- lost: renewal
@@ -140,20 +105,9 @@ async fn tampered_key_is_noticed(overwrite: bool) {
 
     let tampered_at = Instant::now();
     if overwrite {
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg("intruder")
-            .arg("PX")
-            .arg(10_000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        set_px(&mut conn, &key, "intruder", 10_000).await;
     } else {
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        del(&mut conn, &[&key]).await;
     }
     let at = lost_at(&guard, Duration::from_secs(5), "after tampering").await;
     let took = at - tampered_at;
@@ -177,11 +131,7 @@ async fn tampered_key_is_noticed(overwrite: bool) {
         let r = guard.unlock().await;
         assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
         assert_eq!(get(&mut conn, &key).await.as_deref(), Some("intruder"));
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        del(&mut conn, &[&key]).await;
     } else {
         sleep(every * 2).await;
         assert!(
@@ -220,13 +170,7 @@ async fn a_paused_server_loses_the_lease_at_the_local_deadline() {
     let c = renewing_client(&url, lease, lease / 3).await;
     let mut admin = raw(&url).await;
     // Warm up: scripts loaded, connections open.
-    c.mutex(&unique("warm"))
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    warm_up(&c).await;
 
     let before = Instant::now();
     let guard = c.mutex(&name).lock().await.unwrap();
@@ -271,12 +215,7 @@ async fn a_paused_server_loses_the_lease_at_the_local_deadline() {
     sleep((paused_at + Duration::from_millis(3200)).saturating_duration_since(Instant::now()))
         .await;
     let mut conn = raw(&url).await;
-    let gone = eventually(Duration::from_secs(2), || {
-        let mut conn = conn.clone();
-        let key = key.clone();
-        async move { !exists(&mut conn, &key).await }
-    })
-    .await;
+    let gone = gone_within(&conn, &key, Duration::from_secs(2)).await;
     assert!(gone, "the key outlived a lost lease");
     sleep(Duration::from_millis(700)).await;
     assert!(!exists(&mut conn, &key).await, "the key came back");
@@ -299,13 +238,7 @@ async fn no_renewal_outlives_unlock_or_drop() {
     let url = redis.url();
     let every = Duration::from_millis(100);
     let c = renewing_client(&url, Duration::from_millis(300), every).await;
-    c.mutex(&unique("warm"))
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    warm_up(&c).await;
     let monitor = Monitor::start(&url).await;
     let conn = raw(&url).await;
     let prefix = unique("orphan");
@@ -339,12 +272,7 @@ async fn no_renewal_outlives_unlock_or_drop() {
                     }
                 } else {
                     drop(guard);
-                    let gone = eventually(Duration::from_secs(2), || {
-                        let mut conn = conn.clone();
-                        let key = key.clone();
-                        async move { !exists(&mut conn, &key).await }
-                    })
-                    .await;
+                    let gone = gone_within(&conn, &key, Duration::from_secs(2)).await;
                     assert!(gone, "{key}: the dropped guard was not released");
                 }
                 // Three renewal periods: the key must never come back.
@@ -437,13 +365,7 @@ async fn ten_thousand_guards_renew_in_batches() {
     let lease = Duration::from_secs(3);
     let every = Duration::from_secs(1);
     let c = renewing_client(&url, lease, every).await;
-    c.mutex(&unique("warm"))
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    warm_up(&c).await;
     let prefix = unique("many");
     let names: Vec<String> = (0..GUARDS).map(|i| format!("{prefix}-{i}")).collect();
 
@@ -461,11 +383,7 @@ async fn ten_thousand_guards_renew_in_batches() {
     // server meanwhile).
     let mut admin = raw(&url).await;
     sleep(Duration::from_millis(200)).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    reset_stats(&mut admin).await;
     sleep(every).await;
     let stats = commandstats(&mut admin).await;
     let calls = |cmd: &str| stats.get(cmd).copied().unwrap_or(0);
@@ -527,14 +445,7 @@ async fn renewal_survives_a_killed_command_connection() {
             sleep((started + Duration::from_millis(at)).saturating_duration_since(Instant::now()))
                 .await;
             // Our own connection is of the killed type too: a fresh one each time.
-            let mut conn = raw(&url).await;
-            let r: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("normal")
-                .query_async(&mut conn)
-                .await;
-            killed += r.expect("CLIENT KILL TYPE normal");
+            killed += kill_clients_of_type(&mut raw(&url).await, "normal").await;
         }
         sleep((started + Duration::from_secs(3)).saturating_duration_since(Instant::now())).await;
         killed
@@ -677,12 +588,7 @@ async fn a_fixed_lease_runs_out() {
         "lost() after {took:?}"
     );
     assert!(guard.is_lost());
-    let expired = eventually(Duration::from_secs(2), || {
-        let mut conn = conn.clone();
-        let key = key.clone();
-        async move { !exists(&mut conn, &key).await }
-    })
-    .await;
+    let expired = gone_within(&conn, &key, Duration::from_secs(2)).await;
     assert!(expired, "the key outlived its fixed lease");
     let r = guard.unlock().await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");

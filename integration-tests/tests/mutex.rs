@@ -7,19 +7,19 @@ use std::time::Duration;
 
 use redbell::Error;
 use redbell_integration_tests::{
-    Monitor, PrivateRedis, client, eventually, exists, fence_key, get, hash_tag, lock_key, pttl,
-    raw, redis_url, script_sha, unique, wait_for_subscribers,
+    LONG, Monitor, PROMPT, PrivateRedis, client, counter_key, counter_value, del, eventually,
+    exists, fence_key, get, gone_within, hash_tag, join_within, lock_key, non_atomic_increment,
+    promptly, pttl, raw, redis_url, script_sha, set, set_px, spawn_timed, unique,
+    wait_for_subscribers, waiters_key, warm_up, zcard,
 };
 use tokio::time::{Instant, timeout};
-
-const LONG: Duration = Duration::from_secs(30);
 
 /// 3 clients x 16 tasks x 50 non-atomic GET/SET increments under one lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_2400_increments() {
     let url = redis_url();
     let name = unique("exclusion");
-    let counter = format!("redbell-test:{{{name}}}:counter");
+    let counter = counter_key(&name);
     let inside = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..3 {
@@ -38,51 +38,26 @@ async fn mutual_exclusion_2400_increments() {
                         0,
                         "two holders at once"
                     );
-                    let n: Option<i64> = redis::cmd("GET")
-                        .arg(&counter)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    tokio::task::yield_now().await;
-                    tokio::time::sleep(Duration::from_micros(100)).await;
-                    let _: () = redis::cmd("SET")
-                        .arg(&counter)
-                        .arg(n.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
+                    non_atomic_increment(&mut conn, &counter, Duration::from_micros(100)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     guard.unlock().await.expect("unlock of a 30 s lease");
                 }
             }));
         }
     }
-    let all = timeout(
+    join_within(
         Duration::from_secs(90),
-        futures_util::future::join_all(tasks),
+        tasks,
+        "2400 critical sections did not finish within 90 s",
     )
-    .await
-    .expect("2400 critical sections did not finish within 90 s");
-    for t in all {
-        t.expect("task panicked");
-    }
+    .await;
     let mut conn = raw(&url).await;
-    let n: i64 = redis::cmd("GET")
-        .arg(&counter)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(n, 2400);
+    assert_eq!(counter_value(&mut conn, &counter).await, 2400);
     assert!(
         !exists(&mut conn, &lock_key(&name)).await,
         "lock key left behind"
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&counter)
-        .arg(fence_key(&name))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&counter, &fence_key(&name)]).await;
 }
 
 /// A expires, B takes the lock: A can neither unlock nor extend B's lock.
@@ -101,22 +76,14 @@ async fn expired_owner_cannot_unlock_or_extend_the_new_holder() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let b_guard = timeout(
-        Duration::from_secs(5),
-        b.mutex(&name).with_lease(LONG).lock(),
-    )
-    .await
-    .expect("B could not take an expired lock")
-    .unwrap();
+    let b_guard = timeout(PROMPT, b.mutex(&name).with_lease(LONG).lock())
+        .await
+        .expect("B could not take an expired lock")
+        .unwrap();
     assert_ne!(a_guard.token(), b_guard.token());
     assert!(b_guard.fence() > a_guard.fence());
 
-    let extended = timeout(
-        Duration::from_secs(5),
-        a_guard.extend(Duration::from_secs(100)),
-    )
-    .await
-    .expect("extend hung");
+    let extended = promptly("extend", a_guard.extend(Duration::from_secs(100))).await;
     assert!(matches!(extended, Err(Error::NotHeld)), "{extended:?}");
     let ttl = pttl(&mut conn, &key).await;
     assert!(
@@ -124,9 +91,7 @@ async fn expired_owner_cannot_unlock_or_extend_the_new_holder() {
         "A's extend changed B's lease: pttl {ttl}"
     );
 
-    let unlocked = timeout(Duration::from_secs(5), a_guard.unlock())
-        .await
-        .expect("unlock hung");
+    let unlocked = promptly("unlock", a_guard.unlock()).await;
     assert!(matches!(unlocked, Err(Error::NotHeld)), "{unlocked:?}");
     assert_eq!(get(&mut conn, &key).await.as_deref(), Some(b_guard.token()));
 
@@ -149,17 +114,13 @@ async fn unlock_after_expiry_is_not_held() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let extended = timeout(Duration::from_secs(5), guard.extend(LONG))
-        .await
-        .expect("extend hung");
+    let extended = promptly("extend", guard.extend(LONG)).await;
     assert!(matches!(extended, Err(Error::NotHeld)), "{extended:?}");
     assert!(
         !exists(&mut conn, &lock_key(&name)).await,
         "extend revived the key"
     );
-    let unlocked = timeout(Duration::from_secs(5), guard.unlock())
-        .await
-        .expect("unlock hung");
+    let unlocked = promptly("unlock", guard.unlock()).await;
     assert!(matches!(unlocked, Err(Error::NotHeld)), "{unlocked:?}");
     assert!(!exists(&mut conn, &lock_key(&name)).await);
 }
@@ -174,39 +135,21 @@ async fn a_foreign_token_is_neither_unlocked_nor_extended() {
     let mut conn = raw(&url).await;
     let key = lock_key(&name);
     let guard = a.mutex(&name).with_lease(LONG).lock().await.unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg("intruder-token")
-        .arg("PX")
-        .arg(20_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let r = timeout(
-        Duration::from_secs(5),
-        guard.extend(Duration::from_secs(100)),
-    )
-    .await
-    .expect("extend hung");
+    set_px(&mut conn, &key, "intruder-token", 20_000).await;
+    let r = promptly("extend", guard.extend(Duration::from_secs(100))).await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
     let ttl = pttl(&mut conn, &key).await;
     assert!(
         ttl > 0 && ttl <= 20_000,
         "extend changed someone else's lease: pttl {ttl}"
     );
-    let r = timeout(Duration::from_secs(5), guard.unlock())
-        .await
-        .expect("unlock hung");
+    let r = promptly("unlock", guard.unlock()).await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
     assert_eq!(
         get(&mut conn, &key).await.as_deref(),
         Some("intruder-token")
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&key]).await;
 }
 
 /// A waiter parked on a lock held with a 30 s lease acquires within 200 ms of
@@ -221,10 +164,7 @@ async fn parked_waiter_wakes_on_unlock_without_polling() {
     let guard = holder.mutex(&name).with_lease(LONG).lock().await.unwrap();
 
     let mutex = waiter.mutex(&name).with_lease(LONG);
-    let task = tokio::spawn(async move {
-        let g = mutex.lock().await;
-        (Instant::now(), g)
-    });
+    let task = spawn_timed(async move { mutex.lock().await });
     // Parked: it subscribed, then made its attempt after subscribing.
     wait_for_subscribers(&url, &name, 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -303,18 +243,11 @@ async fn single_flight_100_local_waiters() {
     }
     // Everyone parked: each waiter's failed attempt queued it.
     let conn = raw(&url).await;
-    let queue = format!("{key}:waiters");
+    let queue = waiters_key(&name);
     let parked = eventually(Duration::from_secs(20), || {
         let mut conn = conn.clone();
         let queue = queue.clone();
-        async move {
-            let queued: usize = redis::cmd("ZCARD")
-                .arg(&queue)
-                .query_async(&mut conn)
-                .await
-                .unwrap_or(0);
-            queued == WAITERS
-        }
+        async move { zcard(&mut conn, &queue).await == WAITERS as i64 }
     })
     .await;
     assert!(parked, "waiters did not all park");
@@ -335,15 +268,12 @@ async fn single_flight_100_local_waiters() {
         "{attempts} acquire attempts for {releases} releases (more than 2 per release)"
     );
     let _ = go_tx.send(());
-    let done = timeout(
+    join_within(
         Duration::from_secs(30),
-        futures_util::future::join_all(tasks),
+        tasks,
+        "the remaining waiters did not finish",
     )
-    .await
-    .expect("the remaining waiters did not finish");
-    for t in done {
-        t.unwrap();
-    }
+    .await;
     assert_eq!(acquired.load(Ordering::SeqCst), WAITERS);
 }
 
@@ -366,13 +296,10 @@ async fn crashed_holder_hands_over_at_lease_expiry() {
     let leaked_at = Instant::now();
     std::mem::forget(guard);
 
-    let got = timeout(
-        Duration::from_secs(5),
-        waiter.mutex(&name).with_lease(LONG).lock(),
-    )
-    .await
-    .expect("the waiter hung on a crashed holder")
-    .unwrap();
+    let got = timeout(PROMPT, waiter.mutex(&name).with_lease(LONG).lock())
+        .await
+        .expect("the waiter hung on a crashed holder")
+        .unwrap();
     let waited = leaked_at.elapsed();
     let since_locking = locking_at.elapsed();
     eprintln!("acquired {waited:?} after the holder vanished (lease 500 ms)");
@@ -482,12 +409,7 @@ async fn dropped_guard_is_released_in_the_background() {
     drop(a);
     drop(guard);
     assert!(
-        eventually(Duration::from_secs(2), || {
-            let mut conn = conn.clone();
-            let key = lock_key(&name);
-            async move { !exists(&mut conn, &key).await }
-        })
-        .await,
+        gone_within(&conn, &lock_key(&name), Duration::from_secs(2)).await,
         "a guard outliving its client was not released"
     );
 }
@@ -514,15 +436,12 @@ async fn fences_strictly_increase_across_clients() {
             }));
         }
     }
-    for t in timeout(
+    join_within(
         Duration::from_secs(60),
-        futures_util::future::join_all(tasks),
+        tasks,
+        "300 acquisitions took over 60 s",
     )
-    .await
-    .expect("300 acquisitions took over 60 s")
-    {
-        t.unwrap();
-    }
+    .await;
     let fences = fences.lock().unwrap().clone();
     assert_eq!(fences.len(), 300);
     for w in fences.windows(2) {
@@ -555,11 +474,7 @@ async fn fence_survives_a_lost_or_advanced_counter() {
         f1.unlock().await.unwrap();
         f
     };
-    let _: () = redis::cmd("DEL")
-        .arg(fence_key(&name))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&fence_key(&name)]).await;
     let g = mutex.lock().await.unwrap();
     assert!(
         g.fence() > f1,
@@ -569,12 +484,7 @@ async fn fence_survives_a_lost_or_advanced_counter() {
     g.unlock().await.unwrap();
 
     let ahead = f1 + 3_600_000_000; // an hour ahead, in microseconds
-    let _: () = redis::cmd("SET")
-        .arg(fence_key(&name))
-        .arg(ahead)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set(&mut conn, &fence_key(&name), ahead).await;
     let g = mutex.lock().await.unwrap();
     assert_eq!(g.fence(), ahead + 1);
     g.unlock().await.unwrap();
@@ -587,9 +497,7 @@ async fn uncontended_lock_is_one_round_trip() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
     let c = client(&url).await;
-    // Load the scripts first (the first EVALSHA on a fresh server is a NOSCRIPT).
-    let warm = c.mutex(&unique("warm-up")).lock().await.unwrap();
-    warm.unlock().await.unwrap();
+    warm_up(&c).await;
 
     let name = unique("fast");
     let monitor = Monitor::start(&url).await;

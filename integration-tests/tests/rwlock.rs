@@ -9,31 +9,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
-use redbell::{Error, RwLock};
+use redbell::{Error, ReadGuard, RwLock};
 use redbell_integration_tests::{
-    client, eventually, exists, fence_key, get, lock_key, pttl, raw, redis_url, unique,
+    LONG, PROMPT, Side, client, del, exists, fails_promptly, fence_key, get, hgetall, hset,
+    intents_key, join_within, lock_key, lock_pattern, promptly, pttl, raw, readers_key, redis_url,
+    scan, server_ms, set, spawn_timed, test_key, unique, wait_for_members, wait_for_subscribers,
+    zcard,
 };
 use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
-
-const LONG: Duration = Duration::from_secs(30);
-const PROMPT: Duration = Duration::from_secs(5);
-
-/// `redbell:{name}:readers`: reader token -> expiry (server ms).
-fn readers_key(name: &str) -> String {
-    format!("{}:readers", lock_key(name))
-}
-
-/// `redbell:{name}:writers`: waiting writers' intents.
-fn intents_key(name: &str) -> String {
-    format!("{}:writers", lock_key(name))
-}
-
-/// The server clock in ms (`TIME`).
-async fn server_ms(conn: &mut MultiplexedConnection) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
-    s * 1000 + us / 1000
-}
 
 async fn zscore(conn: &mut MultiplexedConnection, key: &str, member: &str) -> Option<f64> {
     redis::cmd("ZSCORE")
@@ -42,14 +27,6 @@ async fn zscore(conn: &mut MultiplexedConnection, key: &str, member: &str) -> Op
         .query_async(conn)
         .await
         .expect("ZSCORE")
-}
-
-async fn zcard(conn: &mut MultiplexedConnection, key: &str) -> i64 {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .expect("ZCARD")
 }
 
 /// Whether `token` is a live reader of lock `name`: in the readers set with
@@ -64,83 +41,37 @@ async fn live_reader(conn: &mut MultiplexedConnection, name: &str, token: &str) 
 /// Waits until lock `name` has `n` waiting writers' intents registered.
 async fn wait_for_intents(url: &str, name: &str, n: i64) {
     let conn = raw(url).await;
-    let ok = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move { zcard(&mut conn, &intents_key(name)).await >= n }
-    })
-    .await;
-    assert!(ok, "lock {name} never had {n} writer intents registered");
+    wait_for_members(&conn, &intents_key(name), n, Duration::from_millis(20)).await;
 }
 
-async fn del(conn: &mut MultiplexedConnection, keys: &[String]) {
-    let _: () = redis::cmd("DEL")
-        .arg(keys)
-        .query_async(conn)
-        .await
-        .expect("DEL");
+/// Every key of lock `name`.
+async fn scan_lock(conn: &mut MultiplexedConnection, name: &str) -> Vec<String> {
+    scan(conn, &lock_pattern(name)).await
 }
 
-/// A Tokio runtime (one thread) of its own, standing for another process:
-/// freezing it stops its client dead (it reads nothing, sends nothing, runs
-/// no timer) while its sockets stay open.
-struct Side {
-    handle: tokio::runtime::Handle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+/// A read() of `rl` spawned while a writer waits: it must be held back
+/// (still waiting 200 ms later). Returns the task, which notes when the
+/// reader got in.
+async fn spawn_held_back_reader(rl: RwLock) -> JoinHandle<(Instant, Result<ReadGuard, Error>)> {
+    let reader = spawn_timed(async move { rl.read().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !reader.is_finished(),
+        "a reader got in past a waiting writer"
+    );
+    reader
 }
 
-/// Keeps a [`Side`] frozen until dropped.
-struct Frozen {
-    _thaw: std::sync::mpsc::Sender<()>,
-}
-
-impl Side {
-    fn start() -> Side {
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("side runtime");
-            handle_tx.send(rt.handle().clone()).unwrap();
-            rt.block_on(async {
-                let _ = stopped.await;
-            });
-        });
-        Side {
-            handle: handle_rx.recv().expect("side runtime handle"),
-            stop: Some(stop),
-        }
-    }
-
-    /// A client living on this runtime.
-    async fn client(&self, url: &str) -> redbell::Client {
-        let url = url.to_owned();
-        self.handle
-            .spawn(async move { client(&url).await })
-            .await
-            .unwrap()
-    }
-
-    /// Blocks the runtime's only thread until the returned value is dropped.
-    async fn freeze(&self) -> Frozen {
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let (thaw_tx, thaw_rx) = std::sync::mpsc::channel::<()>();
-        self.handle.spawn(async move {
-            let _ = started_tx.send(());
-            let _ = thaw_rx.recv(); // blocks the thread: nothing else runs
-        });
-        started_rx.await.expect("the side runtime froze");
-        Frozen { _thaw: thaw_tx }
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
+/// Awaits a held-back reader ([`spawn_held_back_reader`]) for at most
+/// [`PROMPT`] (else fails with `on_timeout`): its guard, and how long after
+/// `since` it got in.
+async fn held_back_reader_in(
+    reader: JoinHandle<(Instant, Result<ReadGuard, Error>)>,
+    since: Instant,
+    on_timeout: &str,
+) -> (Duration, ReadGuard) {
+    let (in_at, g) = timeout(PROMPT, reader).await.expect(on_timeout).unwrap();
+    (in_at.saturating_duration_since(since), g.unwrap())
 }
 
 /// Checker entry: INCR my counter, return `{mine (after), other}` atomically.
@@ -163,8 +94,8 @@ return {mine, other}";
 async fn readers_share_and_writers_are_alone_under_load() {
     let url = redis_url();
     let name = unique("rw-load");
-    let readers_in = format!("redbell-test:{{{name}}}:readers_in");
-    let writers_in = format!("redbell-test:{{{name}}}:writers_in");
+    let readers_in = test_key(&name, "readers_in");
+    let writers_in = test_key(&name, "writers_in");
     let enter = Arc::new(redis::Script::new(ENTER));
     let leave = Arc::new(redis::Script::new(LEAVE));
     let violations = Arc::new(StdMutex::new(Vec::<String>::new()));
@@ -260,15 +191,12 @@ async fn readers_share_and_writers_are_alone_under_load() {
             }));
         }
     }
-    for t in timeout(
+    join_within(
         Duration::from_secs(60),
-        futures_util::future::join_all(tasks),
+        tasks,
+        "the load run did not finish within 60 s",
     )
-    .await
-    .expect("the load run did not finish within 60 s")
-    {
-        t.expect("task panicked");
-    }
+    .await;
     let violations = violations.lock().unwrap().clone();
     let (reads, writes) = (reads.load(Ordering::SeqCst), writes.load(Ordering::SeqCst));
     let max_readers = max_readers.load(Ordering::SeqCst);
@@ -298,7 +226,7 @@ async fn readers_share_and_writers_are_alone_under_load() {
         0,
         "intents left behind"
     );
-    del(&mut conn, &[readers_in, writers_in, fence_key(&name)]).await;
+    del(&mut conn, &[&readers_in, &writers_in, &fence_key(&name)]).await;
 }
 
 /// One reader's unlock leaves another reader's hold in place: a writer still
@@ -390,10 +318,7 @@ async fn a_waiting_writer_holds_new_readers_back() {
     let (a, b, c) = (client(&url).await, client(&url).await, client(&url).await);
     let r1 = a.rwlock(&name).with_lease(LONG).read().await.unwrap();
     let wl = b.rwlock(&name).with_lease(LONG);
-    let writer = tokio::spawn(async move {
-        let g = wl.write().await;
-        (Instant::now(), g)
-    });
+    let writer = spawn_timed(async move { wl.write().await });
     wait_for_intents(&url, &name, 1).await;
     let late = c.rwlock(&name).with_lease(LONG);
     assert!(
@@ -543,29 +468,17 @@ async fn a_writer_giving_up_lets_held_back_readers_in_at_once() {
 
     // Timed out.
     let wl = b.rwlock(&name).with_lease(LONG);
-    let writer = tokio::spawn(async move {
-        let r = wl.write_timeout(Duration::from_millis(800)).await;
-        (Instant::now(), r)
-    });
+    let writer = spawn_timed(async move { wl.write_timeout(Duration::from_millis(800)).await });
     wait_for_intents(&url, &name, 1).await;
-    let rl = c.rwlock(&name).with_lease(LONG);
-    let reader = tokio::spawn(async move {
-        let g = rl.read().await;
-        (Instant::now(), g)
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !reader.is_finished(),
-        "a reader got in past a waiting writer"
-    );
+    let reader = spawn_held_back_reader(c.rwlock(&name).with_lease(LONG)).await;
     let (gave_up_at, w) = timeout(PROMPT, writer).await.unwrap().unwrap();
     assert!(matches!(w, Err(Error::Timeout)), "{w:?}");
-    let (in_at, r2) = timeout(PROMPT, reader)
-        .await
-        .expect("the reader waited for the withdrawn intent to expire")
-        .unwrap();
-    let r2 = r2.unwrap();
-    let delay = in_at.saturating_duration_since(gave_up_at);
+    let (delay, r2) = held_back_reader_in(
+        reader,
+        gave_up_at,
+        "the reader waited for the withdrawn intent to expire",
+    )
+    .await;
     eprintln!("reader in {delay:?} after the writer timed out");
     assert!(
         delay < Duration::from_millis(500),
@@ -578,25 +491,16 @@ async fn a_writer_giving_up_lets_held_back_readers_in_at_once() {
     let wl = b.rwlock(&name).with_lease(LONG);
     let writer = tokio::spawn(async move { wl.write().await });
     wait_for_intents(&url, &name, 1).await;
-    let rl = c.rwlock(&name).with_lease(LONG);
-    let reader = tokio::spawn(async move {
-        let g = rl.read().await;
-        (Instant::now(), g)
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !reader.is_finished(),
-        "a reader got in past a waiting writer"
-    );
+    let reader = spawn_held_back_reader(c.rwlock(&name).with_lease(LONG)).await;
     writer.abort();
     let cancelled_at = Instant::now();
     assert!(writer.await.unwrap_err().is_cancelled());
-    let (in_at, r3) = timeout(PROMPT, reader)
-        .await
-        .expect("the reader waited for a cancelled writer's intent to expire")
-        .unwrap();
-    let r3 = r3.unwrap();
-    let delay = in_at.saturating_duration_since(cancelled_at);
+    let (delay, r3) = held_back_reader_in(
+        reader,
+        cancelled_at,
+        "the reader waited for a cancelled writer's intent to expire",
+    )
+    .await;
     eprintln!("reader in {delay:?} after the writer was cancelled");
     assert!(
         delay < Duration::from_millis(500),
@@ -629,20 +533,17 @@ async fn readers_behind_a_writer_that_crashed_holding_get_in_at_its_lease_end() 
         .await
         .unwrap();
     let wl = w.rwlock(&name).with_lease(Duration::from_millis(500));
-    let writer = side.handle.spawn(async move {
+    let writer = side.spawn(async move {
         let g = wl.write().await.expect("write");
         let in_at = Instant::now();
         std::mem::forget(g); // the writer crashes while holding
         in_at
     });
     wait_for_intents(&url, &name, 1).await;
-    redbell_integration_tests::wait_for_subscribers(&url, &name, 1).await;
+    wait_for_subscribers(&url, &name, 1).await;
     let rl = c.rwlock(&name).with_lease(LONG);
-    let reader = tokio::spawn(async move {
-        let g = rl.read().await;
-        (Instant::now(), g)
-    });
-    redbell_integration_tests::wait_for_subscribers(&url, &name, 2).await;
+    let reader = spawn_timed(async move { rl.read().await });
+    wait_for_subscribers(&url, &name, 2).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         !reader.is_finished(),
@@ -697,16 +598,14 @@ async fn expired_reader_cannot_extend_or_unlock() {
         "a 200 ms fixed lease is not lost after 400 ms"
     );
 
-    let r = timeout(PROMPT, short.extend(LONG))
-        .await
-        .expect("extend hung");
+    let r = promptly("extend", short.extend(LONG)).await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
     assert!(
         !live_reader(&mut conn, &name, short.token()).await,
         "extend revived an expired reader"
     );
     let short_token = short.token().to_owned();
-    let r = timeout(PROMPT, short.unlock()).await.expect("unlock hung");
+    let r = promptly("unlock", short.unlock()).await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
     assert!(
         zscore(&mut conn, &readers_key(&name), &short_token)
@@ -747,16 +646,14 @@ async fn expired_writer_cannot_touch_the_next_writers_hold() {
     .unwrap();
     assert!(new.fence() > old.fence());
 
-    let r = timeout(PROMPT, old.extend(Duration::from_secs(100)))
-        .await
-        .expect("extend hung");
+    let r = promptly("extend", old.extend(Duration::from_secs(100))).await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
     let ttl = pttl(&mut conn, &key).await;
     assert!(
         ttl > 0 && ttl <= 20_000,
         "the old writer's extend changed B's lease: {ttl}"
     );
-    let r = timeout(PROMPT, old.unlock()).await.expect("unlock hung");
+    let r = promptly("unlock", old.unlock()).await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
     assert_eq!(get(&mut conn, &key).await.as_deref(), Some(new.token()));
 
@@ -809,15 +706,7 @@ async fn writer_fences_increase_and_readers_see_the_last_one() {
             }));
         }
     }
-    for t in timeout(
-        Duration::from_secs(60),
-        futures_util::future::join_all(tasks),
-    )
-    .await
-    .expect("fence run took over 60 s")
-    {
-        t.unwrap();
-    }
+    join_within(Duration::from_secs(60), tasks, "fence run took over 60 s").await;
     let fences = writer_fences.lock().unwrap().clone();
     assert_eq!(fences.len(), 60);
     for w in fences.windows(2) {
@@ -854,26 +743,21 @@ async fn writer_fences_increase_and_readers_see_the_last_one() {
 /// Every operation of `rw` fails with an error handed to `check`; none
 /// succeeds, hangs or panics.
 async fn all_fail(rw: &RwLock, check: impl Fn(&str, Error)) {
-    let r = timeout(PROMPT, rw.read()).await.expect("read() hung");
-    check("read", r.expect_err("read() succeeded"));
-    let r = timeout(PROMPT, rw.try_read())
-        .await
-        .expect("try_read() hung");
-    check("try_read", r.expect_err("try_read() succeeded"));
-    let r = timeout(PROMPT, rw.read_timeout(Duration::from_secs(1)))
-        .await
-        .expect("read_timeout() hung");
-    check("read_timeout", r.expect_err("read_timeout() succeeded"));
-    let r = timeout(PROMPT, rw.write()).await.expect("write() hung");
-    check("write", r.expect_err("write() succeeded"));
-    let r = timeout(PROMPT, rw.try_write())
-        .await
-        .expect("try_write() hung");
-    check("try_write", r.expect_err("try_write() succeeded"));
-    let r = timeout(PROMPT, rw.write_timeout(Duration::from_secs(1)))
-        .await
-        .expect("write_timeout() hung");
-    check("write_timeout", r.expect_err("write_timeout() succeeded"));
+    check("read", fails_promptly("read()", rw.read()).await);
+    check(
+        "try_read",
+        fails_promptly("try_read()", rw.try_read()).await,
+    );
+    let second = Duration::from_secs(1);
+    let e = fails_promptly("read_timeout()", rw.read_timeout(second)).await;
+    check("read_timeout", e);
+    check("write", fails_promptly("write()", rw.write()).await);
+    check(
+        "try_write",
+        fails_promptly("try_write()", rw.try_write()).await,
+    );
+    let e = fails_promptly("write_timeout()", rw.write_timeout(second)).await;
+    check("write_timeout", e);
 }
 
 /// Empty and braced names give InvalidName, a zero lease InvalidLease, for
@@ -921,11 +805,6 @@ async fn invalid_names_and_leases_are_rejected() {
     g.unlock().await.unwrap();
 }
 
-/// Every key of lock `name`.
-async fn scan_lock(conn: &mut MultiplexedConnection, name: &str) -> Vec<String> {
-    redbell_integration_tests::scan(conn, &format!("redbell:{{{name}}}*")).await
-}
-
 /// Foreign data under the writer key (a hash) or the readers key (a
 /// string): every operation gives WrongType, and the data is left alone.
 #[tokio::test]
@@ -936,22 +815,12 @@ async fn foreign_data_under_the_lock_keys_is_wrong_type() {
 
     let name = unique("rw-hash-writer");
     let key = lock_key(&name);
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg("owner")
-        .arg("someone else")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hset(&mut conn, &key, "owner", "someone else").await;
     all_fail(&c.rwlock(&name).with_lease(LONG), |op, e| {
         assert!(matches!(e, Error::WrongType { .. }), "{op}: {e:?}");
     })
     .await;
-    let v: Vec<String> = redis::cmd("HGETALL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let v = hgetall(&mut conn, &key).await;
     assert_eq!(v, ["owner", "someone else"], "the hash was modified");
     assert_eq!(pttl(&mut conn, &key).await, -1, "the hash got an expiry");
     assert_eq!(
@@ -959,16 +828,11 @@ async fn foreign_data_under_the_lock_keys_is_wrong_type() {
         std::slice::from_ref(&key),
         "keys were created"
     );
-    del(&mut conn, &[key]).await;
+    del(&mut conn, &[&key]).await;
 
     let name = unique("rw-string-readers");
     let readers = readers_key(&name);
-    let _: () = redis::cmd("SET")
-        .arg(&readers)
-        .arg("not a sorted set")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set(&mut conn, &readers, "not a sorted set").await;
     all_fail(&c.rwlock(&name).with_lease(LONG), |op, e| {
         assert!(matches!(e, Error::WrongType { .. }), "{op}: {e:?}");
     })
@@ -982,7 +846,7 @@ async fn foreign_data_under_the_lock_keys_is_wrong_type() {
         std::slice::from_ref(&readers),
         "keys were created (a writer or fence left behind?)"
     );
-    del(&mut conn, &[readers]).await;
+    del(&mut conn, &[&readers]).await;
 }
 
 /// The WrongType error names the key that holds the foreign data.
@@ -993,31 +857,19 @@ async fn wrong_type_error_names_the_offending_key() {
     let mut conn = raw(&url).await;
     let name = unique("rw-wrongtype-key");
     let key = lock_key(&name);
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg("f")
-        .arg("v")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hset(&mut conn, &key, "f", "v").await;
     let rw = c.rwlock(&name).with_lease(LONG);
     let mut named = Vec::new();
     for (op, r) in [
-        (
-            "read",
-            timeout(PROMPT, rw.read()).await.expect("hung").map(drop),
-        ),
-        (
-            "write",
-            timeout(PROMPT, rw.write()).await.expect("hung").map(drop),
-        ),
+        ("read", promptly("read()", rw.read()).await.map(drop)),
+        ("write", promptly("write()", rw.write()).await.map(drop)),
     ] {
         match r {
             Err(Error::WrongType { key: k }) => named.push((op, k)),
             r => panic!("{op}: expected WrongType, got {r:?}"),
         }
     }
-    del(&mut conn, std::slice::from_ref(&key)).await;
+    del(&mut conn, &[&key]).await;
     for (op, k) in named {
         assert_eq!(
             k, key,
@@ -1036,23 +888,18 @@ async fn foreign_intents_key_leaves_no_hold_behind() {
     let mut conn = raw(&url).await;
     let name = unique("rw-string-intents");
     let intents = intents_key(&name);
-    let _: () = redis::cmd("SET")
-        .arg(&intents)
-        .arg("not a sorted set")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set(&mut conn, &intents, "not a sorted set").await;
     let rw = c.rwlock(&name).with_lease(LONG);
-    let r = timeout(PROMPT, rw.read()).await.expect("read() hung");
+    let r = promptly("read()", rw.read()).await;
     assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
-    let r = timeout(PROMPT, rw.write()).await.expect("write() hung");
+    let r = promptly("write()", rw.write()).await;
     assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
     // Give a background release, if any, time to land.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let writer = get(&mut conn, &lock_key(&name)).await;
     let ttl = pttl(&mut conn, &lock_key(&name)).await;
     let intents_value = get(&mut conn, &intents).await;
-    del(&mut conn, &[intents, lock_key(&name), fence_key(&name)]).await;
+    del(&mut conn, &[&intents, &lock_key(&name), &fence_key(&name)]).await;
     assert_eq!(intents_value.as_deref(), Some("not a sorted set"));
     assert!(
         writer.is_none(),

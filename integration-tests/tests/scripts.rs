@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redbell_integration_tests::{PrivateRedis, raw};
+use redbell_integration_tests::{Monitor, PrivateRedis, client, raw, unique, wait_for_subscribers};
 
 #[tokio::test]
 async fn every_script_loads_under_its_sha() {
@@ -102,12 +102,9 @@ fn every_script_documents_its_interface() {
 async fn the_client_runs_only_listed_scripts() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
-    let monitor = redbell_integration_tests::Monitor::start(&url).await;
-    let (a, b) = (
-        redbell_integration_tests::client(&url).await,
-        redbell_integration_tests::client(&url).await,
-    );
-    let name = redbell_integration_tests::unique("listed");
+    let monitor = Monitor::start(&url).await;
+    let (a, b) = (client(&url).await, client(&url).await);
+    let name = unique("listed");
     let lease = Duration::from_secs(30);
     let g = a.mutex(&name).with_lease(lease).lock().await.unwrap();
     g.extend(lease).await.unwrap();
@@ -117,7 +114,7 @@ async fn the_client_runs_only_listed_scripts() {
         let mutex = b.mutex(&name).with_lease(lease);
         tokio::spawn(async move { mutex.lock().await })
     };
-    redbell_integration_tests::wait_for_subscribers(&url, &name, 1).await;
+    wait_for_subscribers(&url, &name, 1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     cancelled.abort();
     let _ = cancelled.await;

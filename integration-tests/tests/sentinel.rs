@@ -41,7 +41,8 @@ use std::time::Duration;
 use rand::Rng;
 use redbell::{Client, Error};
 use redbell_integration_tests::{
-    exists, fence_key, get, lock_key, raw, redis_server_bin, unique, wait_for_subscribers,
+    eventually_every, exists, fence_key, get, lock_key, raw, redis_server_bin, set, unique,
+    wait_for_subscribers,
 };
 use redis::FromRedisValue;
 use redis::aio::MultiplexedConnection;
@@ -53,6 +54,9 @@ use tokio::time::{Instant, sleep, timeout};
 
 /// The master name the sentinels monitor.
 const MASTER: &str = "mymaster";
+
+/// How often the harness polls the topology's state.
+const POLL: Duration = Duration::from_millis(50);
 
 // ------------------------------------------------------------ topology
 
@@ -122,24 +126,6 @@ async fn sentinel_agrees(sentinel: u16, primary: u16) -> bool {
         && field("num-slaves") == Some("1")
 }
 
-/// Polls `check` every 50 ms for up to `within`; whether it ever held.
-async fn poll<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A base port whose layout ports (BASE, +1, +2, +10..+12) are free: random
 /// in 20000–32000 (below the kernel's ephemeral range), never handed out
 /// twice in this process, probed by binding each port.
@@ -199,7 +185,7 @@ impl Topology {
         // The sentinels learn the replica from the primary's INFO when they
         // connect (then only every 10 s): start them once it is attached.
         let replica = topo.replica_port();
-        let linked = poll(Duration::from_secs(10), || async move {
+        let linked = eventually_every(Duration::from_secs(10), POLL, || async move {
             replication_field(replica, "master_link_status")
                 .await
                 .as_deref()
@@ -211,7 +197,7 @@ impl Topology {
             topo.spawn_sentinel(i);
         }
         let (sentinels, primary) = (topo.sentinel_ports(), topo.primary_port());
-        let healthy = poll(Duration::from_secs(30), || async move {
+        let healthy = eventually_every(Duration::from_secs(30), POLL, || async move {
             for s in sentinels {
                 if !sentinel_agrees(s, primary).await {
                     return false;
@@ -348,7 +334,7 @@ impl Topology {
     async fn wait_for_failover(&self) -> Duration {
         let started = Instant::now();
         let (sentinels, replica) = (self.sentinel_ports(), self.replica_port());
-        let done = poll(Duration::from_secs(20), || async move {
+        let done = eventually_every(Duration::from_secs(20), POLL, || async move {
             for s in sentinels {
                 if master_port(s).await != Some(replica) {
                     return false;
@@ -373,7 +359,7 @@ impl Topology {
         .await;
         assert_eq!(ok.as_deref(), Some("OK"), "REPLICAOF the proxy");
         let proxy_port = proxy.port.to_string();
-        let linked = poll(Duration::from_secs(10), || {
+        let linked = eventually_every(Duration::from_secs(10), POLL, || {
             let proxy_port = proxy_port.clone();
             async move {
                 replication_field(replica, "master_port").await == Some(proxy_port)
@@ -387,18 +373,7 @@ impl Topology {
         assert!(linked, "the replica's link through the proxy never came up");
         let (key, value) = (unique("probe"), unique("v"));
         let mut primary = raw(&self.primary_url()).await;
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg(&value)
-            .query_async(&mut primary)
-            .await
-            .expect("SET on the primary");
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(2000)
-            .query_async(&mut primary)
-            .await
-            .expect("WAIT");
+        let acked = write_and_wait(&mut primary, &key, &value).await;
         assert_eq!(
             acked, 1,
             "the replica did not acknowledge a write through the proxy"
@@ -526,7 +501,7 @@ impl Proxy {
         }
         self.accept.abort();
         let live = self.live.clone();
-        let closed = poll(Duration::from_secs(5), || {
+        let closed = eventually_every(Duration::from_secs(5), POLL, || {
             let live = live.clone();
             async move { live.load(Ordering::SeqCst) == 0 }
         })
@@ -670,19 +645,19 @@ where
 /// replica has everything the primary executed so far.
 async fn replica_caught_up(primary_url: &str) -> bool {
     let mut conn = raw(primary_url).await;
-    let _: () = redis::cmd("SET")
-        .arg(unique("sync"))
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .expect("SET on the primary");
-    let acked: i64 = redis::cmd("WAIT")
+    write_and_wait(&mut conn, &unique("sync"), "1").await == 1
+}
+
+/// `SET key value` on the primary, then `WAIT 1 2000` on the same
+/// connection: how many replicas acknowledged everything up to the write.
+async fn write_and_wait(primary: &mut MultiplexedConnection, key: &str, value: &str) -> i64 {
+    set(primary, key, value).await;
+    redis::cmd("WAIT")
         .arg(1)
         .arg(2000)
-        .query_async(&mut conn)
+        .query_async(primary)
         .await
-        .expect("WAIT");
-    acked == 1
+        .expect("WAIT")
 }
 
 /// `INCR key` on a connection.

@@ -7,50 +7,29 @@
 //! acquire attempts with [`Monitor`] (filtered by script SHA and lock key),
 //! server-wide command counts with `INFO commandstats`.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use redbell::{Error, MutexGuard};
 use redbell_integration_tests::{
-    Monitor, PrivateRedis, client, eventually, exists, fence_key, lock_key, raw, redis_url, scan,
-    script_sha, subscribers, unique,
+    LONG, Monitor, PrivateRedis, client, commandstats, counter_key, counter_value, del, eventually,
+    exists, fence_key, join_within, lock_key, lock_pattern, non_atomic_increment, on_own_runtime,
+    raw, redbell_binary, redis_url, renewing_client, reset_stats, scan, script_sha, spawn_timed,
+    subscribers, unique, waiters_key, wake_channel, warm_up, zcard, zrange,
 };
-use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
-
-const LONG: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------- helpers
 
-/// `ZCARD key`.
-async fn zcard(conn: &mut MultiplexedConnection, key: &str) -> usize {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .expect("ZCARD")
-}
-
-/// The members of a sorted set, lowest score first.
-async fn zrange(conn: &mut MultiplexedConnection, key: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .query_async(conn)
-        .await
-        .expect("ZRANGE")
-}
-
-/// Waits (up to 10 s) until the queue `queue` holds `members` members and
-/// lock `name` has `subs` subscribed clients.
-async fn wait_queued(url: &str, name: &str, members: usize, subs: i64) {
+/// Waits (up to 10 s) until the queue of lock `name` holds `members`
+/// members and the lock has `subs` subscribed clients.
+async fn wait_queued(url: &str, name: &str, members: i64, subs: i64) {
     let conn = raw(url).await;
-    let queue = format!("{}:waiters", lock_key(name));
+    let queue = waiters_key(name);
     let ok = eventually(Duration::from_secs(10), || {
         let mut conn = conn.clone();
         let queue = queue.clone();
@@ -65,36 +44,29 @@ async fn wait_queued(url: &str, name: &str, members: usize, subs: i64) {
     );
 }
 
-/// `INFO commandstats` as command -> calls.
-async fn commandstats(conn: &mut MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
+/// The wake-up channel of the client that queued `member` for lock `name`.
+fn channel_of(name: &str, member: &str) -> String {
+    wake_channel(name, member.split(':').next().unwrap())
 }
 
-/// `<target>/debug/redbell`: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
-fn redbell_bin() -> PathBuf {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => workspace.join(dir),
-        None => workspace.join("target"),
-    };
-    let path = target.join("debug").join("redbell");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --bin redbell` first (`make test` does)",
-        path.display()
-    );
-    path
+/// Extends the holder's lease to 60 s (so the next waiter's entry, expiry =
+/// the holder's PTTL + grace, sorts behind the ones already queued), then
+/// queues a waiter of a new client: its lock() task, which notes when it
+/// got in, and the queue's members once it is the second waiter.
+async fn queue_second_waiter(
+    url: &str,
+    name: &str,
+    guard: &MutexGuard,
+) -> (
+    JoinHandle<(Instant, Result<MutexGuard, Error>)>,
+    Vec<String>,
+) {
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    let c = client(url).await;
+    let mutex = c.mutex(name).with_lease(LONG);
+    let task = spawn_timed(async move { mutex.lock().await });
+    wait_queued(url, name, 2, 2).await;
+    (task, zrange(&mut raw(url).await, &waiters_key(name)).await)
 }
 
 /// The index of the first line at or after `from` containing every needle.
@@ -154,8 +126,8 @@ struct Shared {
 async fn contend(url: &str, clients: usize, handoffs: usize) -> Contention {
     let name = unique(&format!("herd-{clients}"));
     let key = lock_key(&name);
-    let queue = format!("{key}:waiters");
-    let counter = format!("redbell-test:{{{name}}}:counter");
+    let queue = waiters_key(&name);
+    let counter = counter_key(&name);
     let monitor = Arc::new(Monitor::start(url).await);
     let conn = raw(url).await;
     let all = join_all((0..clients).map(|_| client(url))).await;
@@ -183,19 +155,7 @@ async fn contend(url: &str, clients: usize, handoffs: usize) -> Contention {
                 );
                 let n = shared.taken.fetch_add(1, Ordering::SeqCst);
                 shared.per_client[i].fetch_add(1, Ordering::SeqCst);
-                let v: Option<i64> = redis::cmd("GET")
-                    .arg(&counter)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                tokio::task::yield_now().await;
-                tokio::time::sleep(Duration::from_micros(200)).await;
-                let _: () = redis::cmd("SET")
-                    .arg(&counter)
-                    .arg(v.unwrap_or(0) + 1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                non_atomic_increment(&mut conn, &counter, Duration::from_micros(200)).await;
 
                 // The window's edges, taken while we hold the lock and
                 // everyone else is parked.
@@ -213,7 +173,7 @@ async fn contend(url: &str, clients: usize, handoffs: usize) -> Contention {
                     let parked = eventually(Duration::from_secs(20), || {
                         let mut conn = conn.clone();
                         let queue = queue.clone();
-                        async move { zcard(&mut conn, &queue).await == clients - 1 }
+                        async move { zcard(&mut conn, &queue).await == clients as i64 - 1 }
                     })
                     .await;
                     assert!(parked, "the other {} clients never all parked", clients - 1);
@@ -233,19 +193,15 @@ async fn contend(url: &str, clients: usize, handoffs: usize) -> Contention {
             }
         }));
     }
-    let done = timeout(Duration::from_secs(90), join_all(tasks))
-        .await
-        .unwrap_or_else(|_| panic!("{clients} clients did not finish within 90 s"));
-    for t in done {
-        t.expect("task panicked");
-    }
+    join_within(
+        Duration::from_secs(90),
+        tasks,
+        &format!("{clients} clients did not finish within 90 s"),
+    )
+    .await;
 
     let mut conn = conn.clone();
-    let total: i64 = redis::cmd("GET")
-        .arg(&counter)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let total = counter_value(&mut conn, &counter).await;
     let taken = shared.taken.load(Ordering::SeqCst);
     assert_eq!(total, taken as i64, "lost increments: two holders at once");
     assert!(!exists(&mut conn, &key).await, "lock key left behind");
@@ -283,12 +239,7 @@ async fn contend(url: &str, clients: usize, handoffs: usize) -> Contention {
         result.releases, handoffs,
         "the window should hold exactly one release per hand-off"
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&counter)
-        .arg(fence_key(&name))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&counter, &fence_key(&name)]).await;
     result
 }
 
@@ -343,14 +294,13 @@ async fn a_vanished_waiter_process_is_skipped() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
     let name = unique("vanished");
-    let key = lock_key(&name);
-    let queue = format!("{key}:waiters");
+    let queue = waiters_key(&name);
     let mut conn = raw(&url).await;
     let monitor = Monitor::start(&url).await;
     let holder = client(&url).await;
     let guard = holder.mutex(&name).with_lease(LONG).lock().await.unwrap();
 
-    let mut process = Command::new(redbell_bin())
+    let mut process = Command::new(redbell_binary())
         .arg("--url")
         .arg(&url)
         .args(["run", "--ttl", "30s", &name, "--", "true"])
@@ -361,20 +311,10 @@ async fn a_vanished_waiter_process_is_skipped() {
         .expect("spawn redbell run");
     wait_queued(&url, &name, 1, 1).await;
     let dead = zrange(&mut conn, &queue).await.remove(0);
-    let dead_id = dead.split(':').next().unwrap().to_owned();
-    let dead_channel = format!("{key}:wake:{dead_id}");
+    let dead_channel = channel_of(&name, &dead);
 
-    // The holder's lease grows, so the live waiter's entry (expiry = the
-    // holder's PTTL + grace) sorts behind the process's.
-    guard.extend(Duration::from_secs(60)).await.unwrap();
-    let live = client(&url).await;
-    let mutex = live.mutex(&name).with_lease(LONG);
-    let task = tokio::spawn(async move {
-        let g = mutex.lock().await;
-        (Instant::now(), g)
-    });
-    wait_queued(&url, &name, 2, 2).await;
-    let order = zrange(&mut conn, &queue).await;
+    // A live waiter queues behind the process's.
+    let (task, order) = queue_second_waiter(&url, &name, &guard).await;
     assert_eq!(order[0], dead, "the process's waiter is not the head");
     let live_member = order[1].clone();
 
@@ -420,7 +360,7 @@ async fn a_vanished_waiter_process_is_skipped() {
         .expect("the release did not try the vanished head's channel");
     let zrem_dead = find(&lines, publish_dead, &["\"ZREM\"", &queue, &dead])
         .expect("the vanished head's member was not removed after 0 receivers");
-    let live_channel = format!("{key}:wake:{}", live_member.split(':').next().unwrap());
+    let live_channel = channel_of(&name, &live_member);
     let publish_live = find(&lines, zrem_dead, &["\"PUBLISH\"", &live_channel])
         .expect("the live waiter was not woken after the vanished head");
     // The release script call that did it (the last one before: the first
@@ -472,9 +412,8 @@ async fn woken_then_cancelled_passes_on(frozen_after_release: Duration) {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
     let name = unique("woken-cancelled");
-    let key = lock_key(&name);
-    let queue = format!("{key}:waiters");
-    let handoff = format!("{key}:handoff");
+    let queue = waiters_key(&name);
+    let handoff = format!("{}:handoff", lock_key(&name));
     let mut conn = raw(&url).await;
     let monitor = Monitor::start(&url).await;
     let holder = client(&url).await;
@@ -485,42 +424,28 @@ async fn woken_then_cancelled_passes_on(frozen_after_release: Duration) {
     let (outcome_tx, outcome_rx) = tokio::sync::oneshot::channel::<bool>();
     let a_thread = {
         let (url, name) = (url.clone(), name.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let a = client(&url).await;
-                let mutex = a.mutex(&name).with_lease(LONG);
-                let waiter = tokio::spawn(async move { mutex.lock().await });
-                if let Some(Cmd::FreezeThenCancel(ack, thaw)) = cmd_rx.recv().await {
-                    let _ = ack.send(());
-                    let _ = thaw.recv(); // blocks the whole runtime
-                    waiter.abort();
-                }
-                let cancelled = matches!(waiter.await, Err(e) if e.is_cancelled());
-                // Let the pass-on go out before the client is dropped.
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let _ = outcome_tx.send(cancelled);
-                drop(a);
-            });
+        on_own_runtime(move || async move {
+            let a = client(&url).await;
+            let mutex = a.mutex(&name).with_lease(LONG);
+            let waiter = tokio::spawn(async move { mutex.lock().await });
+            if let Some(Cmd::FreezeThenCancel(ack, thaw)) = cmd_rx.recv().await {
+                let _ = ack.send(());
+                let _ = thaw.recv(); // blocks the whole runtime
+                waiter.abort();
+            }
+            let cancelled = matches!(waiter.await, Err(e) if e.is_cancelled());
+            // Let the pass-on go out before the client is dropped.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _ = outcome_tx.send(cancelled);
+            drop(a);
         })
     };
     wait_queued(&url, &name, 1, 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await; // A parked
     let a_member = zrange(&mut conn, &queue).await.remove(0);
 
-    // B queues behind A (the holder's lease grows in between).
-    guard.extend(Duration::from_secs(60)).await.unwrap();
-    let b = client(&url).await;
-    let mutex = b.mutex(&name).with_lease(LONG);
-    let b_task = tokio::spawn(async move {
-        let g = mutex.lock().await;
-        (Instant::now(), g)
-    });
-    wait_queued(&url, &name, 2, 2).await;
-    let order = zrange(&mut conn, &queue).await;
+    // B queues behind A.
+    let (b_task, order) = queue_second_waiter(&url, &name, &guard).await;
     assert_eq!(order[0], a_member, "A is not the head of the queue");
     let b_member = order[1].clone();
 
@@ -565,8 +490,8 @@ async fn woken_then_cancelled_passes_on(frozen_after_release: Duration) {
     // woke B.
     monitor.sync().await;
     let lines = monitor.lines();
-    let a_channel = format!("{key}:wake:{}", a_member.split(':').next().unwrap());
-    let b_channel = format!("{key}:wake:{}", b_member.split(':').next().unwrap());
+    let a_channel = channel_of(&name, &a_member);
+    let b_channel = channel_of(&name, &b_member);
     let woke_a =
         find(&lines, mark, &["\"PUBLISH\"", &a_channel]).expect("the release did not wake A");
     find(&lines, woke_a, &["\"SET\"", &handoff, &a_member])
@@ -614,15 +539,10 @@ async fn uncontended_pairs_cost_two_script_calls_and_no_pubsub() {
     let url = redis.url();
     let c = client(&url).await;
     let mutex = c.mutex(&unique("alone"));
-    // Load the scripts (the first EVALSHA on a fresh server is a NOSCRIPT).
-    mutex.lock().await.unwrap().unlock().await.unwrap();
+    warm_up(&c).await;
 
     let mut admin = raw(&url).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    reset_stats(&mut admin).await;
     for _ in 0..1000 {
         let guard = mutex.lock().await.unwrap();
         guard.unlock().await.unwrap();
@@ -660,18 +580,12 @@ async fn uncontended_pairs_cost_two_script_calls_and_no_pubsub() {
 async fn no_queue_state_remains_once_idle() {
     let url = redis_url();
     let name = unique("hidden");
-    let key = lock_key(&name);
-    let queue = format!("{key}:waiters");
+    let queue = waiters_key(&name);
     let conn = raw(&url).await;
     let short = Duration::from_millis(300);
     // The first holder's 300 ms lease is renewed, so the queue fills up
     // while it holds.
-    let holder = redbell::Client::builder(&url)
-        .default_lease(short)
-        .renew_every(Duration::from_millis(100))
-        .connect()
-        .await
-        .unwrap();
+    let holder = renewing_client(&url, short, Duration::from_millis(100)).await;
     let guard = holder.mutex(&name).lock().await.unwrap();
 
     let mut tasks = Vec::new();
@@ -703,12 +617,12 @@ async fn no_queue_state_remains_once_idle() {
     .await;
     assert!(queued, "the waiters never queued");
     guard.unlock().await.unwrap();
-    for t in timeout(Duration::from_secs(30), join_all(tasks))
-        .await
-        .expect("the contended run did not finish")
-    {
-        t.unwrap();
-    }
+    join_within(
+        Duration::from_secs(30),
+        tasks,
+        "the contended run did not finish",
+    )
+    .await;
     let mut admin = conn.clone();
     assert_eq!(
         zcard(&mut admin, &queue).await,
@@ -730,20 +644,14 @@ async fn no_queue_state_remains_once_idle() {
     let abandoned_at = Instant::now();
     std::mem::forget(abandoned);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // Dropping its runtime drops the waiter without running its clean-up.
     let vanishing = {
         let (url, name) = (url.clone(), name.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let c = client(&url).await;
-                let mutex = c.mutex(&name).with_lease(short);
-                let _waiter = tokio::spawn(async move { mutex.lock().await });
-                let _ = stop_rx.await;
-            });
-            drop(rt); // drops the waiter without running its clean-up
+        on_own_runtime(move || async move {
+            let c = client(&url).await;
+            let mutex = c.mutex(&name).with_lease(short);
+            let _waiter = tokio::spawn(async move { mutex.lock().await });
+            let _ = stop_rx.await;
         })
     };
     wait_queued(&url, &name, 1, 1).await;
@@ -769,20 +677,16 @@ async fn no_queue_state_remains_once_idle() {
         let mut conn = conn.clone();
         let name = name.clone();
         let fence_only = fence_only.clone();
-        async move { scan(&mut conn, &format!("redbell:{{{name}}}*")).await == fence_only }
+        async move { scan(&mut conn, &lock_pattern(&name)).await == fence_only }
     })
     .await;
     let mut conn = conn.clone();
-    let left = scan(&mut conn, &format!("redbell:{{{name}}}*")).await;
+    let left = scan(&mut conn, &lock_pattern(&name)).await;
     eprintln!("keys left {:?} after idle: {left:?}", idle_since.elapsed());
     assert!(
         clean,
         "hidden state left {:?} after the lock went idle: {left:?}",
         idle_since.elapsed()
     );
-    let _: () = redis::cmd("DEL")
-        .arg(fence_key(&name))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    del(&mut conn, &[&fence_key(&name)]).await;
 }
