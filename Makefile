@@ -35,7 +35,16 @@ demo:
 	$(WITH_REDIS) cargo run --release --bin redbell -- demo --compare
 
 bench:
-	$(WITH_REDIS) cargo run --release --bin redbell -- bench
+	@set -euo pipefail; \
+	if [[ -n $${REDBELL_CLUSTER_NODES:-} ]]; then \
+	  echo "redbell: using REDBELL_CLUSTER_NODES=$$REDBELL_CLUSTER_NODES" >&2; \
+	else \
+	  trap 'scripts/redis/cluster.sh stop 7400 || true' EXIT; \
+	  trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	  REDBELL_CLUSTER_NODES=$$(scripts/redis/cluster.sh start 7400 | grep '^redis' | paste -sd, -); \
+	  export REDBELL_CLUSTER_NODES; \
+	fi; \
+	$(WITH_REDIS) cargo run --release --bin redbell -- bench --cluster "$$REDBELL_CLUSTER_NODES"
 
 lint:
 	cargo fmt --all -- --check

@@ -400,6 +400,15 @@ impl Hub {
     }
 }
 
+/// After a cluster's pub/sub connection was lost or a subscription dropped
+/// (failover, slot migration), the hub reconnects at once, but the new
+/// connection may still see the old slot map and subscribe on the demoted
+/// primary, where a replica accepts SSUBSCRIBE and the new primary's SPUBLISH
+/// counts no receiver (so the release drops the member as gone). So it
+/// starts over once more this long after, when the cluster has settled, and
+/// wakes every waiter again: those dropped meanwhile re-queue.
+const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
+
 /// The live pub/sub connection: the sink and the dispatcher reading it.
 struct Connection {
     sink: Sink,
@@ -428,6 +437,9 @@ impl Control {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut backoff = Duration::from_millis(50);
         let mut next_reconnect = Instant::now();
+        // Cluster only: when to start over once more after a reconnect (see
+        // `CLUSTER_RECHECK`).
+        let mut recheck: Option<Instant> = None;
         loop {
             tokio::select! {
                 op = ops.recv() => match op {
@@ -442,11 +454,19 @@ impl Control {
                             backoff = Duration::from_millis(50);
                             next_reconnect = Instant::now();
                             self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                            if self.primary.is_cluster() {
+                                recheck = Some(Instant::now() + CLUSTER_RECHECK);
+                            }
                         }
                     }
                 },
                 _ = tick.tick() => {
-                    if self.conn.is_some() {
+                    if self.conn.is_some() && recheck.is_some_and(|at| Instant::now() >= at) {
+                        recheck = None;
+                        tracing::debug!("re-checking sharded subscriptions after a cluster change");
+                        self.disconnected();
+                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                    } else if self.conn.is_some() {
                         self.unsubscribe_idle().await;
                     } else if Instant::now() >= next_reconnect {
                         self.try_reconnect(&mut backoff, &mut next_reconnect).await;

@@ -21,7 +21,10 @@
 //!    acquire → hold (`--hold`, 100 µs, spun) → unlock; see
 //!    `bench/contend.rs` for how each figure is computed. Measured for
 //!    redbell's plain `Mutex` and for its `FairMutex` (`redbell fair`, FIFO
-//!    with direct hand-off). Beside them, the **serial floor**: the same
+//!    with direct hand-off); with `--cluster NODES` also for the plain
+//!    `Mutex` through `Client::cluster` on that Redis Cluster
+//!    (`redbell cluster`, see `bench/cluster.rs`). Beside them, the
+//!    **serial floor**: the same
 //!    loop with no lock (counter `INCR` inside the hold, timestamps), one
 //!    task on one connection in the bench process, fastest of 5 runs; its
 //!    iterations/s are what hand-offs/s would be with zero lock overhead,
@@ -47,7 +50,8 @@
 //! unset); the bench's own bookkeeping commands are excluded. Two figures:
 //! *round trips* (the commands the clients send: script calls, the poll
 //! recipe's `SET`, redbell's SUBSCRIBE/UNSUBSCRIBE) and *all commands*,
-//! including those run inside the Lua scripts.
+//! including those run inside the Lua scripts. For `redbell cluster`, on
+//! the primary that owns the lock's slot (SSUBSCRIBE/SUNSUBSCRIBE there).
 //!
 //! Every key the bench writes carries the run id and is deleted at the end.
 
@@ -58,6 +62,8 @@ use crate::fail::{EX_FAILURE, Failure};
 
 #[path = "bench/chart.rs"]
 mod chart;
+#[path = "bench/cluster.rs"]
+mod cluster;
 #[path = "bench/contend.rs"]
 mod contend;
 #[path = "bench/floor.rs"]
@@ -97,6 +103,18 @@ pub struct BenchArgs {
     /// Time each worker holds the lock per acquisition (spun, not slept).
     #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = humantime::parse_duration)]
     pub hold: Duration,
+
+    /// Also measure the hand-off on this Redis Cluster (comma-separated
+    /// node URLs; a few suffice): the `redbell cluster` rows. Use a private
+    /// cluster: it runs CONFIG RESETSTAT on the lock's primary.
+    #[arg(
+        long,
+        value_name = "NODES",
+        env = "REDBELL_CLUSTER_NODES",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub cluster: Vec<String>,
 }
 
 /// Runs a hidden `bench-worker` process.
@@ -107,6 +125,25 @@ pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
 /// `redbell bench`.
 pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
     let plan = Plan::new(args.quick);
+    let nodes: Vec<String> = args
+        .cluster
+        .iter()
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    let cluster_info = if nodes.is_empty() {
+        None
+    } else {
+        let info = cluster::check(&nodes).await?;
+        eprintln!(
+            "bench: cluster {} ({} primaries, {} replicas, Redis {})",
+            info.nodes.join(","),
+            info.primaries,
+            info.replicas,
+            info.redis_version
+        );
+        Some(info)
+    };
     let mut conn = contend::bookkeeping(url).await?;
     let redis_version = redis_version(&mut conn).await;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
@@ -148,8 +185,17 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
                     n,
                     hold: args.hold,
                     lease,
+                    cluster: Vec::new(),
                 };
                 handoff.push(contention(url, &run, &s).await?);
+                if strategy == Strategy::Redbell && !nodes.is_empty() {
+                    let s = Scenario {
+                        strategy: Strategy::Cluster,
+                        cluster: nodes.clone(),
+                        ..s
+                    };
+                    handoff.push(contention(url, &run, &s).await?);
+                }
             }
         }
 
@@ -164,6 +210,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
                 n,
                 hold: args.hold,
                 lease,
+                cluster: Vec::new(),
             };
             scaling.push(contention(url, &run, &s).await?);
         }
@@ -201,6 +248,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             date: plan::utc_now(),
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
             redis_version,
+            cluster: cluster_info,
             build: if cfg!(debug_assertions) {
                 "debug"
             } else {
@@ -259,8 +307,20 @@ async fn contention(url: &str, run: &str, s: &Scenario) -> Result<contend::Outco
         s.strategy.label().replace(' ', "-"),
         s.workers
     );
+    // On a cluster, the counter and the command counts go to the primary
+    // that owns the lock's slot.
+    let url = if s.strategy == Strategy::Cluster {
+        let (primary, slot) = cluster::owner(&s.cluster, &format!("redbell:{{{name}}}")).await?;
+        eprintln!(
+            "bench:   lock slot {slot}, primary {}",
+            crate::fail::redact(&primary)
+        );
+        primary
+    } else {
+        url.to_owned()
+    };
     let started = std::time::Instant::now();
-    let o = contend::run(url, &name, s).await?;
+    let o = contend::run(&url, &name, s).await?;
     eprintln!(
         "bench:   {:.1} s: {:.0} hand-offs/s, gap p50 {} µs, wait p99 {} µs",
         started.elapsed().as_secs_f64(),
@@ -271,7 +331,7 @@ async fn contention(url: &str, run: &str, s: &Scenario) -> Result<contend::Outco
     Ok(o)
 }
 
-async fn redis_version(conn: &mut redis::aio::MultiplexedConnection) -> String {
+pub(crate) async fn redis_version(conn: &mut redis::aio::MultiplexedConnection) -> String {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(conn)

@@ -54,6 +54,8 @@ pub struct Scenario {
     pub n: u64,
     pub hold: Duration,
     pub lease: Duration,
+    /// The cluster's node URLs (`Strategy::Cluster` only; else empty).
+    pub cluster: Vec<String>,
 }
 
 /// The figures of one scenario, and its raw records.
@@ -86,7 +88,9 @@ pub struct Outcome {
     pub records: Vec<Record>,
 }
 
-/// Runs one scenario on lock `name`.
+/// Runs one scenario on lock `name`. `url` is the server for the counter
+/// and the command counts: for `Strategy::Cluster`, the primary that owns
+/// the lock's slot (the counter shares the lock's `{name}` hash tag).
 pub async fn run(url: &str, name: &str, s: &Scenario) -> Result<Outcome, Failure> {
     let mut conn = bookkeeping(url).await?;
     cleanup(&mut conn, name).await;
@@ -121,6 +125,9 @@ async fn drive(
             }
             Strategy::Fair => {
                 cmd.arg("--fair");
+            }
+            Strategy::Cluster => {
+                cmd.args(["--cluster", &s.cluster.join(",")]);
             }
             Strategy::Redbell => {}
         }

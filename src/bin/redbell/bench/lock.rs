@@ -1,6 +1,6 @@
 //! The locking strategies under test, behind one small interface:
-//! redbell's event-driven mutex, its fair (FIFO, direct hand-off) mutex,
-//! and the sleep-poll recipe (implemented here, once, for every scenario of
+//! redbell's event-driven mutex (on one server, or on a Redis Cluster),
+//! its fair (FIFO, direct hand-off) mutex, and the sleep-poll recipe (implemented here, once, for every scenario of
 //! the bench).
 
 use std::time::Duration;
@@ -17,6 +17,10 @@ pub enum Strategy {
     /// redbell's `FairMutex`: waiters are served in arrival order, the
     /// release grants the lock to the head of the queue.
     Fair,
+    /// redbell's plain mutex through a Redis Cluster client
+    /// (`Client::cluster`): the same locking, with sharded pub/sub
+    /// (SPUBLISH/SSUBSCRIBE) for the wake-ups.
+    Cluster,
     /// `SET key token NX PX lease`; on failure sleep this long and retry;
     /// release with a Lua compare-and-delete.
     Poll(Duration),
@@ -24,11 +28,12 @@ pub enum Strategy {
 
 impl Strategy {
     /// A short label for tables and JSON: `redbell`, `redbell fair`,
-    /// `poll 10ms`.
+    /// `redbell cluster`, `poll 10ms`.
     pub fn label(self) -> String {
         match self {
             Strategy::Redbell => "redbell".to_owned(),
             Strategy::Fair => "redbell fair".to_owned(),
+            Strategy::Cluster => "redbell cluster".to_owned(),
             Strategy::Poll(d) => format!("poll {}", humantime::format_duration(d)),
         }
     }
@@ -44,6 +49,14 @@ impl Strategy {
                 "script|load",
                 "subscribe",
                 "unsubscribe",
+                "ping",
+            ],
+            Strategy::Cluster => &[
+                "evalsha",
+                "eval",
+                "script|load",
+                "ssubscribe",
+                "sunsubscribe",
                 "ping",
             ],
             Strategy::Poll(_) => &["set", "evalsha", "eval", "script|load"],
@@ -115,7 +128,20 @@ impl Conn {
                 .map(Conn::Redbell)
                 .map_err(|e| Failure::lock(url, "cannot connect to Redis", &e)),
             Strategy::Poll(_) => manager(url).await.map(Conn::Poll),
+            Strategy::Cluster => Err(Failure::new(
+                EX_FAILURE,
+                "redbell cluster needs the cluster's node URLs",
+            )),
         }
+    }
+
+    /// A redbell client on the Redis Cluster that `nodes` belong to.
+    pub async fn cluster(nodes: &[String]) -> Result<Conn, Failure> {
+        let urls: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        redbell::Client::cluster(&urls)
+            .await
+            .map(Conn::Redbell)
+            .map_err(|e| Failure::lock(&nodes.join(","), "cannot connect to the cluster", &e))
     }
 
     /// The lock `name` with a fixed `lease` (no renewal traffic).
@@ -132,7 +158,7 @@ impl Conn {
                 interval,
                 release: redis::Script::new(POLL_RELEASE),
             },
-            (Conn::Poll(_), Strategy::Redbell | Strategy::Fair) => {
+            (Conn::Poll(_), Strategy::Redbell | Strategy::Fair | Strategy::Cluster) => {
                 unreachable!("a poll connection for redbell")
             }
         }

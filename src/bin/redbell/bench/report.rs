@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::contend::Outcome;
 use super::floor::{Floor, SerialFloor, Takeover, Uncontended};
+use super::lock::Strategy;
 
 /// Everything one run measured.
 #[derive(Debug, Serialize)]
@@ -15,6 +16,9 @@ pub struct Results {
     pub date: String,
     pub cores: usize,
     pub redis_version: String,
+    /// The Redis Cluster of the `redbell cluster` rows (`--cluster`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<super::cluster::ClusterInfo>,
     pub build: &'static str,
     pub quick: bool,
     pub hold_us: u64,
@@ -83,6 +87,17 @@ pub fn markdown(r: &Results) -> String {
         r.build,
         r.hold_us
     );
+    if let Some(c) = &r.cluster {
+        let _ = writeln!(
+            s,
+            "`{}` rows: Redis Cluster {} ({} primaries, {} replicas, Redis {}).\n",
+            Strategy::Cluster.label(),
+            c.nodes.join(", "),
+            c.primaries,
+            c.replicas,
+            c.redis_version
+        );
+    }
     let f = &r.floor;
     let _ = writeln!(
         s,
@@ -212,6 +227,9 @@ pub fn markdown(r: &Results) -> String {
         );
     }
     s.push_str(NOTES);
+    if r.cluster.is_some() {
+        s.push_str(CLUSTER_NOTES);
+    }
     s.push_str(&super::verdict::expectations(r));
     s
 }
@@ -228,4 +246,15 @@ worker: a polling releaser mostly re-takes the lock itself. *round trips* = comm
 clients sent (script calls; the poll recipe's `SET`; SUBSCRIBE); *all cmds* adds those run \
 inside the Lua scripts. Commands are counted between N/10 and N (`CONFIG RESETSTAT`, \
 `INFO commandstats`), the bench's own bookkeeping excluded.
+";
+
+const CLUSTER_NOTES: &str = "
+*redbell cluster* = `client.mutex()` exactly as *redbell*, but every worker's client is \
+`Client::cluster(nodes)` on the Redis Cluster above (wake-ups by sharded pub/sub: SPUBLISH \
+inside the release script, SSUBSCRIBE). Its counter shares the lock's `{name}` hash tag, so it \
+lives on the primary that owns the lock's slot (`CLUSTER KEYSLOT`, `CLUSTER NODES`); its \
+commands are counted on that primary only (`CONFIG RESETSTAT` and `INFO commandstats` there; \
+the other primaries serve no key of the lock, and the replicas' replication stream is not \
+counted), *round trips* with SSUBSCRIBE/SUNSUBSCRIBE in place of SUBSCRIBE/UNSUBSCRIBE. \
+Its \"% of floor\" and ×PING multiples are against the single server's serial floor and PING.
 ";

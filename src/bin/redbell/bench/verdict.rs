@@ -154,6 +154,32 @@ pub fn expectations(r: &Results) -> String {
         );
     }
 
+    // The cluster rows against the same mutex on one server, reported.
+    for c in r.handoff.iter().filter(|o| o.strategy == "redbell cluster") {
+        let Some(one) = find(&r.handoff, "redbell", c.workers) else {
+            continue;
+        };
+        let rt = |o: &Outcome| {
+            o.commands
+                .as_ref()
+                .and_then(|m| m.per_handoff(m.round_trips))
+                .map_or("–".to_owned(), |v| format!("{v:.2}"))
+        };
+        let p50 = |o: &Outcome| o.gap_us.p50.map_or("–".to_owned(), fmt_us);
+        let _ = writeln!(
+            s,
+            "- W={} redbell cluster against redbell on one server, reported: {:.0}/s vs {:.0}/s ({:.2}×); gap p50 {} vs {}; round trips / hand-off {} vs {}",
+            c.workers,
+            c.handoffs_per_s,
+            one.handoffs_per_s,
+            c.handoffs_per_s / one.handoffs_per_s.max(1e-9),
+            p50(c),
+            p50(one),
+            rt(c),
+            rt(one),
+        );
+    }
+
     // 5. Crash takeover within 10 ms of lease expiry.
     let redbell = r.takeover.iter().find(|t| t.strategy == "redbell");
     if let Some((t, p50)) = redbell.and_then(|t| Some((t, t.takeover_us.p50?))) {

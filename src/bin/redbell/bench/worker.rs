@@ -39,6 +39,11 @@ pub struct WorkerArgs {
     /// Use redbell's fair mutex (default: redbell's plain mutex).
     #[arg(long)]
     pub fair: bool,
+    /// Use redbell's plain mutex through a Redis Cluster client on these
+    /// nodes (comma-separated URLs); `--url` then names the primary that
+    /// owns the lock's slot, for the counter.
+    #[arg(long, value_name = "NODES", value_delimiter = ',', conflicts_with_all = ["fair", "poll"])]
+    pub cluster: Vec<String>,
     /// Number of worker tasks in this process.
     #[arg(long)]
     pub tasks: u32,
@@ -61,6 +66,9 @@ pub struct WorkerArgs {
 
 impl WorkerArgs {
     pub fn strategy(&self) -> Strategy {
+        if !self.cluster.is_empty() {
+            return Strategy::Cluster;
+        }
         match (self.fair, self.poll) {
             (true, _) => Strategy::Fair,
             (false, Some(interval)) => Strategy::Poll(interval),
@@ -101,15 +109,22 @@ pub fn now_us() -> u64 {
 pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
     let strategy = args.strategy();
     let mut locks = Vec::new();
+    let connect = || async {
+        if strategy == Strategy::Cluster {
+            Conn::cluster(&args.cluster).await
+        } else {
+            Conn::connect(url, strategy).await
+        }
+    };
     let shared = if args.shared_client {
-        Some(Conn::connect(url, strategy).await?)
+        Some(connect().await?)
     } else {
         None
     };
     for _ in 0..args.tasks {
         let conn = match &shared {
             Some(c) => c.clone(),
-            None => Conn::connect(url, strategy).await?,
+            None => connect().await?,
         };
         locks.push(conn.lock(strategy, &args.lock, args.lease));
     }
