@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use tokio_stream::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
