@@ -57,8 +57,17 @@ impl Acquirer {
         }
     }
 
+    /// Sets `WAIT` for this lock; its timeout is cut below the client's
+    /// response timeout, so a lagging replica yields `NotReplicated`
+    /// rather than a timed-out command.
     pub(crate) fn with_replication(mut self, replication: Option<Replication>) -> Acquirer {
-        self.replication = replication;
+        let ceiling = lease_ms_or_max(self.client.0.config.response_timeout)
+            .saturating_sub(100)
+            .max(1);
+        self.replication = replication.map(|r| Replication {
+            timeout_ms: r.timeout_ms.min(ceiling),
+            ..r
+        });
         self
     }
 

@@ -68,6 +68,8 @@ pub(crate) struct Config {
     pub(crate) max_park: Duration,
     /// `WAIT` after acquires and renewals, unless a lock says otherwise.
     pub(crate) replication: Option<Replication>,
+    /// Timeout for one command's response.
+    pub(crate) response_timeout: Duration,
 }
 
 /// Where a client's server is.
@@ -176,6 +178,10 @@ impl ClientBuilder {
     /// counts as failed (it is retried, and the lease is lost at its
     /// deadline). Default: off.
     ///
+    /// `timeout` must be shorter than the
+    /// [response timeout](Self::response_timeout) (default 2 s), or
+    /// [`connect`](Self::connect) fails with [`Error::InvalidLease`].
+    ///
     /// Cost: one more round trip's worth of waiting on every acquire (the
     /// replicas' acknowledgement), up to `timeout` when a replica lags.
     /// Limits: `WAIT` narrows the window in which a failover loses a lock,
@@ -234,6 +240,14 @@ impl ClientBuilder {
         ] {
             lease_ms(d)?;
         }
+        if let Some(replication) = self.replication {
+            if Duration::from_millis(replication.timeout_ms) >= self.response_timeout {
+                return Err(Error::InvalidLease {
+                    duration: Duration::from_millis(replication.timeout_ms),
+                    reason: "the WAIT timeout must be shorter than the response timeout",
+                });
+            }
+        }
         if renew_every >= self.lease {
             return Err(Error::InvalidLease {
                 duration: renew_every,
@@ -265,6 +279,7 @@ impl ClientBuilder {
             linger: self.linger,
             max_park: self.max_park,
             replication: self.replication,
+            response_timeout: self.response_timeout,
         };
         let (background, rx) = mpsc::unbounded_channel();
         let id = uuid::Uuid::new_v4().simple().to_string();

@@ -67,7 +67,7 @@ pub enum Error {
     /// acknowledged it in time, so a failover could lose it: it was released
     /// again, and nothing is held. (For a renewal: the lease is treated as
     /// not renewed.)
-    #[error("only {acked} of {wanted} replicas acknowledged the lock in time; it was given up")]
+    #[error("only {acked} of {wanted} replicas acknowledged the write in time")]
     NotReplicated {
         /// Replicas that acknowledged.
         acked: u32,

@@ -41,22 +41,31 @@ impl Held {
 
     pub(crate) async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease_ms(lease)?;
+        let lease = Duration::from_millis(lease_ms);
         let sent = Instant::now();
-        let owned = scripts::extend(
+        let outcome = scripts::extend(
             &self.client.0.conn,
             &[(&self.keys, &self.token)],
             lease_ms,
             self.replication,
         )
-        .await?;
-        match owned.first().copied().unwrap_or(Owned::Gone) {
-            Owned::Ours => {
-                self.lease.renewed(sent, Duration::from_millis(lease_ms));
+        .await
+        .pop()
+        .unwrap_or(Err(Error::Closed));
+        match outcome {
+            Ok(Owned::Ours) => {
+                self.lease.renewed(sent, lease);
                 Ok(())
             }
-            Owned::Theirs | Owned::Gone => {
+            Ok(Owned::Theirs | Owned::Gone) => {
                 self.lease.set_lost();
                 Err(Error::NotHeld)
+            }
+            Err(e) => {
+                // The new expiry may have been applied: a shorter one must
+                // count from now on, whatever the reply said.
+                self.lease.shortened(sent, lease);
+                Err(e)
             }
         }
     }
@@ -136,6 +145,10 @@ macro_rules! guard_api {
             ///   longer ours; the lease is then reported lost.
             /// - [`Error::InvalidLease`](crate::Error::InvalidLease) for a
             ///   zero or over-long lease.
+            /// - [`Error::NotReplicated`](crate::Error::NotReplicated) with
+            ///   [`min_replica_acks`](crate::ClientBuilder::min_replica_acks)
+            ///   when too few replicas acknowledged; the new expiry may still
+            ///   apply on the primary, so a shorter lease counts from now.
             /// - [`Error::Redis`](crate::Error::Redis) when Redis could not
             ///   be reached.
             ///

@@ -134,6 +134,10 @@ struct Shared {
     client_id: String,
     /// Source of waiter ids, unique within the client.
     next_waiter: AtomicU64,
+    /// Per channel, our own UNSUBSCRIBEs whose confirmation may still reach
+    /// the dispatcher (on a cluster, as a push it must not take for the
+    /// server dropping the channel). Cleared when the connection is lost.
+    own_unsubscribes: StdMutex<HashMap<String, u32>>,
 }
 
 struct Entry {
@@ -248,6 +252,37 @@ impl Shared {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Notes that we are about to unsubscribe from `channels`.
+    fn expect_unsubscribes(&self, channels: &[String]) {
+        let mut own = self
+            .own_unsubscribes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for channel in channels {
+            *own.entry(channel.clone()).or_default() += 1;
+        }
+    }
+
+    /// Whether an unsubscribe of `channel` is the confirmation of one of
+    /// ours (and counts it off).
+    fn own_unsubscribe(&self, channel: &str) -> bool {
+        let mut own = self
+            .own_unsubscribes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match own.get_mut(channel) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                own.remove(channel);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether `channel` is subscribed for waiters (a server-side
     /// unsubscribe of it must be undone).
     fn wants(&self, channel: &str) -> bool {
@@ -324,6 +359,7 @@ impl Hub {
             background,
             client_id,
             next_waiter: AtomicU64::new(1),
+            own_unsubscribes: StdMutex::new(HashMap::new()),
         });
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let control = Control {
@@ -334,6 +370,7 @@ impl Hub {
             linger,
             generation: 0,
             conn: None,
+            recheck: None,
         };
         let task = tokio::spawn(control.run(sink, stream, ops_rx));
         Ok(Hub {
@@ -428,6 +465,9 @@ struct Control {
     generation: u64,
     /// `None` while disconnected.
     conn: Option<Connection>,
+    /// Cluster only: when to start over once more, set by every successful
+    /// reconnect (see [`CLUSTER_RECHECK`]).
+    recheck: Option<Instant>,
 }
 
 impl Control {
@@ -437,9 +477,6 @@ impl Control {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut backoff = Duration::from_millis(50);
         let mut next_reconnect = Instant::now();
-        // Cluster only: when to start over once more after a reconnect (see
-        // `CLUSTER_RECHECK`).
-        let mut recheck: Option<Instant> = None;
         loop {
             tokio::select! {
                 op = ops.recv() => match op {
@@ -454,18 +491,18 @@ impl Control {
                             backoff = Duration::from_millis(50);
                             next_reconnect = Instant::now();
                             self.try_reconnect(&mut backoff, &mut next_reconnect).await;
-                            if self.primary.is_cluster() {
-                                recheck = Some(Instant::now() + CLUSTER_RECHECK);
-                            }
                         }
                     }
                 },
                 _ = tick.tick() => {
-                    if self.conn.is_some() && recheck.is_some_and(|at| Instant::now() >= at) {
-                        recheck = None;
+                    if self.conn.is_some() && self.recheck.is_some_and(|at| Instant::now() >= at) {
                         tracing::debug!("re-checking sharded subscriptions after a cluster change");
                         self.disconnected();
                         self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                        // This reconnect was the re-check: none after it.
+                        if self.conn.is_some() {
+                            self.recheck = None;
+                        }
                     } else if self.conn.is_some() {
                         self.unsubscribe_idle().await;
                     } else if Instant::now() >= next_reconnect {
@@ -494,6 +531,11 @@ impl Control {
     fn disconnected(&mut self) {
         tracing::debug!("pub/sub connection lost");
         self.conn = None;
+        self.shared
+            .own_unsubscribes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         for entry in self.shared.lock().values_mut() {
             entry.subscribed = false;
         }
@@ -522,6 +564,9 @@ impl Control {
                     None => false, // its waiters left while we subscribed
                 };
                 if !kept {
+                    if self.primary.is_cluster() {
+                        self.shared.expect_unsubscribes(&[channel.to_owned()]);
+                    }
                     let _ = tokio::time::timeout(
                         self.connect_timeout,
                         conn.sink.unsubscribe(&[channel.to_owned()]),
@@ -563,6 +608,10 @@ impl Control {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
+        if self.primary.is_cluster() {
+            // Only a cluster connection echoes our own unsubscribes.
+            self.shared.expect_unsubscribes(&idle);
+        }
         let result = tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(&idle)).await;
         if !matches!(result, Ok(Ok(()))) {
             self.disconnected();
@@ -610,6 +659,9 @@ impl Control {
                     }
                 }
                 self.install(sink, stream);
+                if self.primary.is_cluster() {
+                    self.recheck = Some(Instant::now() + CLUSTER_RECHECK);
+                }
                 tracing::debug!(
                     channels = wanted.len(),
                     "pub/sub reconnected; waking every waiter"
@@ -640,6 +692,7 @@ async fn dispatch(
     while let Some(event) = stream.next().await {
         match event {
             Event::Message { channel, payload } => shared.deliver(&channel, &payload),
+            Event::Unsubscribed { channel } if shared.own_unsubscribe(&channel) => {}
             // The server dropped a channel we still want (a cluster slot
             // moved): start over as after a lost connection.
             Event::Unsubscribed { channel } if shared.wants(&channel) => break,

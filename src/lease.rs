@@ -106,6 +106,13 @@ impl Lease {
         self.changed.notify_waiters();
     }
 
+    /// Records an extend to `lease` sent at `sent` whose outcome is unknown
+    /// (or not replicated): the deadline can only move earlier.
+    pub(crate) fn shortened(&self, sent: Instant, lease: Duration) {
+        let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        times.deadline = times.deadline.min(deadline(sent, lease));
+    }
+
     /// The instant after which the key may have expired on the server.
     pub(crate) fn deadline(&self) -> Instant {
         self.times
@@ -329,10 +336,7 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 let Some(entry) = state.entries.get_mut(id) else {
                     continue; // unlocked or dropped while in flight
                 };
-                let verdict = match &outcome {
-                    Ok(codes) => codes.get(i).copied(),
-                    Err(_) => None,
-                };
+                let verdict = outcome.get(i).and_then(|o| o.as_ref().ok()).copied();
                 let keep = match verdict {
                     Some(Owned::Ours) => {
                         entry.lease.renewed(sent, shared.lease);
@@ -354,7 +358,7 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                     state.entries.remove(id);
                 }
             }
-            if let Err(e) = &outcome {
+            if let Some(Err(e)) = outcome.iter().find(|o| o.is_err()) {
                 tracing::debug!(error = %e, locks = chunk.len(), "lease renewal failed; retrying");
             }
         }

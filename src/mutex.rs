@@ -47,7 +47,8 @@ impl Mutex {
     /// [`Error::NotReplicated`]. See
     /// [`ClientBuilder::min_replica_acks`](crate::ClientBuilder::min_replica_acks)
     /// for the cost and the limits. `replicas` = 0 turns it off for this
-    /// lock.
+    /// lock; a `timeout` not shorter than the client's response timeout is
+    /// cut to 100 ms below it.
     pub fn min_replica_acks(self, replicas: u32, timeout: Duration) -> Mutex {
         let replication = (replicas > 0).then(|| Replication {
             replicas,

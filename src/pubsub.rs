@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
-use tokio_stream::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 
 use crate::Error;
 use crate::conn::Conn;

@@ -131,7 +131,9 @@ static ALL: [&Lua; 15] = [
 /// One of the Lua scripts redbell runs on the server.
 ///
 /// Listed by [`scripts()`] for operators who want to pre-load them
-/// (`SCRIPT LOAD`) or audit what runs on their servers.
+/// (`SCRIPT LOAD`) or audit what runs on their servers. On Redis Cluster the
+/// scripts that publish run in a variant with `SPUBLISH` for `PUBLISH`
+/// (another SHA1); redbell loads whatever is missing itself.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptInfo {
     /// The operation's name, as in `scripts/lua/<name>.lua`.
@@ -182,6 +184,15 @@ impl Call {
         self
     }
 
+    fn eval(&self, source: &str) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(source)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
     fn evalsha(&self, script: &Script) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash())
@@ -204,16 +215,20 @@ impl Call {
     ) -> RedisResult<(T, Option<u32>)> {
         let mut manager = conn.manager();
         let (source, script) = self.script.variant(conn.is_cluster());
-        let mut loaded = false;
+        // EVALSHA first; after NOSCRIPT (a flushed, restarted or promoted
+        // node) EVAL with the source, which runs it and caches it on the
+        // node that owns the keys (SCRIPT LOAD would go to every node of a
+        // cluster, and fail if any one is unreachable).
+        let mut command = self.evalsha(script);
+        let mut by_source = false;
         loop {
             let result = match wait {
-                None => self
-                    .evalsha(script)
+                None => command
                     .query_async::<T>(&mut manager)
                     .await
                     .map(|reply| (reply, None)),
                 Some(w) => redis::pipe()
-                    .add_command(self.evalsha(script))
+                    .add_command(command.clone())
                     .cmd("WAIT")
                     .arg(w.replicas)
                     .arg(w.timeout_ms)
@@ -222,14 +237,9 @@ impl Call {
                     .map(|(reply, acked)| (reply, Some(acked))),
             };
             match result {
-                Err(e) if !loaded && e.code() == Some("NOSCRIPT") => {
-                    redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(source)
-                        .query_async::<String>(&mut manager)
-                        .await
-                        .inspect_err(|e| conn.report(e))?;
-                    loaded = true;
+                Err(e) if e.code() == Some("NOSCRIPT") && !by_source => {
+                    command = self.eval(source);
+                    by_source = true;
                 }
                 Err(e) => {
                     conn.report(&e);
@@ -501,17 +511,18 @@ fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
     };
 }
 
-/// Extends every `(keys, token)` lock to `lease_ms` from now, in one script
-/// call; one outcome per lock, in order.
+/// Extends every `(keys, token)` lock to `lease_ms` from now: one script
+/// call per family (readers' holds live in a sorted set and need their own
+/// script) and, on a cluster, per slot (a script's keys must share one).
+/// One outcome per lock, in order: a group whose call failed (or was not
+/// acknowledged by enough replicas) gives that error for its locks only, so
+/// a stalled shard cannot cost the locks of the others their leases.
 pub(crate) async fn extend(
     conn: &Conn,
     locks: &[(&LockKeys, &str)],
     lease_ms: u64,
     replication: Option<Replication>,
-) -> Result<Vec<Owned>, Error> {
-    // Readers' holds live in a sorted set and need their own script; the
-    // rest are token strings. One call per family (and, on a cluster, per
-    // slot: a script's keys must share one), outcomes put back in order.
+) -> Vec<Result<Owned, Error>> {
     let mut groups: Vec<((bool, u16), Vec<usize>)> = Vec::new();
     for (i, (keys, _)) in locks.iter().enumerate() {
         let slot = if conn.is_cluster() {
@@ -525,34 +536,38 @@ pub(crate) async fn extend(
             None => groups.push((group, vec![i])),
         }
     }
-    let mut out = vec![Owned::Gone; locks.len()];
+    let mut out: Vec<Result<Owned, Error>> = (0..locks.len()).map(|_| Err(Error::Closed)).collect();
     for ((readers, _), family) in groups {
         let script = if readers { &RW_READ_EXTEND } else { &EXTEND };
-        if family.is_empty() {
-            continue;
-        }
         let mut call = Call::new(script);
         call.arg(lease_ms);
         for &i in &family {
             call.key(&locks[i].0.lock).arg(locks[i].1);
         }
-        let (codes, acked): (Vec<i64>, _) = call
-            .run(conn, replication)
-            .await
-            .map_err(|e| Error::from_redis(e, &locks[family[0]].0.lock))?;
-        if let (Some(wanted), Some(acked)) = (replication, acked) {
-            if acked < wanted.replicas {
-                return Err(Error::NotReplicated {
-                    acked,
-                    wanted: wanted.replicas,
-                });
+        match call.run::<Vec<i64>>(conn, replication).await {
+            Ok((codes, acked)) => {
+                let short = match (replication, acked) {
+                    (Some(wanted), Some(acked)) if acked < wanted.replicas => Some((acked, wanted)),
+                    _ => None,
+                };
+                for (&i, code) in family.iter().zip(codes) {
+                    out[i] = match short {
+                        Some((acked, wanted)) => Err(Error::NotReplicated {
+                            acked,
+                            wanted: wanted.replicas,
+                        }),
+                        None => Ok(owned(code)),
+                    };
+                }
+            }
+            Err(e) => {
+                for &i in &family {
+                    out[i] = Err(Error::from_redis(e.clone(), &locks[i].0.lock));
+                }
             }
         }
-        for (&i, code) in family.iter().zip(codes) {
-            out[i] = owned(code);
-        }
     }
-    Ok(out)
+    out
 }
 
 /// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
