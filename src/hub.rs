@@ -1,21 +1,21 @@
-//! The pub/sub hub: one subscription per release channel per client, and
-//! the local waiters parked on it.
+//! The pub/sub hub: one subscription per lock per client (the client's wake
+//! channel for that lock), and the local waiters parked on it.
 //!
 //! # Implementation details
 //!
 //! ## The lost wake-up race, and why the notification is armed first
 //!
 //! A waiter that failed to acquire must park until the holder releases. The
-//! release script deletes the key and PUBLISHes on the lock's release channel
-//! in one atomic step, so the only way to miss a release is to not be
-//! listening when it happens. There are two windows:
+//! release script deletes the key and publishes the wake-up in one atomic
+//! step, so the only way to miss a release is to not be listening when it
+//! happens. There are two windows:
 //!
 //! 1. **Before the subscription exists.** A waiter that attempts, fails, and
 //!    only then subscribes misses a release published between its attempt
 //!    and the server's SUBSCRIBE confirmation, and sleeps for a whole lease.
-//!    So [`Hub::register`] returns only after the server confirmed the
-//!    SUBSCRIBE (or another local waiter's subscription is already
-//!    confirmed), and the waiter attempts *after* registering.
+//!    So a waiter whose first attempt failed while its client was not yet
+//!    subscribed calls [`Hub::subscribe`], which returns only once the
+//!    server confirmed the SUBSCRIBE, and attempts *again* before it parks.
 //! 2. **Between the failed attempt and the park.** A release can arrive while
 //!    the attempt's reply is on the wire. The waiter therefore creates and
 //!    `enable`s its [`Notified`](tokio::sync::futures::Notified) *before*
