@@ -24,11 +24,11 @@
 //!    once.
 //!
 //! ```text
-//! attempt                       fast path: no SUBSCRIBE when uncontended
-//! register (SUBSCRIBE confirmed)
+//! join the hub (local)          an uncontended lock costs one attempt, no SUBSCRIBE
 //! loop {
 //!     arm Notified              a release from here on is not lost
-//!     attempt -> acquired? done
+//!     attempt -> acquired? done (a failed attempt queues the waiter)
+//!     not subscribed yet? subscribe (confirmed), then attempt again
 //!     park: notified | sleep(pttl) | deadline
 //! }
 //! ```
