@@ -23,12 +23,9 @@ else
     # If our instance on this port is already up (e.g. `make redis-up`), reuse
     # it and leave it running; otherwise stop what we start.
     pidfile="$here/../target/redis/$port/redis.pid"
-    pid=$(cat "$pidfile" 2>/dev/null || true)
-    state=
-    if [[ $pid =~ ^[0-9]+$ ]] && [[ -r /proc/$pid/stat ]]; then
-        state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || state=
-    fi
-    if [[ -n $state && $state != Z ]]; then
+    # shellcheck source=scripts/redis/common.sh
+    . "$here/redis/common.sh"
+    if redis_alive "$(cat "$pidfile" 2>/dev/null || true)"; then
         echo "redbell: our redis on port $port is already up; will leave it running" >&2
     else
         started=1

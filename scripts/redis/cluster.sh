@@ -33,6 +33,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# shellcheck source=scripts/redis/common.sh
+. "$here/common.sh"
 
 usage() {
     echo "usage: $0 start|stop BASE_PORT" >&2
@@ -53,73 +55,19 @@ for i in 0 1 2 3 4 5; do
 done
 dir="$root/target/redis-cluster/$base"
 
-# Is PID a live (non-zombie) redis process? (An orphaned daemon may linger
-# as a zombie when PID 1 does not reap; that counts as gone.)
-alive() {
-    local pid=$1 state
-    [[ $pid =~ ^[0-9]+$ ]] || return 1
-    [[ -r /proc/$pid/stat ]] || return 1
-    state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
-    [[ -n $state && $state != Z ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis"
-}
 
 pid_of() {
     cat "$dir/$1.pid" 2>/dev/null || true
 }
 
-cli() {
-    local port=$1
-    shift
-    redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
-}
 
-pong() {
-    [[ $(cli "$1" ping) == PONG ]]
-}
 
 stop_all() {
-    local port pid pids=()
+    local port pidfiles=()
     for port in "${ports[@]}"; do
-        pid=$(pid_of "$port")
-        if alive "$pid"; then
-            kill -TERM "$pid" 2>/dev/null || true
-            pids+=("$port:$pid")
-        else
-            rm -f "$dir/$port.pid"
-        fi
+        pidfiles+=("$dir/$port.pid")
     done
-    ((${#pids[@]} > 0)) || return 0
-    local entry left
-    for _ in $(seq 1 50); do
-        left=0
-        for entry in "${pids[@]}"; do
-            alive "${entry#*:}" && left=1
-        done
-        ((left)) || break
-        sleep 0.1
-    done
-    local status=0
-    for entry in "${pids[@]}"; do
-        port=${entry%%:*}
-        pid=${entry#*:}
-        if alive "$pid"; then
-            echo "redbell: node $port pid $pid ignored SIGTERM for 5 s; sending SIGKILL" >&2
-            kill -KILL "$pid" 2>/dev/null || true
-            for _ in $(seq 1 20); do
-                alive "$pid" || break
-                sleep 0.1
-            done
-        fi
-        if alive "$pid"; then
-            echo "redbell: failed to stop node $port pid $pid" >&2
-            status=1
-            continue
-        fi
-        echo "redbell: stopped node $port pid $pid" >&2
-        rm -f "$dir/$port.pid"
-    done
-    return "$status"
+    redis_stop "${pidfiles[@]}"
 }
 
 print_urls() {
@@ -131,14 +79,14 @@ print_urls() {
 
 # One field of `CLUSTER INFO` or `INFO replication` on a node.
 info_field() {
-    cli "$1" "${@:3}" | tr -d '\r' | awk -F: -v f="$2" '$1 == f { print $2; exit }'
+    redis_cli "$1" "${@:3}" | tr -d '\r' | awk -F: -v f="$2" '$1 == f { print $2; exit }'
 }
 
 # A node's view of the cluster, without what differs from node to node or
 # from moment to moment (myself flag, ping/pong times, link state): one line
 # per node, "id host:port role master-id epoch slots...", sorted.
 view() {
-    cli "$1" cluster nodes | tr -d '\r' | awk '
+    redis_cli "$1" cluster nodes | tr -d '\r' | awk '
         NF >= 8 {
             flags = $3; sub(/(^|,)myself/, "", flags); sub(/^,/, "", flags)
             addr = $2; sub(/@.*/, "", addr)
@@ -179,7 +127,7 @@ wait_healthy() {
         sleep 0.1
     done
     echo "redbell: the cluster on base $base is not $what; cluster nodes and log tails:" >&2
-    cli "${ports[0]}" cluster nodes >&2 || true
+    redis_cli "${ports[0]}" cluster nodes >&2 || true
     for port in "${ports[@]}"; do
         echo "--- node $port" >&2
         tail -n 8 "$dir/$port.log" >&2 || true
@@ -201,13 +149,12 @@ start) ;;
 esac
 
 "$here/install.sh"
-server=${REDBELL_REDIS_SERVER:-redis-server}
 mkdir -p "$dir"
 
 # Reuse a running cluster of ours.
 running=0
 for port in "${ports[@]}"; do
-    alive "$(pid_of "$port")" && running=$((running + 1))
+    redis_alive "$(pid_of "$port")" && running=$((running + 1))
 done
 if ((running == ${#ports[@]})); then
     for _ in $(seq 1 20); do
@@ -227,7 +174,7 @@ fi
 # Refuse to hijack ports someone else is serving (the bus ports are checked
 # by redis-server itself, which exits when it cannot bind them).
 for port in "${ports[@]}"; do
-    if pong "$port"; then
+    if redis_pong "$port"; then
         echo "redbell: port $port already answers PING but is not ours; choose another base port" >&2
         exit 1
     fi
@@ -239,37 +186,10 @@ trap 'status=$?; if ((status != 0)); then stop_all || true; fi' EXIT
 for port in "${ports[@]}"; do
     # A fresh node: no nodes.conf from an earlier cluster.
     rm -rf "${dir:?}/$port"
-    mkdir -p "$dir/$port"
-    : >"$dir/$port.log"
-    "$server" \
-        --port "$port" \
-        --bind 127.0.0.1 \
-        --daemonize yes \
-        --pidfile "$dir/$port.pid" \
-        --logfile "$dir/$port.log" \
-        --dir "$dir/$port" \
+    redis_start "$port" "$port" "$dir" \
         --cluster-enabled yes \
         --cluster-node-timeout 2000 \
-        --cluster-config-file nodes.conf \
-        --save '' \
-        --appendonly no \
-        --repl-diskless-sync-delay 0 >&2
-done
-for port in "${ports[@]}"; do
-    up=0
-    for _ in $(seq 1 100); do
-        if alive "$(pid_of "$port")" && pong "$port"; then
-            up=1
-            break
-        fi
-        sleep 0.1
-    done
-    if ((!up)); then
-        echo "redbell: node $port did not answer PING within 10 s; log tail:" >&2
-        tail -n 20 "$dir/$port.log" >&2 || true
-        exit 1
-    fi
-    echo "redbell: started node pid $(pid_of "$port") on port $port" >&2
+        --cluster-config-file nodes.conf
 done
 
 addrs=()
@@ -284,5 +204,5 @@ fi
 
 wait_healthy "healthy within 30 s" 300
 echo "redbell: cluster up on 127.0.0.1:${ports[0]}..${ports[5]} (logs: $dir):" >&2
-cli "${ports[0]}" cluster nodes | awk '{ sub(/@.*/, "", $2); print "redbell:   " $2 " " $3 " " $9 }' >&2
+redis_cli "${ports[0]}" cluster nodes | awk '{ sub(/@.*/, "", $2); print "redbell:   " $2 " " $3 " " $9 }' >&2
 print_urls

@@ -31,6 +31,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# shellcheck source=scripts/redis/common.sh
+. "$here/common.sh"
 
 usage() {
     echo "usage: $0 start|stop BASE_PORT" >&2
@@ -58,57 +60,19 @@ port_of() {
     esac
 }
 
-# Is PID a live (non-zombie) redis process? (An orphaned daemon may linger
-# as a zombie when PID 1 does not reap; that counts as gone.)
-alive() {
-    local pid=$1 state
-    [[ $pid =~ ^[0-9]+$ ]] || return 1
-    [[ -r /proc/$pid/stat ]] || return 1
-    state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
-    [[ -n $state && $state != Z ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis"
-}
 
 pid_of() {
     cat "$dir/$1.pid" 2>/dev/null || true
 }
 
-cli() {
-    local port=$1
-    shift
-    redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
-}
 
-pong() {
-    [[ $(cli "$1" ping) == PONG ]]
-}
 
 stop_all() {
-    local name pid
+    local name pidfiles=()
     for name in "${names[@]}"; do
-        pid=$(pid_of "$name")
-        if alive "$pid"; then
-            kill -TERM "$pid" 2>/dev/null || true
-            for _ in $(seq 1 50); do
-                alive "$pid" || break
-                sleep 0.1
-            done
-            if alive "$pid"; then
-                echo "redbell: $name pid $pid ignored SIGTERM for 5 s; sending SIGKILL" >&2
-                kill -KILL "$pid" 2>/dev/null || true
-                for _ in $(seq 1 20); do
-                    alive "$pid" || break
-                    sleep 0.1
-                done
-            fi
-            if alive "$pid"; then
-                echo "redbell: failed to stop $name pid $pid" >&2
-                return 1
-            fi
-            echo "redbell: stopped $name pid $pid (port $(port_of "$name"))" >&2
-        fi
-        rm -f "$dir/$name.pid"
+        pidfiles+=("$dir/$name.pid")
     done
+    redis_stop "${pidfiles[@]}"
 }
 
 print_urls() {
@@ -120,15 +84,15 @@ print_urls() {
 
 # One field of `SENTINEL MASTER mymaster` (a flat name/value list) on a sentinel.
 master_field() {
-    cli "$1" sentinel master mymaster | awk -v f="$2" 'NR % 2 == 1 && $0 == f { getline; print; exit }'
+    redis_cli "$1" sentinel master mymaster | awk -v f="$2" 'NR % 2 == 1 && $0 == f { getline; print; exit }'
 }
 
 # Replica link up, and all three sentinels agree on a healthy master.
 healthy() {
     local port addr first=
-    [[ $(cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] || return 1
+    [[ $(redis_cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] || return 1
     for port in "${sentinel_ports[@]}"; do
-        addr=$(cli "$port" sentinel get-master-addr-by-name mymaster | tr '\n' ':')
+        addr=$(redis_cli "$port" sentinel get-master-addr-by-name mymaster | tr '\n' ':')
         [[ -n $addr ]] || return 1
         [[ -z $first || $addr == "$first" ]] || return 1
         first=$addr
@@ -173,7 +137,7 @@ mkdir -p "$dir"
 # Reuse a running topology of ours.
 running=0
 for name in "${names[@]}"; do
-    alive "$(pid_of "$name")" && running=$((running + 1))
+    redis_alive "$(pid_of "$name")" && running=$((running + 1))
 done
 if ((running == ${#names[@]})); then
     for _ in $(seq 1 10); do
@@ -193,7 +157,7 @@ fi
 
 # Refuse to hijack ports someone else is serving.
 for port in "$primary_port" "$replica_port" "${sentinel_ports[@]}"; do
-    if pong "$port"; then
+    if redis_pong "$port"; then
         echo "redbell: port $port already answers PING but is not ours; choose another base port" >&2
         exit 1
     fi
@@ -202,41 +166,14 @@ done
 # Started as daemons with pid files; on any failure below, stop what we started.
 trap 'status=$?; if ((status != 0)); then stop_all || true; fi' EXIT
 
-start_server() {
-    local name=$1 port=$2
-    shift 2
-    mkdir -p "$dir/$name"
-    : >"$dir/$name.log"
-    "$server" \
-        --port "$port" \
-        --bind 127.0.0.1 \
-        --daemonize yes \
-        --pidfile "$dir/$name.pid" \
-        --logfile "$dir/$name.log" \
-        --dir "$dir/$name" \
-        --save '' \
-        --appendonly no \
-        --repl-diskless-sync-delay 0 \
-        "$@" >&2
-    for _ in $(seq 1 100); do
-        if alive "$(pid_of "$name")" && pong "$port"; then
-            echo "redbell: started $name pid $(pid_of "$name") on port $port" >&2
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "redbell: $name on port $port did not answer PING within 10 s; log tail:" >&2
-    tail -n 20 "$dir/$name.log" >&2 || true
-    return 1
-}
 
-start_server primary "$primary_port"
-start_server replica "$replica_port" --replicaof 127.0.0.1 "$primary_port"
+redis_start primary "$primary_port" "$dir"
+redis_start replica "$replica_port" "$dir" --replicaof 127.0.0.1 "$primary_port"
 
 # The sentinels learn the replica from the primary's INFO when they connect
 # (and then only every 10 s): start them once the replica is attached.
 for _ in $(seq 1 100); do
-    [[ $(cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] && break
+    [[ $(redis_cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] && break
     sleep 0.1
 done
 
@@ -263,7 +200,7 @@ done
 for i in 0 1 2; do
     name=sentinel-$i
     for _ in $(seq 1 100); do
-        alive "$(pid_of "$name")" && pong "${sentinel_ports[$i]}" && break
+        redis_alive "$(pid_of "$name")" && redis_pong "${sentinel_ports[$i]}" && break
         sleep 0.1
     done
     echo "redbell: started $name pid $(pid_of "$name") on port ${sentinel_ports[$i]}" >&2
