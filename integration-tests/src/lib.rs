@@ -716,6 +716,11 @@ impl Monitor {
         assert!(seen, "MONITOR did not report our marker within 10 s");
     }
 
+    /// The URL of the monitored server.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// How many lines are recorded so far; a mark for [`Monitor::count_since`].
     pub fn mark(&self) -> usize {
         self.lines.lock().unwrap().len()
@@ -1028,4 +1033,42 @@ pub fn log_output(what: &str, out: &Output) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Whether `e` is a connection-level Redis failure worth retrying (what a
+/// failover causes for a moment), as opposed to any other error.
+pub fn retryable(e: &redbell::Error) -> bool {
+    matches!(e, redbell::Error::Redis(_)) && e.is_retryable()
+}
+
+/// Calls `f` until it succeeds, for up to `within`: right after a failover
+/// a command may fail with a retryable connection error for a moment.
+/// Panics on any other error, and when the client has not recovered within
+/// `within`. Returns the value and how many failed calls came before it.
+pub async fn recovering<T, F, Fut>(what: &str, within: Duration, mut f: F) -> (T, u32)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, redbell::Error>>,
+{
+    let started = tokio::time::Instant::now();
+    let deadline = started + within;
+    let mut failed = 0;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let outcome = tokio::time::timeout(left, f()).await.unwrap_or_else(|_| {
+            panic!("{what}: no answer within {within:?} ({failed} failed calls before)")
+        });
+        match outcome {
+            Ok(v) => return (v, failed),
+            Err(e) if retryable(&e) => {
+                failed += 1;
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what}: the client did not recover within {within:?}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{what}: {e} ({:?} in)", started.elapsed()),
+        }
+    }
 }

@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use rand::Rng;
-use redbell::{Client, Error};
+use redbell::Client;
+use redbell_integration_tests::{Monitor, recovering, retryable};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Value};
 use tokio::task::JoinHandle;
@@ -219,44 +219,6 @@ async fn shard_subscribers(ports: &[u16], name: &str) -> i64 {
     total
 }
 
-/// Whether `e` is an error the API allows during a failover or migration:
-/// a retryable [`Error::Redis`].
-fn retryable(e: &Error) -> bool {
-    matches!(e, Error::Redis(_)) && e.is_retryable()
-}
-
-/// Calls `f` until it succeeds, for up to `within`: right after a failover
-/// a call may fail with a retryable error for a moment. Panics on any other
-/// error, and when the client has not recovered within `within`. Returns
-/// the value and how many failed calls came before it.
-async fn recovering<T, F, Fut>(what: &str, within: Duration, mut f: F) -> (T, u32)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, Error>>,
-{
-    let started = Instant::now();
-    let deadline = started + within;
-    let mut failed = 0;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let outcome = timeout(left, f()).await.unwrap_or_else(|_| {
-            panic!("{what}: no answer within {within:?} ({failed} failed calls before)")
-        });
-        match outcome {
-            Ok(v) => return (v, failed),
-            Err(e) if retryable(&e) => {
-                failed += 1;
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: the client did not recover within {within:?}: {e}"
-                );
-                sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("{what}: {e} ({:?} in)", started.elapsed()),
-        }
-    }
-}
-
 /// A cluster client on the given node URLs.
 async fn cluster_client(urls: &[String]) -> Client {
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -382,86 +344,12 @@ fn waiter_errors(got: &[Got], since: Instant) -> Vec<(Duration, String)> {
 // ------------------------------------------------------------- monitor
 
 /// Records every command one node executes (`MONITOR`), in the background.
-#[derive(Debug)]
-struct Monitor {
-    port: u16,
-    lines: Arc<StdMutex<Vec<String>>>,
-    task: JoinHandle<()>,
-}
-
-impl Monitor {
-    /// Starts monitoring node `port`; once this returns, every command the
-    /// node executes is recorded.
-    async fn start(port: u16) -> Monitor {
-        let monitor = redis::Client::open(url(port))
-            .expect("redis url")
-            .get_async_monitor()
-            .await
-            .unwrap_or_else(|e| panic!("MONITOR on node {port}: {e}"));
-        let lines = Arc::new(StdMutex::new(Vec::new()));
-        let sink = lines.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = monitor.into_on_message::<Value>();
-            while let Some(value) = stream.next().await {
-                let line = match value {
-                    Value::SimpleString(s) => s,
-                    Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    other => format!("{other:?}"),
-                };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let m = Monitor { port, lines, task };
-        m.sync().await;
-        m
-    }
-
-    /// Waits until everything the node executed before this call has been
-    /// recorded: sends unique `ECHO`s until one comes through (MONITOR
-    /// reports commands in execution order).
-    async fn sync(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let marker = unique("monitor-sync");
-            let _: String = must(self.port, redis::cmd("ECHO").arg(&marker)).await;
-            let seen = poll(Duration::from_millis(500), || {
-                let marker = marker.clone();
-                async move {
-                    self.lines
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .any(|l| l.contains(&marker))
-                }
-            })
-            .await;
-            if seen {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "MONITOR on node {} never reported our marker",
-                self.port
-            );
-        }
-    }
-
-    /// The recorded lines containing `needle`.
-    fn matching(&self, needle: &str) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .cloned()
-            .collect()
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A MONITOR on node `port`; once this returns, every command the node
+/// executes is recorded.
+async fn monitor_node(port: u16) -> Monitor {
+    let monitor = Monitor::start(&url(port)).await;
+    monitor.sync().await;
+    monitor
 }
 
 // ------------------------------------------------------------- cluster
@@ -1188,9 +1076,9 @@ async fn wake_up_within_200ms_and_the_traffic_stays_in_the_shard() {
     ];
     let mut others = Vec::new();
     for p in &primaries[1..] {
-        others.push(Monitor::start(p.port).await);
+        others.push(monitor_node(p.port).await);
     }
-    let own = Monitor::start(home).await;
+    let own = monitor_node(home).await;
 
     let mut latencies = Vec::new();
     for round in 0..ROUNDS {
@@ -1235,7 +1123,7 @@ async fn wake_up_within_200ms_and_the_traffic_stays_in_the_shard() {
     let mut sorted = latencies.clone();
     sorted.sort();
     let spublish = own
-        .matching(&hash_tag(&name))
+        .matching_since(0, &[&hash_tag(&name)])
         .into_iter()
         .filter(|l| l.to_ascii_lowercase().contains("\"spublish\""))
         .count();
@@ -1246,20 +1134,20 @@ async fn wake_up_within_200ms_and_the_traffic_stays_in_the_shard() {
         sorted[0],
         sorted[ROUNDS / 2],
         sorted[ROUNDS - 1],
-        own.matching(&hash_tag(&name)).len(),
-        others[0].matching(&hash_tag(&name)).len(),
-        others[1].matching(&hash_tag(&name)).len(),
+        own.matching_since(0, &[&hash_tag(&name)]).len(),
+        others[0].matching_since(0, &[&hash_tag(&name)]).len(),
+        others[1].matching_since(0, &[&hash_tag(&name)]).len(),
     );
     assert!(
         spublish >= ROUNDS,
         "the lock's primary executed {spublish} SPUBLISH for {ROUNDS} hand-offs"
     );
     for m in &others {
-        let leaked = m.matching(&hash_tag(&name));
+        let leaked = m.matching_since(0, &[&hash_tag(&name)]);
         assert!(
             leaked.is_empty(),
             "primary {} (another shard) executed commands naming the lock: {leaked:#?}",
-            m.port
+            m.url()
         );
     }
     for (round, l) in latencies.iter().enumerate() {
@@ -1397,10 +1285,7 @@ async fn cluster_failover_of_a_contended_locks_shard() {
         .await;
         assert!(queued, "round {round}: the four waiters never queued");
         sleep(Duration::from_millis(200)).await;
-        let monitors = [
-            Monitor::start(owner).await,
-            Monitor::start(promoted_node).await,
-        ];
+        let monitors = [monitor_node(owner).await, monitor_node(promoted_node).await];
         let promoted = cluster.promote(promoted_node).await;
         let released = Instant::now();
         let unlock = guard.unlock().await;
@@ -1408,20 +1293,20 @@ async fn cluster_failover_of_a_contended_locks_shard() {
         let got = match try_join_all(waiters, Duration::from_secs(10)).await {
             Ok(got) => got,
             Err(e) => {
-                for m in &monitors {
+                for (m, port) in monitors.iter().zip([owner, promoted_node]) {
                     m.sync().await;
                     eprintln!(
                         "--- node {} executed, naming the lock (from 200 ms before the \
                          failover):",
-                        m.port
+                        m.url()
                     );
-                    for line in m.matching(&hash_tag(&name)) {
+                    for line in m.matching_since(0, &[&hash_tag(&name)]) {
                         eprintln!("{line}");
                     }
                     eprintln!(
                         "--- node {} holds {} subscriptions to the lock's channels now",
-                        m.port,
-                        shard_subscribers(&[m.port], &name).await
+                        m.url(),
+                        shard_subscribers(&[port], &name).await
                     );
                 }
                 panic!("failover of {owner} to {promoted_node}, release at once ({unlock:?}): {e}");

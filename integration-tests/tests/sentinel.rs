@@ -41,8 +41,8 @@ use std::time::Duration;
 use rand::Rng;
 use redbell::{Client, Error};
 use redbell_integration_tests::{
-    eventually_every, exists, fence_key, get, lock_key, raw, redis_server_bin, set, unique,
-    wait_for_subscribers,
+    eventually_every, exists, fence_key, get, lock_key, raw, recovering, redis_server_bin, set,
+    unique, wait_for_subscribers,
 };
 use redis::FromRedisValue;
 use redis::aio::MultiplexedConnection;
@@ -607,38 +607,6 @@ async fn sentinel_client(topo: &Topology) -> Client {
     Client::sentinel(&as_strs(&urls), MASTER)
         .await
         .unwrap_or_else(|e| panic!("Client::sentinel({urls:?}): {e}"))
-}
-
-/// Calls `f` until it succeeds, for up to `within`: right after a failover
-/// a command may fail with a retryable connection error for a moment.
-/// Panics on any other error, and when the client has not recovered within
-/// `within`. Returns the value and how many failed calls came before it.
-async fn recovering<T, F, Fut>(what: &str, within: Duration, mut f: F) -> (T, u32)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, Error>>,
-{
-    let started = Instant::now();
-    let deadline = started + within;
-    let mut failed = 0;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let outcome = timeout(left, f()).await.unwrap_or_else(|_| {
-            panic!("{what}: no answer within {within:?} ({failed} failed calls before)")
-        });
-        match outcome {
-            Ok(v) => return (v, failed),
-            Err(e @ Error::Redis(_)) if e.is_retryable() => {
-                failed += 1;
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: the client did not recover within {within:?}: {e}"
-                );
-                sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("{what}: {e} ({:?} in)", started.elapsed()),
-        }
-    }
 }
 
 /// A fresh connection's `WAIT 1 2000` after a write of its own: whether the
