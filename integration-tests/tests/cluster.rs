@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use redbell::Client;
-use redbell_integration_tests::{Monitor, recovering, retryable};
+use redbell_integration_tests::{Monitor, hash_tag, lock_key, recovering, retryable, waiters_key};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Value};
 use tokio::task::JoinHandle;
@@ -52,22 +52,9 @@ fn unique(what: &str) -> String {
     format!("{what}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The lock key of lock `name`.
-fn lock_key(name: &str) -> String {
-    format!("redbell:{{{name}}}")
-}
-
-/// The waiter queue of lock `name`.
-fn waiters_key(name: &str) -> String {
-    format!("redbell:{{{name}}}:waiters")
-}
-
-/// The hash tag `{name}`, part of every key and channel of the lock.
-fn hash_tag(name: &str) -> String {
-    format!("{{{name}}}")
-}
-
-/// CRC16 (XMODEM), the hash of Redis Cluster's key slots.
+/// CRC16 (XMODEM), the hash of Redis Cluster's key slots: written here
+/// again on purpose, as an oracle independent of the library's, and checked
+/// against the server's `CLUSTER KEYSLOT` by the exclusion test.
 fn crc16(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &b in data {
