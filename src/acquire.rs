@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::client::{Client, Kind, LockKeys, lease_ms};
+use crate::client::{Client, Kind, LockKeys, lease_ms, millis};
 use crate::guard::Held;
 use crate::lease::Lease;
 use crate::scripts::{self, Acquire, Queue, Replication};
@@ -61,7 +61,7 @@ impl Acquirer {
     /// response timeout, so a lagging replica yields `NotReplicated`
     /// rather than a timed-out command.
     pub(crate) fn with_replication(mut self, replication: Option<Replication>) -> Acquirer {
-        let ceiling = lease_ms_or_max(self.client.0.config.response_timeout)
+        let ceiling = millis(self.client.0.config.response_timeout)
             .saturating_sub(100)
             .max(1);
         self.replication = replication.map(|r| Replication {
@@ -102,7 +102,7 @@ impl Acquirer {
         let queue = Queue {
             member: &member,
             grace_ms: QUEUE_GRACE_MS,
-            park_ms: lease_ms_or_max(config.max_park),
+            park_ms: millis(config.max_park),
         };
         loop {
             let notified = waiter.notify.notified();
@@ -239,10 +239,6 @@ impl Acquirer {
             .clone()
             .map_err(|(name, reason)| Error::InvalidName { name, reason })
     }
-}
-
-fn lease_ms_or_max(d: Duration) -> u64 {
-    lease_ms(d).unwrap_or(u64::from(u32::MAX))
 }
 
 /// A fresh random owner token: 32 hex digits.

@@ -192,10 +192,7 @@ impl ClientBuilder {
     /// Can also be set per lock with
     /// [`Mutex::min_replica_acks`](crate::Mutex::min_replica_acks).
     pub fn min_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replication = (replicas > 0).then(|| Replication {
-            replicas,
-            timeout_ms: lease_ms(timeout).unwrap_or(1),
-        });
+        self.replication = Replication::new(replicas, timeout);
         self
     }
 
@@ -446,7 +443,7 @@ impl Client {
             name: name.to_owned(),
             kind,
             fence: format!("{base}:fence"),
-            fence_ttl_ms: lease_ms(self.0.config.fence_ttl).unwrap_or(u64::from(u32::MAX)),
+            fence_ttl_ms: millis(self.0.config.fence_ttl),
             expiry: format!("{waiters}:expiry"),
             waiters,
             handoff: format!("{base}:handoff"),
@@ -569,8 +566,15 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
             reason: "the duration is longer than one year",
         });
     }
-    // At most a year, so the cast cannot truncate.
-    Ok(lease.as_nanos().div_ceil(1_000_000) as u64)
+    Ok(millis(lease))
+}
+
+/// Whole milliseconds, for durations validated already (or harmless when
+/// clamped): rounds up, never to zero, and saturates instead of failing.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// Work for the background task.

@@ -330,7 +330,13 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 .iter()
                 .map(|(_, k, t, _)| (&**k, t.as_str()))
                 .collect();
-            let outcome = scripts::extend(&conn, &locks, lease_ms(shared.lease), chunk[0].3).await;
+            let outcome = scripts::extend(
+                &conn,
+                &locks,
+                crate::client::millis(shared.lease),
+                chunk[0].3,
+            )
+            .await;
             let mut state = shared.lock();
             for (i, (id, _, _, _)) in chunk.iter().enumerate() {
                 let Some(entry) = state.entries.get_mut(id) else {
@@ -363,11 +369,6 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
             }
         }
     }
-}
-
-fn lease_ms(lease: Duration) -> u64 {
-    // Validated when the client was built (at most a year).
-    crate::client::lease_ms(lease).unwrap_or(1)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::acquire::Acquirer;
-use crate::client::{Client, Kind, lease_ms};
+use crate::client::{Client, Kind};
 use crate::guard::guard_api;
 use crate::scripts::Replication;
 
@@ -50,11 +50,7 @@ impl Mutex {
     /// lock; a `timeout` not shorter than the client's response timeout is
     /// cut to 100 ms below it.
     pub fn min_replica_acks(self, replicas: u32, timeout: Duration) -> Mutex {
-        let replication = (replicas > 0).then(|| Replication {
-            replicas,
-            timeout_ms: lease_ms(timeout).unwrap_or(1),
-        });
-        Mutex(self.0.with_replication(replication))
+        Mutex(self.0.with_replication(Replication::new(replicas, timeout)))
     }
 
     /// The lock's name.

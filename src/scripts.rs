@@ -259,6 +259,16 @@ pub(crate) struct Replication {
     pub(crate) timeout_ms: u64,
 }
 
+impl Replication {
+    /// `WAIT replicas timeout`; `None` (off) for 0 replicas.
+    pub(crate) fn new(replicas: u32, timeout: std::time::Duration) -> Option<Replication> {
+        (replicas > 0).then(|| Replication {
+            replicas,
+            timeout_ms: crate::client::millis(timeout),
+        })
+    }
+}
+
 /// The outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
