@@ -1,8 +1,114 @@
-//! The acquisition engine every lock type shares: the fast path, the wait
-//! protocol of the [hub](crate::hub), cancel-safe attempts, and the leases
-//! of what is acquired. [`Mutex`](crate::Mutex),
-//! [`FairMutex`](crate::FairMutex) and [`RwLock`](crate::RwLock) are thin
-//! handles over an [`Acquirer`]; the lock's [`Kind`] picks the scripts.
+//! The acquisition engine every lock type shares, and the wait protocol.
+//! [`Mutex`](crate::Mutex), [`FairMutex`](crate::FairMutex) and
+//! [`RwLock`](crate::RwLock) are thin handles over an [`Acquirer`]; the
+//! lock's [`Kind`] picks the scripts (`scripts/layout.rs`). The parts: the
+//! waiter's loop here; its registration and wake-ups in the [hub](crate::hub)
+//! (one subscription per lock per client, the client's wake channel for that
+//! lock); the scripts that queue, wake and hand over on the server; the
+//! [background worker](crate::background) that passes wake-ups on.
+//!
+//! # Implementation details
+//!
+//! ## The lost wake-up race, and why the notification is armed first
+//!
+//! A waiter that failed to acquire must park until the holder releases. The
+//! release script deletes the key and publishes the wake-up in one atomic
+//! step, so the only way to miss a release is to not be listening when it
+//! happens. There are two windows:
+//!
+//! 1. **Before the subscription exists.** A waiter that attempts, fails, and
+//!    only then subscribes misses a release published between its attempt
+//!    and the server's SUBSCRIBE confirmation, and sleeps for a whole lease.
+//!    So a waiter whose first attempt failed while its client was not yet
+//!    subscribed calls [`Hub::subscribe`](crate::hub::Hub::subscribe), which returns only once the
+//!    server confirmed the SUBSCRIBE, and attempts *again* before it parks.
+//! 2. **Between the failed attempt and the park.** A release can arrive while
+//!    the attempt's reply is on the wire. The waiter therefore creates and
+//!    `enable`s its [`Notified`](tokio::sync::futures::Notified) *before*
+//!    each attempt: a wake-up that lands during the attempt is kept by the
+//!    armed future (or as its [`Notify`](tokio::sync::Notify)'s permit) and the park returns at
+//!    once.
+//!
+//! ```text
+//! join the hub (local)          an uncontended lock costs one attempt, no SUBSCRIBE
+//! loop {
+//!     arm Notified              a release from here on is not lost
+//!     attempt -> acquired? done (a failed attempt queues the waiter)
+//!     not subscribed yet? subscribe (confirmed), then attempt again
+//!     park: notified | sleep(pttl) | deadline
+//! }
+//! ```
+//!
+//! The second attempt after subscribing costs one extra script call, once per
+//! client and lock while the subscription lasts (it lingers after the last
+//! waiter leaves, so a busy lock pays it once); in steady state a contended
+//! acquisition costs two attempts: the one that queued the waiter and the
+//! one after its wake-up.
+//!
+//! Correctness never depends on a message arriving: every park is bounded by
+//! the holder's remaining lease (its PTTL), so a holder that crashed without
+//! releasing hands over when its lease expires.
+//!
+//! ## One waiter woken per release, across all processes
+//!
+//! A plain PUBLISH on one shared channel would wake every subscribed client,
+//! and each would send an attempt of which all but one fail. Instead each
+//! lock has a **waiter queue** in Redis, `P:{N}:waiters`: a sorted set of
+//! members `"<client id>:<waiter id>"`, each scored by its expiry in server
+//! time. A waiting caller's failed attempt adds (or refreshes) its member in
+//! the same script call, with an expiry of the holder's PTTL plus a grace
+//! period, since a parked waiter retries by then at the latest; a successful
+//! attempt removes it. The release script deletes the key and publishes the
+//! waiter id on the **head's client's own channel** `P:{N}:wake:<client id>`;
+//! when PUBLISH counts no receiver (that client is gone) the member is
+//! dropped and the next one is tried, in the same script. Nothing is
+//! published when nobody waits. Redis work per hand-off is therefore O(1)
+//! whatever the number of waiting clients, and within a client exactly one
+//! waiter (the one named) attempts: local single flight comes for free.
+//!
+//! ## Passing a wake-up on
+//!
+//! A waiter can be gone by the time its wake-up arrives, or leave right
+//! after it arrived (cancelled, timed out). Either way nobody would attempt
+//! and the others would sleep until the lease ran out. So:
+//!
+//! - a message naming a waiter this client no longer has is passed on;
+//! - a waiter that leaves without the lock (its [`Registration`](crate::hub::Registration) is dropped
+//!   without [`Registration::acquired`](crate::hub::Registration::acquired)) passes on.
+//!
+//! Passing on is the `pass` script, run by the client's [background
+//! worker](crate::background):
+//! remove the member from the queue and, if the lock is free, wake the next
+//! head. A spurious wake-up only costs the woken waiter one attempt.
+//!
+//! ## What a targeted wake-up cannot cover
+//!
+//! A client that dies (or freezes) *after* receiving its wake-up and before
+//! attempting took the wake-up with it. The other waiters then retry when
+//! their parks end, bounded by the PTTL they saw: at most the holder's
+//! lease, the same bound as for a holder that crashed. (The fair mutex
+//! narrows this to its 500 ms claim: the waiter next in line is told to
+//! park no longer than that.)
+//!
+//! ## Lost messages
+//!
+//! Pub/sub is at-most-once. When the pub/sub connection drops, the hub
+//! reconnects with backoff, resubscribes every channel that still has local
+//! waiters, and only then wakes **every** waiter (a stored permit on each
+//! waiter's own [`Notify`](tokio::sync::Notify), so one between two parks is not missed):
+//! whatever was published while we were away, they all retry. While we are
+//! away, releases find no receiver on our channels and skip our members.
+//!
+//!
+//! ## The timings
+//!
+//! Beside the loop: [`QUEUE_GRACE_MS`] (how long a queue entry outlives the
+//! PTTL it parks on), [`STANDBY`] (a fair waiter's park behind a fresh
+//! grant) and [`MAX_PARK`] (the cap on any single park). Shared with the
+//! scripts' callers, in [`keys`](crate::keys):
+//! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain
+//! release's reservation for the woken waiter) and [`CLAIM_MS`] (a fair
+//! grant's claim lease).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +116,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::client::{Client, Kind, LockKeys, lease_ms, millis};
+use crate::client::Client;
 use crate::guard::Held;
+use crate::keys::{CLAIM_MS, Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::Lease;
-use crate::scripts::{self, Acquire, Queue, Replication};
+use crate::scripts::{self, Acquire, Queue};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
 /// waiter retries (and refreshes its entry) when that PTTL ends, so this
@@ -22,7 +129,7 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 
 /// How long a fair waiter next in line parks after the waiter ahead was
 /// granted the lock: the grant's claim lease, plus a little slack.
-const STANDBY: Duration = Duration::from_millis(scripts::CLAIM_MS + 50);
+const STANDBY: Duration = Duration::from_millis(CLAIM_MS + 50);
 
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
@@ -87,7 +194,7 @@ impl Acquirer {
         }
     }
 
-    /// Waits until acquired; see the hub's docs for the protocol.
+    /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Held, Error> {
         let keys = self.keys()?;
         let lease_ms = self.lease_ms()?;
@@ -191,7 +298,19 @@ impl Acquirer {
         let result =
             scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
         match result {
-            Ok(Acquire::Acquired { fence }) => {
+            Ok((Acquire::Acquired { .. }, Some(acked)))
+                if self.replication.is_some_and(|r| acked < r.replicas) =>
+            {
+                // Not known to survive a failover: give it back, and say so.
+                // Should the release fail, the in-flight guard retries it.
+                scripts::release(&inner.conn, keys, token).await?;
+                in_flight.token = None;
+                Err(Error::NotReplicated {
+                    acked,
+                    wanted: self.replication.map_or(0, |r| r.replicas),
+                })
+            }
+            Ok((Acquire::Acquired { fence }, _)) => {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
@@ -215,7 +334,7 @@ impl Acquirer {
                     replication: self.replication,
                 }))
             }
-            Ok(Acquire::Held { pttl_ms }) => {
+            Ok((Acquire::Held { pttl_ms }, _)) => {
                 in_flight.token = None;
                 Ok(Err(pttl_ms.map(Duration::from_millis)))
             }

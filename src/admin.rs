@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::client::Kind;
+use crate::keys::Kind;
 use crate::{Client, Error, scripts};
 
 /// A snapshot of one lock, taken atomically on the server by

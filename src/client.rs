@@ -1,24 +1,17 @@
-//! The [`Client`]: connections, key naming, and the background tasks.
+//! The [`Client`] and its builder: configuration, connections, and the
+//! handles of the background tasks. The lock handles add their own
+//! constructors (`Client::mutex` in `mutex.rs`, and so on).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
+use crate::Error;
+use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::hub::Hub;
+use crate::keys::{Kind, LockKeys, Replication, lease_ms, validate_name};
 use crate::lease::Renewer;
-use crate::mutex::Mutex;
-use crate::scripts::Replication;
-use crate::{Error, scripts};
-
-/// The longest lock name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 512;
-
-/// The longest lease accepted: one year. Longer durations are almost
-/// certainly a unit mistake; Redis itself overflows near `i64::MAX` ms.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A connection to one Redis server, shared by every lock made from it.
 ///
@@ -49,11 +42,10 @@ pub(crate) struct Inner {
     pub(crate) hub: Hub,
     /// Renews the leases of guards without a fixed lease.
     pub(crate) renewer: Renewer,
-    /// Work for the background task: releases of dropped guards and
-    /// cancelled acquires, and wake-ups to pass on. Unbounded so that `Drop`
-    /// never blocks or loses a release; the task drains it and ends when
+    /// Work for the background worker: releases of dropped guards and
+    /// cancelled acquires, and wake-ups to pass on. The worker ends when
     /// every sender (here and in the hub) is gone.
-    background: mpsc::UnboundedSender<Background>,
+    background: background::Sender,
     /// This client's id in waiter queues and wake channel names.
     pub(crate) id: String,
     pub(crate) config: Config,
@@ -107,7 +99,8 @@ pub struct ClientBuilder {
     replication: Option<Replication>,
     /// Prefix of every key and channel. Default: `"redbell"`.
     prefix: String,
-    /// Lease of a [`Mutex`] made without [`Mutex::with_lease`], renewed
+    /// Lease of a [`Mutex`](crate::Mutex) made without
+    /// [`Mutex::with_lease`](crate::Mutex::with_lease), renewed
     /// while its guard lives. Default: 30 s.
     lease: Duration,
     /// How often such a lease is renewed. Default: a third of the lease
@@ -216,7 +209,7 @@ impl ClientBuilder {
     /// - [`Error::Redis`] when the URL is malformed, the server cannot be
     ///   reached, or authentication fails.
     /// - [`Error::InvalidLease`] when a configured duration is zero or
-    ///   larger than [`MAX_LEASE`], or the renewal period is not shorter
+    ///   larger than [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
     ///   than the lease.
     /// - [`Error::InvalidName`] when the prefix is empty or contains `{`,
     ///   `}` or control characters.
@@ -278,7 +271,7 @@ impl ClientBuilder {
             replication: self.replication,
             response_timeout: self.response_timeout,
         };
-        let (background, rx) = mpsc::unbounded_channel();
+        let background = background::start(conn.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
         let hub = Hub::start(
             conn.clone(),
@@ -289,7 +282,6 @@ impl ClientBuilder {
         )
         .await?;
         let renewer = Renewer::start(conn.clone(), self.lease, renew_every);
-        tokio::spawn(background_task(conn.clone(), rx));
         Ok(Client(Arc::new(Inner {
             conn,
             hub,
@@ -401,65 +393,10 @@ impl Client {
         }
     }
 
-    /// A handle on the distributed mutex called `name`.
-    ///
-    /// This does no I/O and never fails: an invalid name is reported by the
-    /// first call that uses it ([`Error::InvalidName`]).
-    pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex::new(self.clone(), name, Kind::Plain)
-    }
-
-    /// A handle on the fair (FIFO, direct hand-off) mutex called `name`;
-    /// see [`FairMutex`](crate::FairMutex).
-    ///
-    /// This does no I/O and never fails: an invalid name is reported by the
-    /// first call that uses it ([`Error::InvalidName`]). Do not use one name
-    /// both as a fair and as a plain mutex.
-    pub fn fair_mutex(&self, name: &str) -> crate::FairMutex {
-        crate::FairMutex::new(Mutex::new(self.clone(), name, Kind::Fair))
-    }
-
-    /// A handle on the distributed read-write lock called `name`; see
-    /// [`RwLock`](crate::RwLock).
-    ///
-    /// This does no I/O and never fails: an invalid name is reported by the
-    /// first call that uses it ([`Error::InvalidName`]).
-    pub fn rwlock(&self, name: &str) -> crate::RwLock {
-        crate::RwLock::new(self.clone(), name)
-    }
-
     /// The Redis keys and channel of the lock called `name`.
     pub(crate) fn keys(&self, name: &str, kind: Kind) -> Result<LockKeys, Error> {
-        validate_name(name)?;
-        let base = format!("{}:{{{}}}", self.0.config.prefix, name);
-        let wake_prefix = format!("{base}:wake:");
-        let waiters = match kind {
-            Kind::Plain => format!("{base}:waiters"),
-            Kind::Fair => format!("{base}:fifo"),
-            Kind::Read | Kind::Write => format!("{base}:writers"),
-        };
-        let readers = format!("{base}:readers");
-        Ok(LockKeys {
-            name: name.to_owned(),
-            kind,
-            fence: format!("{base}:fence"),
-            fence_ttl_ms: millis(self.0.config.fence_ttl),
-            expiry: format!("{waiters}:expiry"),
-            waiters,
-            handoff: format!("{base}:handoff"),
-            channel: match kind {
-                // Read-write locks broadcast on one channel per lock.
-                Kind::Read | Kind::Write => format!("{base}:rw"),
-                Kind::Plain | Kind::Fair => format!("{wake_prefix}{}", self.0.id),
-            },
-            wake_prefix,
-            lock: match kind {
-                Kind::Read => readers.clone(),
-                _ => base.clone(),
-            },
-            writer: base,
-            readers,
-        })
+        let config = &self.0.config;
+        LockKeys::new(&config.prefix, &self.0.id, name, kind, config.fence_ttl)
     }
 }
 
@@ -469,7 +406,7 @@ impl Inner {
     pub(crate) fn release_in_background(&self, keys: Arc<LockKeys>, token: String) {
         // The task only ends once every sender (owned by `Inner`) is gone,
         // so this send cannot fail while `self` lives.
-        let _ = self.background.send(Background::Release { keys, token });
+        let _ = self.background.send(Work::Release { keys, token });
     }
 }
 
@@ -481,179 +418,9 @@ impl fmt::Debug for Client {
     }
 }
 
-/// Which protocol a lock follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// [`Mutex`]: wake the head waiter, who then attempts.
-    Plain,
-    /// [`FairMutex`](crate::FairMutex): grant the lock to the head waiter
-    /// inside the release.
-    Fair,
-    /// A reader of an [`RwLock`](crate::RwLock): the guard's token lives in
-    /// the readers set.
-    Read,
-    /// The writer of an [`RwLock`](crate::RwLock): the guard's token is the
-    /// writer key's value.
-    Write,
-}
-
-/// The Redis names of one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockKeys {
-    /// The name the user gave.
-    pub(crate) name: String,
-    /// The protocol, which picks the scripts.
-    pub(crate) kind: Kind,
-    /// Where the guard's token lives: `P:{N}` (the owner's token, with the
-    /// lease as its expiry), or `P:{N}:readers` for a reader.
-    pub(crate) lock: String,
-    /// `P:{N}`: a read-write lock's writer key.
-    pub(crate) writer: String,
-    /// `P:{N}:readers`: a read-write lock's readers (token -> expiry ms).
-    pub(crate) readers: String,
-    /// `P:{N}:fence`: the fencing counter.
-    pub(crate) fence: String,
-    /// Expiry of the fence key, in ms.
-    pub(crate) fence_ttl_ms: u64,
-    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry),
-    /// `P:{N}:fifo` (fair: member -> arrival) or `P:{N}:writers` (read-write:
-    /// waiting writers' intents, member -> expiry).
-    pub(crate) waiters: String,
-    /// `P:{N}:fifo:expiry` (fair: member -> expiry).
-    pub(crate) expiry: String,
-    /// `P:{N}:handoff`: the member a release just woke (plain), or the
-    /// member last granted the lock (fair).
-    pub(crate) handoff: String,
-    /// `P:{N}:wake:`: a client's wake channel is this plus its id.
-    pub(crate) wake_prefix: String,
-    /// The channel this client listens on for the lock:
-    /// `P:{N}:wake:<our id>`, or `P:{N}:rw` for a read-write lock.
-    pub(crate) channel: String,
-}
-
-/// Checks a lock name (or prefix): non-empty, at most [`MAX_NAME_LEN`]
-/// bytes, no `{` `}` (the cluster hash tag) and no control characters.
-pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
-    let reason = if name.is_empty() {
-        "the name is empty"
-    } else if name.len() > MAX_NAME_LEN {
-        "the name is longer than 512 bytes"
-    } else if name.contains(['{', '}']) {
-        "the name contains '{' or '}', which would break the cluster hash tag"
-    } else if name.chars().any(char::is_control) {
-        "the name contains control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidName {
-        name: name.chars().take(64).collect(),
-        reason,
-    })
-}
-
-/// A lease in whole milliseconds: sub-millisecond parts round up (never down
-/// to zero); zero and durations over [`MAX_LEASE`] are rejected.
-pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
-    if lease.is_zero() {
-        return Err(Error::InvalidLease {
-            duration: lease,
-            reason: "the duration is zero",
-        });
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::InvalidLease {
-            duration: lease,
-            reason: "the duration is longer than one year",
-        });
-    }
-    Ok(millis(lease))
-}
-
-/// Whole milliseconds, for durations validated already (or harmless when
-/// clamped): rounds up, never to zero, and saturates instead of failing.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000))
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
-/// Work for the background task.
-pub(crate) enum Background {
-    /// Release `token` (a dropped guard, or an acquire cancelled in flight).
-    Release { keys: Arc<LockKeys>, token: String },
-    /// Take `member` out of the lock's queue and pass any wake-up on (a
-    /// waiter left without the lock, or a wake-up reached a gone waiter).
-    PassOn { keys: Arc<LockKeys>, member: String },
-}
-
-/// Runs background work in order, retrying connection failures a few
-/// times. Ends when every sender is dropped and the queue is drained.
-async fn background_task(conn: Conn, mut rx: mpsc::UnboundedReceiver<Background>) {
-    const BACKOFF: [u64; 3] = [0, 50, 250];
-    while let Some(work) = rx.recv().await {
-        for (attempt, delay) in BACKOFF.iter().enumerate() {
-            if *delay > 0 {
-                tokio::time::sleep(Duration::from_millis(*delay)).await;
-            }
-            let (keys, result) = match &work {
-                Background::Release { keys, token } => {
-                    (keys, scripts::release(&conn, keys, token).await.map(drop))
-                }
-                Background::PassOn { keys, member } => {
-                    (keys, scripts::pass(&conn, keys, member).await.map(drop))
-                }
-            };
-            match result {
-                Ok(()) => break,
-                Err(e) if e.is_retryable() && attempt + 1 < BACKOFF.len() => continue,
-                Err(e) => {
-                    tracing::warn!(lock = %keys.name, error = %e,
-                        "background release or pass-on failed; leases and queue expiry bound the damage");
-                    break;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names() {
-        assert!(validate_name("orders:42").is_ok());
-        assert!(validate_name("ünïcode ok").is_ok());
-        for bad in [
-            "",
-            "a{b",
-            "a}b",
-            "line\nbreak",
-            &"x".repeat(MAX_NAME_LEN + 1),
-        ] {
-            assert!(
-                matches!(validate_name(bad), Err(Error::InvalidName { .. })),
-                "{bad:?}"
-            );
-        }
-        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
-    }
-
-    #[test]
-    fn leases_round_up_and_reject_nonsense() {
-        assert_eq!(lease_ms(Duration::from_micros(1)).unwrap(), 1);
-        assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
-        assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
-        assert!(matches!(
-            lease_ms(Duration::ZERO),
-            Err(Error::InvalidLease { .. })
-        ));
-        assert!(matches!(
-            lease_ms(Duration::MAX),
-            Err(Error::InvalidLease { .. })
-        ));
-        assert!(lease_ms(MAX_LEASE).is_ok());
-    }
 
     #[test]
     fn bounds() {

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::{Error, Mutex, MutexGuard};
+use crate::keys::Kind;
+use crate::{Client, Error, Mutex, MutexGuard};
 
 /// A distributed mutex that serves waiters in arrival order and hands the
 /// lock to the next waiter inside the release.
@@ -47,11 +48,19 @@ use crate::{Error, Mutex, MutexGuard};
 #[derive(Clone, Debug)]
 pub struct FairMutex(Mutex);
 
-impl FairMutex {
-    pub(crate) fn new(inner: Mutex) -> FairMutex {
-        FairMutex(inner)
+impl Client {
+    /// A handle on the fair (FIFO, direct hand-off) mutex called `name`;
+    /// see [`FairMutex`].
+    ///
+    /// This does no I/O and never fails: an invalid name is reported by the
+    /// first call that uses it ([`Error::InvalidName`]). Do not use one name
+    /// both as a fair and as a plain mutex.
+    pub fn fair_mutex(&self, name: &str) -> FairMutex {
+        FairMutex(Mutex::new(self.clone(), name, Kind::Fair))
     }
+}
 
+impl FairMutex {
     /// Sets a fixed lease for every acquisition; see [`Mutex::with_lease`].
     pub fn with_lease(self, lease: Duration) -> FairMutex {
         FairMutex(self.0.with_lease(lease))

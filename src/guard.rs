@@ -10,9 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::client::{Client, LockKeys, lease_ms};
+use crate::client::Client;
+use crate::keys::{LockKeys, Replication, lease_ms};
 use crate::lease::{Lease, Renewal};
-use crate::scripts::{self, Owned, Replication};
+use crate::scripts::{self, Owned};
 
 /// One acquisition: released in the background when dropped unreleased.
 pub(crate) struct Held {

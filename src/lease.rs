@@ -37,10 +37,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::client::LockKeys;
 use crate::conn::Conn;
-use crate::hub::AbortOnDrop;
-use crate::scripts::{self, Owned, Replication};
+use crate::keys::{LockKeys, Replication, millis};
+use crate::scripts::{self, Owned};
+use crate::task::AbortOnDrop;
 
 /// Locks renewed by one script call at most.
 const BATCH: usize = 512;
@@ -330,13 +330,7 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 .iter()
                 .map(|(_, k, t, _)| (&**k, t.as_str()))
                 .collect();
-            let outcome = scripts::extend(
-                &conn,
-                &locks,
-                crate::client::millis(shared.lease),
-                chunk[0].3,
-            )
-            .await;
+            let outcome = scripts::extend(&conn, &locks, millis(shared.lease), chunk[0].3).await;
             let mut state = shared.lock();
             for (i, (id, _, _, _)) in chunk.iter().enumerate() {
                 let Some(entry) = state.entries.get_mut(id) else {

@@ -2,24 +2,28 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+// Modules from the bottom up: each uses only those above it.
 mod acquire;
 mod admin;
+mod background;
 mod client;
 mod conn;
 mod error;
 mod fair;
 mod guard;
 mod hub;
+mod keys;
 mod lease;
 mod mutex;
-mod pubsub;
 mod rwlock;
 mod scripts;
+mod task;
 
 pub use admin::LockStatus;
-pub use client::{Client, ClientBuilder, MAX_LEASE, MAX_NAME_LEN};
+pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use fair::FairMutex;
+pub use keys::{MAX_LEASE, MAX_NAME_LEN};
 pub use mutex::{Mutex, MutexGuard};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};

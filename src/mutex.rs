@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::acquire::Acquirer;
-use crate::client::{Client, Kind};
+use crate::client::Client;
 use crate::guard::guard_api;
-use crate::scripts::Replication;
+use crate::keys::{Kind, Replication};
 
 /// A handle on one distributed mutex, identified by its name.
 ///
@@ -20,6 +20,16 @@ use crate::scripts::Replication;
 /// [`MutexGuard`] that owns one acquisition.
 #[derive(Clone)]
 pub struct Mutex(pub(crate) Acquirer);
+
+impl Client {
+    /// A handle on the distributed mutex called `name`.
+    ///
+    /// This does no I/O and never fails: an invalid name is reported by the
+    /// first call that uses it ([`Error::InvalidName`]).
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(self.clone(), name, Kind::Plain)
+    }
+}
 
 impl Mutex {
     pub(crate) fn new(client: Client, name: &str, kind: Kind) -> Mutex {

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::acquire::Acquirer;
-use crate::client::{Client, Kind};
+use crate::client::Client;
 use crate::guard::guard_api;
+use crate::keys::Kind;
 
 /// A distributed read-write lock: many readers, or one writer.
 ///
@@ -56,14 +57,21 @@ pub struct RwLock {
     write: Acquirer,
 }
 
-impl RwLock {
-    pub(crate) fn new(client: Client, name: &str) -> RwLock {
+impl Client {
+    /// A handle on the distributed read-write lock called `name`; see
+    /// [`RwLock`].
+    ///
+    /// This does no I/O and never fails: an invalid name is reported by the
+    /// first call that uses it ([`Error::InvalidName`]).
+    pub fn rwlock(&self, name: &str) -> RwLock {
         RwLock {
-            read: Acquirer::new(client.clone(), name, Kind::Read),
-            write: Acquirer::new(client, name, Kind::Write),
+            read: Acquirer::new(self.clone(), name, Kind::Read),
+            write: Acquirer::new(self.clone(), name, Kind::Write),
         }
     }
+}
 
+impl RwLock {
     /// Sets a fixed lease for every read and write hold through this handle,
     /// with no renewal; see [`Mutex::with_lease`](crate::Mutex::with_lease).
     pub fn with_lease(self, lease: Duration) -> RwLock {

@@ -1,0 +1,327 @@
+//! The pub/sub connection task.
+//!
+//! One control task owns the pub/sub sink and performs every SUBSCRIBE and
+//! UNSUBSCRIBE, one at a time, so an UNSUBSCRIBE of an idle channel can never
+//! overtake a later SUBSCRIBE of the same channel. A dispatcher task reads
+//! messages and hands them to the [registry](super::registry); it never
+//! waits on the control task, so wake-ups are not delayed by a subscription
+//! in progress. A subscription whose last waiter left is kept for a short
+//! linger (default 2 s) so a hot lock does not SUBSCRIBE/UNSUBSCRIBE on
+//! every acquisition.
+//!
+//! When the connection is lost the control task reconnects with backoff
+//! (re-resolving a moved primary first), resubscribes every channel that
+//! still has local waiters, and only then wakes every waiter. On a cluster
+//! it re-checks its sharded subscriptions once more when the cluster has
+//! settled (see [`CLUSTER_RECHECK`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::pubsub::{self, Event, Sink, Stream};
+use super::registry::Shared;
+use crate::conn::Conn;
+use crate::task::AbortOnDrop;
+
+/// Work for the control task.
+pub(super) enum Op {
+    Subscribe(String, oneshot::Sender<()>),
+    /// The dispatcher of connection `generation` saw its stream end.
+    Disconnected {
+        generation: u64,
+    },
+}
+
+/// After a cluster's pub/sub connection was lost or a subscription dropped
+/// (failover, slot migration), the hub reconnects at once, but the new
+/// connection may still see the old slot map and subscribe on the demoted
+/// primary, where a replica accepts SSUBSCRIBE and the new primary's SPUBLISH
+/// counts no receiver (so the release drops the member as gone). So it
+/// starts over once more this long after, when the cluster has settled, and
+/// wakes every waiter again: those dropped meanwhile re-queue.
+const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
+
+/// The live pub/sub connection: the sink and the dispatcher reading it.
+struct Connection {
+    sink: Sink,
+    _dispatcher: AbortOnDrop,
+}
+
+/// The control task's state.
+pub(super) struct Control {
+    /// Where the primary is; re-resolved before each reconnect.
+    primary: Conn,
+    shared: Arc<Shared>,
+    /// Lets dispatchers report a disconnect without keeping the hub alive.
+    ops_tx: mpsc::WeakUnboundedSender<Op>,
+    connect_timeout: Duration,
+    linger: Duration,
+    /// Counts connections, so a late report from an old dispatcher is ignored.
+    generation: u64,
+    /// `None` while disconnected.
+    conn: Option<Connection>,
+    /// Cluster only: when to start over once more, set by every successful
+    /// reconnect (see [`CLUSTER_RECHECK`]).
+    recheck: Option<Instant>,
+}
+
+impl Control {
+    pub(super) fn new(
+        primary: Conn,
+        shared: Arc<Shared>,
+        ops_tx: mpsc::WeakUnboundedSender<Op>,
+        connect_timeout: Duration,
+        linger: Duration,
+    ) -> Control {
+        Control {
+            primary,
+            shared,
+            ops_tx,
+            connect_timeout,
+            linger,
+            generation: 0,
+            conn: None,
+            recheck: None,
+        }
+    }
+
+    pub(super) async fn run(
+        mut self,
+        sink: Sink,
+        stream: Stream,
+        mut ops: mpsc::UnboundedReceiver<Op>,
+    ) {
+        self.install(sink, stream);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut backoff = Duration::from_millis(50);
+        let mut next_reconnect = Instant::now();
+        loop {
+            tokio::select! {
+                op = ops.recv() => match op {
+                    None => return, // the hub was dropped
+                    Some(Op::Subscribe(channel, done)) => {
+                        self.subscribe(&channel).await;
+                        let _ = done.send(());
+                    }
+                    Some(Op::Disconnected { generation }) => {
+                        if generation == self.generation && self.conn.is_some() {
+                            self.disconnected();
+                            backoff = Duration::from_millis(50);
+                            next_reconnect = Instant::now();
+                            self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                        }
+                    }
+                },
+                _ = tick.tick() => {
+                    if self.conn.is_some() && self.recheck.is_some_and(|at| Instant::now() >= at) {
+                        tracing::debug!("re-checking sharded subscriptions after a cluster change");
+                        self.disconnected();
+                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                        // This reconnect was the re-check: none after it.
+                        if self.conn.is_some() {
+                            self.recheck = None;
+                        }
+                    } else if self.conn.is_some() {
+                        self.unsubscribe_idle().await;
+                    } else if Instant::now() >= next_reconnect {
+                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes `sink`/`stream` the current connection and starts its dispatcher.
+    fn install(&mut self, sink: Sink, stream: Stream) {
+        self.generation += 1;
+        let dispatcher = tokio::spawn(dispatch(
+            stream,
+            self.shared.clone(),
+            self.ops_tx.clone(),
+            self.generation,
+        ));
+        self.conn = Some(Connection {
+            sink,
+            _dispatcher: AbortOnDrop(dispatcher),
+        });
+    }
+
+    fn disconnected(&mut self) {
+        tracing::debug!("pub/sub connection lost");
+        self.conn = None;
+        self.shared
+            .own_unsubscribes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        for entry in self.shared.lock().values_mut() {
+            entry.subscribed = false;
+        }
+    }
+
+    async fn subscribe(&mut self, channel: &str) {
+        let Some(conn) = self.conn.as_mut() else {
+            return; // the reconnect will subscribe it and wake its waiters
+        };
+        let wanted = matches!(self.shared.lock().get(channel), Some(e) if !e.subscribed);
+        if !wanted {
+            return;
+        }
+        match tokio::time::timeout(
+            self.connect_timeout,
+            conn.sink.subscribe(&[channel.to_owned()]),
+        )
+        .await
+        {
+            Ok(Ok(())) => {
+                let kept = match self.shared.lock().get_mut(channel) {
+                    Some(entry) => {
+                        entry.subscribed = true;
+                        true
+                    }
+                    None => false, // its waiters left while we subscribed
+                };
+                if !kept {
+                    if self.primary.is_cluster() {
+                        self.shared.expect_unsubscribes(&[channel.to_owned()]);
+                    }
+                    let _ = tokio::time::timeout(
+                        self.connect_timeout,
+                        conn.sink.unsubscribe(&[channel.to_owned()]),
+                    )
+                    .await;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "SUBSCRIBE failed; reconnecting");
+                self.disconnected();
+            }
+            Err(_) => {
+                tracing::debug!("SUBSCRIBE timed out; reconnecting");
+                self.disconnected();
+            }
+        }
+    }
+
+    /// Unsubscribes channels idle for longer than the linger. Their entries
+    /// stay (marked unsubscribed, so a new waiter subscribes again, after
+    /// this) until the server confirmed: a wake-up published meanwhile still
+    /// finds its lock and is passed on.
+    async fn unsubscribe_idle(&mut self) {
+        let idle: Vec<String> = {
+            let mut channels = self.shared.lock();
+            let linger = self.linger;
+            let mut idle = Vec::new();
+            for (name, entry) in channels.iter_mut() {
+                if entry.subscribed && entry.idle_since.is_some_and(|t| t.elapsed() >= linger) {
+                    entry.subscribed = false;
+                    idle.push(name.clone());
+                }
+            }
+            idle
+        };
+        if idle.is_empty() {
+            return;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if self.primary.is_cluster() {
+            // Only a cluster connection echoes our own unsubscribes.
+            self.shared.expect_unsubscribes(&idle);
+        }
+        let result = tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(&idle)).await;
+        if !matches!(result, Ok(Ok(()))) {
+            self.disconnected();
+            return;
+        }
+        let mut channels = self.shared.lock();
+        for name in &idle {
+            if channels
+                .get(name)
+                .is_some_and(|e| e.waiters.is_empty() && !e.subscribed)
+            {
+                channels.remove(name);
+            }
+        }
+    }
+
+    async fn try_reconnect(&mut self, backoff: &mut Duration, next: &mut Instant) {
+        // After a failover the primary has moved: ask first (sentinel mode).
+        if let Err(e) = self.primary.resolve().await {
+            tracing::debug!(error = %e, "could not resolve the primary");
+        }
+        match pubsub::connect(&self.primary, self.connect_timeout).await {
+            Ok((mut sink, stream)) => {
+                let wanted: Vec<String> = {
+                    let mut channels = self.shared.lock();
+                    channels.retain(|_, e| !e.waiters.is_empty());
+                    channels.keys().cloned().collect()
+                };
+                if !wanted.is_empty() {
+                    let result =
+                        tokio::time::timeout(self.connect_timeout, sink.subscribe(&wanted)).await;
+                    if !matches!(result, Ok(Ok(()))) {
+                        *next = Instant::now() + *backoff;
+                        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+                        self.shared.wake_all();
+                        return;
+                    }
+                    // Only what this SUBSCRIBE named: a channel first used while
+                    // it was in flight still has its own request queued.
+                    let mut channels = self.shared.lock();
+                    for name in &wanted {
+                        if let Some(entry) = channels.get_mut(name) {
+                            entry.subscribed = true;
+                        }
+                    }
+                }
+                self.install(sink, stream);
+                if self.primary.is_cluster() {
+                    self.recheck = Some(Instant::now() + CLUSTER_RECHECK);
+                }
+                tracing::debug!(
+                    channels = wanted.len(),
+                    "pub/sub reconnected; waking every waiter"
+                );
+                self.shared.wake_all();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, retry_in = ?*backoff, "pub/sub reconnect failed");
+                *next = Instant::now() + *backoff;
+                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+                // Waiters keep their bounded parks; wake them so they see the
+                // outage as an error from their next attempt instead of
+                // sleeping on a channel that cannot deliver.
+                self.shared.wake_all();
+            }
+        }
+    }
+}
+
+/// Reads messages and wakes one waiter of the message's channel; reports a
+/// disconnect when the stream ends.
+async fn dispatch(
+    mut stream: Stream,
+    shared: Arc<Shared>,
+    ops: mpsc::WeakUnboundedSender<Op>,
+    generation: u64,
+) {
+    while let Some(event) = stream.next().await {
+        match event {
+            Event::Message { channel, payload } => shared.deliver(&channel, &payload),
+            Event::Unsubscribed { channel } if shared.own_unsubscribe(&channel) => {}
+            // The server dropped a channel we still want (a cluster slot
+            // moved): start over as after a lost connection.
+            Event::Unsubscribed { channel } if shared.wants(&channel) => break,
+            Event::Unsubscribed { .. } => {}
+        }
+    }
+    if let Some(ops) = ops.upgrade() {
+        let _ = ops.send(Op::Disconnected { generation });
+    }
+}

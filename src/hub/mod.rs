@@ -1,0 +1,186 @@
+//! The pub/sub hub of one client: a [registry] of the local
+//! waiters per wake channel, and the [connection task](connection) that
+//! keeps those channels subscribed. How waiters use it is the wait protocol,
+//! explained where its loop runs, in `acquire.rs`.
+
+mod connection;
+mod pubsub;
+mod registry;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use connection::{Control, Op};
+pub(crate) use registry::Waiter;
+use registry::{Entry, Shared};
+
+use crate::Error;
+use crate::background::{self, Work};
+use crate::conn::Conn;
+use crate::keys::{Kind, LockKeys};
+use crate::task::AbortOnDrop;
+
+/// The hub of one client. Dropping it stops its tasks.
+pub(crate) struct Hub {
+    shared: Arc<Shared>,
+    ops: mpsc::UnboundedSender<Op>,
+    _control: AbortOnDrop,
+}
+
+/// One waiter's place in the hub; dropping it deregisters and, unless
+/// [`acquired`](Registration::acquired) was called, passes on any wake-up.
+pub(crate) struct Registration {
+    shared: Arc<Shared>,
+    keys: Arc<LockKeys>,
+    id: u64,
+    /// `"<client id>:<waiter id>"`, this waiter's member in the queue.
+    member: String,
+    waiter: Arc<Waiter>,
+    /// Set once an attempt that queues `member` was sent.
+    queued: bool,
+    /// Set when the waiter got the lock: its acquire left the queue.
+    acquired: bool,
+}
+
+impl Registration {
+    /// What this waiter parks on; a wake-up naming it calls `notify_one`.
+    pub(crate) fn waiter(&self) -> Arc<Waiter> {
+        self.waiter.clone()
+    }
+
+    /// This waiter's member in the lock's queue.
+    pub(crate) fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// Records that an attempt queuing this waiter is about to be sent:
+    /// from now on, leaving without the lock must pass on.
+    pub(crate) fn queued(&mut self) {
+        self.queued = true;
+    }
+
+    /// Marks the waiter as done with the lock: the acquire that succeeded
+    /// also took it out of the queue, so there is nothing to pass on.
+    pub(crate) fn acquired(mut self) {
+        self.acquired = true;
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        {
+            let mut channels = self.shared.lock();
+            if let Some(entry) = channels.get_mut(&self.keys.channel) {
+                entry.waiters.remove(&self.id);
+                if entry.waiters.is_empty() {
+                    if entry.subscribed {
+                        entry.idle_since = Some(Instant::now()); // linger
+                    } else {
+                        channels.remove(&self.keys.channel); // never subscribed
+                    }
+                }
+            }
+        }
+        if self.queued && !self.acquired && self.keys.kind != Kind::Read {
+            let _ = self.shared.background.send(Work::PassOn {
+                keys: self.keys.clone(),
+                member: std::mem::take(&mut self.member),
+            });
+        }
+    }
+}
+
+impl Hub {
+    /// Opens the pub/sub connection and starts the hub's tasks.
+    pub(crate) async fn start(
+        conn: Conn,
+        connect_timeout: Duration,
+        linger: Duration,
+        background: background::Sender,
+        client_id: String,
+    ) -> Result<Hub, Error> {
+        let (sink, stream) = pubsub::connect(&conn, connect_timeout).await?;
+        let shared = Arc::new(Shared {
+            channels: StdMutex::new(HashMap::new()),
+            background,
+            client_id,
+            next_waiter: AtomicU64::new(1),
+            own_unsubscribes: StdMutex::new(HashMap::new()),
+        });
+        let (ops, ops_rx) = mpsc::unbounded_channel();
+        let control = Control::new(
+            conn,
+            shared.clone(),
+            ops.downgrade(),
+            connect_timeout,
+            linger,
+        );
+        let task = tokio::spawn(control.run(sink, stream, ops_rx));
+        Ok(Hub {
+            shared,
+            ops,
+            _control: AbortOnDrop(task),
+        })
+    }
+
+    /// Registers a waiter on the lock `keys`, locally only: wake-ups naming
+    /// it reach its `Notify` from now on. Returns whether this client's wake
+    /// channel for the lock is already subscribed (another local waiter, or
+    /// a lingering subscription); if not, the caller must
+    /// [`subscribe`](Hub::subscribe) before it may rely on wake-ups.
+    ///
+    /// The waiter's queue member is `"<client id>:<waiter id>"`, followed by
+    /// `":<token>"` for a fair lock (whose release writes that token).
+    pub(crate) fn join(&self, keys: &Arc<LockKeys>, token: &str) -> (Registration, bool) {
+        let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let waiter = Arc::new(Waiter::default());
+        let subscribed = {
+            let mut channels = self.shared.lock();
+            let entry = channels
+                .entry(keys.channel.clone())
+                .or_insert_with(|| Entry {
+                    keys: keys.clone(),
+                    waiters: HashMap::new(),
+                    idle_since: None,
+                    subscribed: false,
+                });
+            entry.waiters.insert(id, (waiter.clone(), keys.kind));
+            entry.idle_since = None;
+            entry.subscribed
+        };
+        let registration = Registration {
+            shared: self.shared.clone(),
+            keys: keys.clone(),
+            id,
+            member: match keys.kind {
+                Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
+                _ => format!("{}:{id}", self.shared.client_id),
+            },
+            waiter,
+            queued: false,
+            acquired: false,
+        };
+        (registration, subscribed)
+    }
+
+    /// Returns once the server has confirmed the subscription to the
+    /// registration's wake channel, or the pub/sub connection is down (the
+    /// reconnect will then resubscribe and wake the waiter).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the subscription is made by the control task either way,
+    /// and lingers until unused.
+    pub(crate) async fn subscribe(&self, registration: &Registration) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.ops
+            .send(Op::Subscribe(registration.keys.channel.clone(), tx))
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)
+    }
+}

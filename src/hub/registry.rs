@@ -1,0 +1,161 @@
+//! The waiter registry: per wake channel, the local waiters parked on it,
+//! and the routing of each message to the one waiter it names.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::background::{self, Work};
+use crate::keys::{Kind, LockKeys};
+
+/// State shared by the hub's tasks and the waiters.
+pub(super) struct Shared {
+    /// Channel name -> local waiters. Only touched with the lock held, and
+    /// the lock is never held across an `.await`.
+    pub(super) channels: StdMutex<HashMap<String, Entry>>,
+    /// Where pass-ons are sent (the client's background task).
+    pub(super) background: background::Sender,
+    /// This client's id: the first half of its queue members.
+    pub(super) client_id: String,
+    /// Source of waiter ids, unique within the client.
+    pub(super) next_waiter: AtomicU64,
+    /// Per channel, our own UNSUBSCRIBEs whose confirmation may still reach
+    /// the dispatcher (on a cluster, as a push it must not take for the
+    /// server dropping the channel). Cleared when the connection is lost.
+    pub(super) own_unsubscribes: StdMutex<HashMap<String, u32>>,
+}
+
+pub(super) struct Entry {
+    /// The lock this channel belongs to.
+    pub(super) keys: Arc<LockKeys>,
+    /// Waiter id -> what that waiter parks on, and the kind of lock it
+    /// waits for (read-write locks mix readers and writers on one channel).
+    /// An id is present from `join` until its `Registration` is dropped.
+    pub(super) waiters: HashMap<u64, (Arc<Waiter>, Kind)>,
+    /// When `waiters` last became empty; `None` while it is not.
+    pub(super) idle_since: Option<Instant>,
+    /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
+    /// the control task; cleared for every entry when the connection drops.
+    pub(super) subscribed: bool,
+}
+
+/// What one waiter parks on.
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    /// Notified (`notify_one`, so a wake-up between two parks is kept) when
+    /// a wake-up names this waiter, and on reconnects.
+    pub(crate) notify: Notify,
+    /// Set with the latest notification when it was a fair lock's standby
+    /// rather than a grant; read and cleared by the waiter.
+    standby: AtomicBool,
+}
+
+impl Waiter {
+    /// Whether the notification just received was a standby (and clears it).
+    pub(crate) fn take_standby(&self) -> bool {
+        self.standby.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> StdMutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding this lock cannot leave the map inconsistent
+        // (every update is a single insert, remove or field write), so
+        // poisoning is ignored.
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that we are about to unsubscribe from `channels`.
+    pub(super) fn expect_unsubscribes(&self, channels: &[String]) {
+        let mut own = self
+            .own_unsubscribes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for channel in channels {
+            *own.entry(channel.clone()).or_default() += 1;
+        }
+    }
+
+    /// Whether an unsubscribe of `channel` is the confirmation of one of
+    /// ours (and counts it off).
+    pub(super) fn own_unsubscribe(&self, channel: &str) -> bool {
+        let mut own = self
+            .own_unsubscribes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match own.get_mut(channel) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                own.remove(channel);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `channel` is subscribed for waiters (a server-side
+    /// unsubscribe of it must be undone).
+    pub(super) fn wants(&self, channel: &str) -> bool {
+        self.lock().get(channel).is_some_and(|e| e.subscribed)
+    }
+
+    /// Wakes every waiter: a stored permit on each one's own `Notify`, so a
+    /// waiter between two parks returns from its next park at once.
+    pub(super) fn wake_all(&self) {
+        for entry in self.lock().values() {
+            for (waiter, _) in entry.waiters.values() {
+                waiter.notify.notify_one();
+            }
+        }
+    }
+
+    /// Routes a wake-up on `channel` whose payload is the woken member
+    /// without its client id (`"<waiter id>"`, or `"<waiter id>:<token>"`
+    /// for a fair grant); one for a waiter this client no longer has is
+    /// passed on.
+    pub(super) fn deliver(&self, channel: &str, payload: &[u8]) {
+        let channels = self.lock();
+        let Some(entry) = channels.get(channel) else {
+            return; // not ours any more: the publisher counted no receiver
+        };
+        if matches!(entry.keys.kind, Kind::Read | Kind::Write) {
+            // A read-write lock's release is broadcast: wake every local
+            // reader and one local writer.
+            let mut writer_woken = false;
+            for (waiter, kind) in entry.waiters.values() {
+                if *kind == Kind::Read || !writer_woken {
+                    writer_woken |= *kind == Kind::Write;
+                    waiter.notify.notify_one();
+                }
+            }
+            return;
+        }
+        // "<waiter id>", "<waiter id>:<token>" (a fair grant) or
+        // "<waiter id>:<token>:s" (a fair standby: park no longer than the
+        // claim of the grant just made to the waiter ahead).
+        let text = std::str::from_utf8(payload).unwrap_or("");
+        let mut parts = text.split(':');
+        let id = parts.next().and_then(|id| id.parse::<u64>().ok());
+        let standby = parts.nth(1) == Some("s");
+        match id.and_then(|id| entry.waiters.get(&id)) {
+            Some((waiter, _)) => {
+                waiter.standby.store(standby, Ordering::Release);
+                waiter.notify.notify_one();
+            }
+            None if standby => {} // nothing was granted to the gone waiter
+            None => {
+                let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
+                let _ = self.background.send(Work::PassOn {
+                    keys: entry.keys.clone(),
+                    member,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The shared vocabulary every other module may use, and which uses none of
+//! them but [`Error`]: lock kinds, key and channel naming, name and duration
+//! validation and their limits, the cluster hash slot, the replication
+//! setting, and the timings of the wait protocol (explained where the loop
+//! runs, in `acquire.rs`).
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// The longest lease accepted: one year. Longer durations are almost
+/// certainly a unit mistake; Redis itself overflows near `i64::MAX` ms.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How long a plain release reserves the free lock for the waiter it woke
+/// (the hand-off key's expiry): long enough for the wake-up and the woken
+/// waiter's attempt on a busy machine, short enough that a woken client that
+/// died on the spot stalls nobody for long.
+pub(crate) const HANDOFF_MS: u64 = 100;
+
+/// How long a fair release's grant holds the lock for the woken waiter
+/// before it confirms: a grant that never reaches its waiter costs the next
+/// one this long.
+pub(crate) const CLAIM_MS: u64 = 500;
+
+/// Which protocol a lock follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// [`Mutex`](crate::Mutex): wake the head waiter, who then attempts.
+    Plain,
+    /// [`FairMutex`](crate::FairMutex): grant the lock to the head waiter
+    /// inside the release.
+    Fair,
+    /// A reader of an [`RwLock`](crate::RwLock): the guard's token lives in
+    /// the readers set.
+    Read,
+    /// The writer of an [`RwLock`](crate::RwLock): the guard's token is the
+    /// writer key's value.
+    Write,
+}
+
+/// The Redis names of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The name the user gave.
+    pub(crate) name: String,
+    /// The protocol, which picks the scripts.
+    pub(crate) kind: Kind,
+    /// Where the guard's token lives: `P:{N}` (the owner's token, with the
+    /// lease as its expiry), or `P:{N}:readers` for a reader.
+    pub(crate) lock: String,
+    /// `P:{N}`: a read-write lock's writer key.
+    pub(crate) writer: String,
+    /// `P:{N}:readers`: a read-write lock's readers (token -> expiry ms).
+    pub(crate) readers: String,
+    /// `P:{N}:fence`: the fencing counter.
+    pub(crate) fence: String,
+    /// Expiry of the fence key, in ms.
+    pub(crate) fence_ttl_ms: u64,
+    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry),
+    /// `P:{N}:fifo` (fair: member -> arrival) or `P:{N}:writers` (read-write:
+    /// waiting writers' intents, member -> expiry).
+    pub(crate) waiters: String,
+    /// `P:{N}:fifo:expiry` (fair: member -> expiry).
+    pub(crate) expiry: String,
+    /// `P:{N}:handoff`: the member a release just woke (plain), or the
+    /// member last granted the lock (fair).
+    pub(crate) handoff: String,
+    /// `P:{N}:wake:`: a client's wake channel is this plus its id.
+    pub(crate) wake_prefix: String,
+    /// The channel this client listens on for the lock:
+    /// `P:{N}:wake:<our id>`, or `P:{N}:rw` for a read-write lock.
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    /// The keys and channels of the lock `name` of `kind`, under `prefix`,
+    /// as seen by the client `client_id`.
+    pub(crate) fn new(
+        prefix: &str,
+        client_id: &str,
+        name: &str,
+        kind: Kind,
+        fence_ttl: Duration,
+    ) -> Result<LockKeys, Error> {
+        validate_name(name)?;
+        let base = format!("{prefix}:{{{name}}}");
+        let wake_prefix = format!("{base}:wake:");
+        let waiters = match kind {
+            Kind::Plain => format!("{base}:waiters"),
+            Kind::Fair => format!("{base}:fifo"),
+            Kind::Read | Kind::Write => format!("{base}:writers"),
+        };
+        let readers = format!("{base}:readers");
+        Ok(LockKeys {
+            name: name.to_owned(),
+            kind,
+            fence: format!("{base}:fence"),
+            fence_ttl_ms: millis(fence_ttl),
+            expiry: format!("{waiters}:expiry"),
+            waiters,
+            handoff: format!("{base}:handoff"),
+            channel: match kind {
+                // Read-write locks broadcast on one channel per lock.
+                Kind::Read | Kind::Write => format!("{base}:rw"),
+                Kind::Plain | Kind::Fair => format!("{wake_prefix}{client_id}"),
+            },
+            wake_prefix,
+            lock: match kind {
+                Kind::Read => readers.clone(),
+                _ => base.clone(),
+            },
+            writer: base,
+            readers,
+        })
+    }
+}
+
+/// `WAIT replicas timeout` after writes: see
+/// [`ClientBuilder::min_replica_acks`](crate::ClientBuilder::min_replica_acks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replication {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
+}
+
+impl Replication {
+    /// `WAIT replicas timeout`; `None` (off) for 0 replicas.
+    pub(crate) fn new(replicas: u32, timeout: Duration) -> Option<Replication> {
+        (replicas > 0).then(|| Replication {
+            replicas,
+            timeout_ms: millis(timeout),
+        })
+    }
+}
+
+/// Checks a lock name (or prefix): non-empty, at most [`MAX_NAME_LEN`]
+/// bytes, no `{` `}` (the cluster hash tag) and no control characters.
+pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
+    let reason = if name.is_empty() {
+        "the name is empty"
+    } else if name.len() > MAX_NAME_LEN {
+        "the name is longer than 512 bytes"
+    } else if name.contains(['{', '}']) {
+        "the name contains '{' or '}', which would break the cluster hash tag"
+    } else if name.chars().any(char::is_control) {
+        "the name contains control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidName {
+        name: name.chars().take(64).collect(),
+        reason,
+    })
+}
+
+/// A lease in whole milliseconds: sub-millisecond parts round up (never down
+/// to zero); zero and durations over [`MAX_LEASE`] are rejected.
+pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
+    if lease.is_zero() {
+        return Err(Error::InvalidLease {
+            duration: lease,
+            reason: "the duration is zero",
+        });
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidLease {
+            duration: lease,
+            reason: "the duration is longer than one year",
+        });
+    }
+    Ok(millis(lease))
+}
+
+/// Whole milliseconds, for durations validated already (or harmless when
+/// clamped): rounds up, never to zero, and saturates instead of failing.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its `{hash tag}` if
+/// it has a non-empty one, else of the whole key, modulo 16384.
+pub(crate) fn hash_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("orders:42").is_ok());
+        assert!(validate_name("ünïcode ok").is_ok());
+        for bad in [
+            "",
+            "a{b",
+            "a}b",
+            "line\nbreak",
+            &"x".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(
+                matches!(validate_name(bad), Err(Error::InvalidName { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn leases_round_up_and_reject_nonsense() {
+        assert_eq!(lease_ms(Duration::from_micros(1)).unwrap(), 1);
+        assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
+        assert!(matches!(
+            lease_ms(Duration::ZERO),
+            Err(Error::InvalidLease { .. })
+        ));
+        assert!(matches!(
+            lease_ms(Duration::MAX),
+            Err(Error::InvalidLease { .. })
+        ));
+        assert!(lease_ms(MAX_LEASE).is_ok());
+    }
+
+    #[test]
+    fn hash_slots_match_redis() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(hash_slot("foo"), 12182);
+        assert_eq!(hash_slot("redbell:{foo}:fence"), 12182);
+        assert_eq!(
+            hash_slot("{user1000}.following"),
+            hash_slot("{user1000}.followers")
+        );
+        assert_eq!(hash_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+    }
+
+    #[test]
+    fn every_key_of_a_lock_shares_its_hash_tag() {
+        for kind in [Kind::Plain, Kind::Fair, Kind::Read, Kind::Write] {
+            let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
+            let slot = hash_slot(&k.lock);
+            for key in [
+                &k.writer, &k.readers, &k.fence, &k.waiters, &k.expiry, &k.handoff, &k.channel,
+            ] {
+                assert_eq!(hash_slot(key), slot, "{key}");
+            }
+        }
+    }
+}

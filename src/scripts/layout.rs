@@ -1,0 +1,303 @@
+//! The per-kind layouts: which script each operation runs for each
+//! [`Kind`], with which KEYS and ARGV (in the order each `.lua` header
+//! lists), and the conversion of each reply.
+
+use super::call::Call;
+use super::registry::*;
+use super::{Acquire, Owned, owned};
+use crate::Error;
+use crate::conn::Conn;
+use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, Replication, hash_slot};
+
+/// How a waiting caller is queued by a failed acquire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queue<'a> {
+    /// `"<client id>:<waiter id>"`.
+    pub(crate) member: &'a str,
+    /// How long the entry outlives the holder's PTTL.
+    pub(crate) grace_ms: u64,
+    /// The park on a key without expiry.
+    pub(crate) park_ms: u64,
+}
+
+/// One acquire attempt; a failed one queues `queue` when given. With
+/// `replication`, `WAIT` follows in the same pipeline and the count of
+/// replicas that acknowledged comes back beside the outcome (what to do
+/// about too few is the caller's policy).
+pub(crate) async fn acquire(
+    conn: &Conn,
+    keys: &LockKeys,
+    token: &str,
+    lease_ms: u64,
+    queue: Option<Queue<'_>>,
+    replication: Option<Replication>,
+) -> Result<(Acquire, Option<u32>), Error> {
+    let member = queue.map_or("", |q| q.member);
+    let grace_ms = queue.map_or(0, |q| q.grace_ms);
+    let park_ms = queue.map_or(0, |q| q.park_ms);
+    let mut invocation = match keys.kind {
+        Kind::Plain => Call::new(&ACQUIRE),
+        Kind::Fair => Call::new(&FAIR_ACQUIRE),
+        Kind::Read => Call::new(&RW_READ_ACQUIRE),
+        Kind::Write => Call::new(&RW_WRITE_ACQUIRE),
+    };
+    match keys.kind {
+        Kind::Plain | Kind::Fair => {
+            invocation
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.waiters)
+                .arg(token)
+                .arg(lease_ms)
+                .arg(keys.fence_ttl_ms)
+                .arg(member)
+                .arg(grace_ms)
+                .arg(park_ms);
+        }
+        Kind::Read | Kind::Write => {
+            invocation
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .key(&keys.waiters)
+                .key(&keys.fence)
+                .arg(token)
+                .arg(lease_ms);
+        }
+    }
+    match keys.kind {
+        Kind::Plain => invocation.key(&keys.handoff),
+        Kind::Fair => invocation
+            .key(&keys.expiry)
+            .key(&keys.handoff)
+            .arg(&keys.wake_prefix)
+            .arg(CLAIM_MS),
+        Kind::Read => invocation.arg(park_ms),
+        Kind::Write => invocation
+            .key(&keys.channel)
+            .arg(keys.fence_ttl_ms)
+            .arg(member)
+            .arg(grace_ms)
+            .arg(park_ms),
+    };
+    let ((flag, value), acked): ((i64, i64), _) = match invocation.run(conn, replication).await {
+        Ok(reply) => reply,
+        Err(e) if e.code() == Some("WRONGTYPE") => {
+            return Err(Error::WrongType {
+                key: foreign_key(conn, keys).await,
+            });
+        }
+        Err(e) => return Err(Error::Redis(e)),
+    };
+    let outcome = match flag {
+        1 => Acquire::Acquired {
+            fence: u64::try_from(value).unwrap_or(0),
+        },
+        _ => Acquire::Held {
+            pttl_ms: u64::try_from(value).ok(),
+        },
+    };
+    Ok((outcome, acked))
+}
+
+/// Which of the lock's keys holds data of a type redbell does not put there
+/// (asked after a script failed with WRONGTYPE; one pipelined round trip).
+async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
+    let expected: Vec<(&str, &str)> = match keys.kind {
+        Kind::Plain => vec![
+            (&keys.lock, "string"),
+            (&keys.fence, "string"),
+            (&keys.waiters, "zset"),
+            (&keys.handoff, "string"),
+        ],
+        Kind::Fair => vec![
+            (&keys.lock, "string"),
+            (&keys.fence, "string"),
+            (&keys.waiters, "zset"),
+            (&keys.expiry, "zset"),
+            (&keys.handoff, "string"),
+        ],
+        Kind::Read | Kind::Write => vec![
+            (&keys.writer, "string"),
+            (&keys.readers, "zset"),
+            (&keys.waiters, "zset"),
+            (&keys.fence, "string"),
+        ],
+    };
+    let mut pipe = redis::pipe();
+    for (key, _) in &expected {
+        pipe.cmd("TYPE").arg(*key);
+    }
+    let types: Vec<String> = pipe
+        .query_async(&mut conn.manager())
+        .await
+        .unwrap_or_default();
+    expected
+        .iter()
+        .zip(&types)
+        .find(|((_, want), got)| got.as_str() != "none" && got.as_str() != *want)
+        .map_or_else(|| keys.lock.clone(), |((key, _), _)| (*key).to_owned())
+}
+
+/// Deletes the lock if `token` still owns it, and wakes (plain) or grants
+/// the lock to (fair) the head waiter.
+pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result<Owned, Error> {
+    let mut invocation = match keys.kind {
+        Kind::Plain => Call::new(&RELEASE),
+        Kind::Fair => Call::new(&FAIR_RELEASE),
+        Kind::Read => Call::new(&RW_READ_RELEASE),
+        Kind::Write => Call::new(&RW_WRITE_RELEASE),
+    };
+    match keys.kind {
+        Kind::Read | Kind::Write => {
+            invocation.key(&keys.lock).key(&keys.channel).arg(token);
+        }
+        Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, token),
+    };
+    let code: i64 = invocation
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.lock))?;
+    Ok(owned(code))
+}
+
+/// Takes `member` out of the lock's queue and passes on any wake-up (plain)
+/// or grant (fair) it had. Returns whether another waiter was woken.
+pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<bool, Error> {
+    if keys.kind == Kind::Read {
+        return Ok(false); // readers never queue
+    }
+    let mut invocation = match keys.kind {
+        Kind::Plain => Call::new(&PASS),
+        Kind::Fair => Call::new(&FAIR_PASS),
+        Kind::Read | Kind::Write => Call::new(&RW_PASS),
+    };
+    match keys.kind {
+        Kind::Read | Kind::Write => {
+            invocation
+                .key(&keys.waiters)
+                .key(&keys.channel)
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .arg(member);
+        }
+        Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, member),
+    };
+    let woke: i64 = invocation
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.waiters))?;
+    Ok(woke == 1)
+}
+
+/// The keys and arguments of the queue-moving scripts (release and pass,
+/// plain and fair): `who` is the token being released or the member leaving.
+fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
+    match keys.kind {
+        Kind::Fair => invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiters)
+            .key(&keys.expiry)
+            .key(&keys.handoff)
+            .arg(who)
+            .arg(&keys.wake_prefix)
+            .arg(CLAIM_MS)
+            .arg(keys.fence_ttl_ms),
+        _ => invocation
+            .key(&keys.lock)
+            .key(&keys.waiters)
+            .key(&keys.handoff)
+            .arg(who)
+            .arg(&keys.wake_prefix)
+            .arg(HANDOFF_MS),
+    };
+}
+
+/// Extends every `(keys, token)` lock to `lease_ms` from now: one script
+/// call per family (readers' holds live in a sorted set and need their own
+/// script) and, on a cluster, per slot (a script's keys must share one).
+/// One outcome per lock, in order: a group whose call failed (or was not
+/// acknowledged by enough replicas) gives that error for its locks only, so
+/// a stalled shard cannot cost the locks of the others their leases.
+pub(crate) async fn extend(
+    conn: &Conn,
+    locks: &[(&LockKeys, &str)],
+    lease_ms: u64,
+    replication: Option<Replication>,
+) -> Vec<Result<Owned, Error>> {
+    let mut groups: Vec<((bool, u16), Vec<usize>)> = Vec::new();
+    for (i, (keys, _)) in locks.iter().enumerate() {
+        let slot = if conn.is_cluster() {
+            hash_slot(&keys.lock)
+        } else {
+            0
+        };
+        let group = (keys.kind == Kind::Read, slot);
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((group, vec![i])),
+        }
+    }
+    let mut out: Vec<Result<Owned, Error>> = (0..locks.len()).map(|_| Err(Error::Closed)).collect();
+    for ((readers, _), family) in groups {
+        let script = if readers { &RW_READ_EXTEND } else { &EXTEND };
+        let mut call = Call::new(script);
+        call.arg(lease_ms);
+        for &i in &family {
+            call.key(&locks[i].0.lock).arg(locks[i].1);
+        }
+        match call.run::<Vec<i64>>(conn, replication).await {
+            Ok((codes, acked)) => {
+                let short = match (replication, acked) {
+                    (Some(wanted), Some(acked)) if acked < wanted.replicas => Some((acked, wanted)),
+                    _ => None,
+                };
+                for (&i, code) in family.iter().zip(codes) {
+                    out[i] = match short {
+                        Some((acked, wanted)) => Err(Error::NotReplicated {
+                            acked,
+                            wanted: wanted.replicas,
+                        }),
+                        None => Ok(owned(code)),
+                    };
+                }
+            }
+            Err(e) => {
+                for &i in &family {
+                    out[i] = Err(Error::from_redis(e.clone(), &locks[i].0.lock));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
+/// ("" = none), live waiters.
+pub(crate) async fn status(
+    conn: &Conn,
+    keys: &LockKeys,
+) -> Result<(String, i64, String, u64), Error> {
+    Call::new(&STATUS)
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.waiters)
+        .key(format!("{}:fifo:expiry", keys.lock))
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.lock))
+}
+
+/// Deletes the lock whoever holds it and wakes the head waiter; returns the
+/// removed token ("" if the lock was free).
+pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String, Error> {
+    Call::new(&FORCE_RELEASE)
+        .key(&keys.lock)
+        .key(&keys.waiters)
+        .key(&keys.handoff)
+        .arg(&keys.wake_prefix)
+        .arg(HANDOFF_MS)
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.lock))
+}

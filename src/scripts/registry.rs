@@ -1,0 +1,147 @@
+//! The script registry: every Lua script embedded once, with its Redis
+//! Cluster variant, and the public list operators can audit.
+
+use std::sync::OnceLock;
+
+use redis::Script;
+
+const ACQUIRE_LUA: &str = include_str!("lua/acquire.lua");
+const EXTEND_LUA: &str = include_str!("lua/extend.lua");
+/// `wake_next.lua` defines the function both of these call.
+const RELEASE_LUA: &str = concat!(
+    include_str!("lua/wake_next.lua"),
+    include_str!("lua/release.lua")
+);
+const PASS_LUA: &str = concat!(
+    include_str!("lua/wake_next.lua"),
+    include_str!("lua/pass.lua")
+);
+
+const STATUS_LUA: &str = include_str!("lua/status.lua");
+const FORCE_RELEASE_LUA: &str = concat!(
+    include_str!("lua/wake_next.lua"),
+    include_str!("lua/force_release.lua")
+);
+
+/// `fair_common.lua` defines the functions the fair scripts call.
+const FAIR_ACQUIRE_LUA: &str = concat!(
+    include_str!("lua/fair_common.lua"),
+    include_str!("lua/fair_acquire.lua")
+);
+const FAIR_RELEASE_LUA: &str = concat!(
+    include_str!("lua/fair_common.lua"),
+    include_str!("lua/fair_release.lua")
+);
+const FAIR_PASS_LUA: &str = concat!(
+    include_str!("lua/fair_common.lua"),
+    include_str!("lua/fair_pass.lua")
+);
+
+const RW_READ_ACQUIRE_LUA: &str = include_str!("lua/rw_read_acquire.lua");
+const RW_WRITE_ACQUIRE_LUA: &str = include_str!("lua/rw_write_acquire.lua");
+const RW_READ_RELEASE_LUA: &str = include_str!("lua/rw_read_release.lua");
+const RW_WRITE_RELEASE_LUA: &str = include_str!("lua/rw_write_release.lua");
+const RW_READ_EXTEND_LUA: &str = include_str!("lua/rw_read_extend.lua");
+const RW_PASS_LUA: &str = include_str!("lua/rw_pass.lua");
+
+/// One embedded script: its name (the file's), its source (with any
+/// shared code prepended) and, once first used, its SHA1.
+pub(crate) struct Lua {
+    pub(crate) name: &'static str,
+    source: &'static str,
+    script: OnceLock<Script>,
+    /// The Redis Cluster variant: `PUBLISH` becomes `SPUBLISH` (sharded
+    /// pub/sub, delivered only inside the lock's shard).
+    sharded: OnceLock<(String, Script)>,
+}
+
+impl Lua {
+    const fn new(name: &'static str, source: &'static str) -> Lua {
+        Lua {
+            name,
+            source,
+            script: OnceLock::new(),
+            sharded: OnceLock::new(),
+        }
+    }
+
+    fn script(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.source))
+    }
+
+    /// The source and script to run on a single server or on a cluster.
+    pub(crate) fn variant(&self, cluster: bool) -> (&str, &Script) {
+        if cluster {
+            let (source, script) = self.sharded.get_or_init(|| {
+                let source = self.source.replace("'PUBLISH'", "'SPUBLISH'");
+                let script = Script::new(&source);
+                (source, script)
+            });
+            (source, script)
+        } else {
+            (self.source, self.script())
+        }
+    }
+}
+
+pub(crate) static ACQUIRE: Lua = Lua::new("acquire", ACQUIRE_LUA);
+pub(crate) static RELEASE: Lua = Lua::new("release", RELEASE_LUA);
+pub(crate) static EXTEND: Lua = Lua::new("extend", EXTEND_LUA);
+pub(crate) static PASS: Lua = Lua::new("pass", PASS_LUA);
+pub(crate) static STATUS: Lua = Lua::new("status", STATUS_LUA);
+pub(crate) static FORCE_RELEASE: Lua = Lua::new("force_release", FORCE_RELEASE_LUA);
+pub(crate) static FAIR_ACQUIRE: Lua = Lua::new("fair_acquire", FAIR_ACQUIRE_LUA);
+pub(crate) static FAIR_RELEASE: Lua = Lua::new("fair_release", FAIR_RELEASE_LUA);
+pub(crate) static FAIR_PASS: Lua = Lua::new("fair_pass", FAIR_PASS_LUA);
+pub(crate) static RW_READ_ACQUIRE: Lua = Lua::new("rw_read_acquire", RW_READ_ACQUIRE_LUA);
+pub(crate) static RW_WRITE_ACQUIRE: Lua = Lua::new("rw_write_acquire", RW_WRITE_ACQUIRE_LUA);
+pub(crate) static RW_READ_RELEASE: Lua = Lua::new("rw_read_release", RW_READ_RELEASE_LUA);
+pub(crate) static RW_WRITE_RELEASE: Lua = Lua::new("rw_write_release", RW_WRITE_RELEASE_LUA);
+pub(crate) static RW_READ_EXTEND: Lua = Lua::new("rw_read_extend", RW_READ_EXTEND_LUA);
+pub(crate) static RW_PASS: Lua = Lua::new("rw_pass", RW_PASS_LUA);
+
+/// Every script, in the order [`scripts()`] lists them.
+static ALL: [&Lua; 15] = [
+    &ACQUIRE,
+    &RELEASE,
+    &EXTEND,
+    &PASS,
+    &STATUS,
+    &FORCE_RELEASE,
+    &FAIR_ACQUIRE,
+    &FAIR_RELEASE,
+    &FAIR_PASS,
+    &RW_READ_ACQUIRE,
+    &RW_WRITE_ACQUIRE,
+    &RW_READ_RELEASE,
+    &RW_WRITE_RELEASE,
+    &RW_READ_EXTEND,
+    &RW_PASS,
+];
+
+/// One of the Lua scripts redbell runs on the server.
+///
+/// Listed by [`scripts()`] for operators who want to pre-load them
+/// (`SCRIPT LOAD`) or audit what runs on their servers. On Redis Cluster the
+/// scripts that publish run in a variant with `SPUBLISH` for `PUBLISH`
+/// (another SHA1); redbell loads whatever is missing itself.
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptInfo {
+    /// The operation's name, as in `scripts/lua/<name>.lua`.
+    pub name: &'static str,
+    /// The Lua source.
+    pub source: &'static str,
+    /// The SHA1 hex digest `EVALSHA` uses.
+    pub sha1: &'static str,
+}
+
+/// Every Lua script redbell runs, with its SHA1.
+pub fn scripts() -> Vec<ScriptInfo> {
+    ALL.iter()
+        .map(|lua| ScriptInfo {
+            name: lua.name,
+            source: lua.source,
+            sha1: lua.script().get_hash(),
+        })
+        .collect()
+}
