@@ -81,34 +81,61 @@
 //! remove the member from the queue and, if the lock is free, wake the next
 //! head. A spurious wake-up only costs the woken waiter one attempt.
 //!
-//! ## What a targeted wake-up cannot cover
+//! ## What bounds each stall
 //!
-//! A client that dies (or freezes) *after* receiving its wake-up and before
-//! attempting took the wake-up with it. The other waiters then retry when
-//! their parks end, bounded by the PTTL they saw: at most the holder's
-//! lease, the same bound as for a holder that crashed. (The fair mutex
-//! narrows this to its 500 ms claim: the waiter next in line is told to
-//! park no longer than that.)
+//! Every park ends by what it waits for, never by the longest lease in
+//! sight; the holder's PTTL is only the bound while the holder lives.
+//!
+//! - **A holder that crashed** never releases: the park ends at its PTTL,
+//!   and the waiter takes the lock within milliseconds of the expiry.
+//! - **A woken waiter that is gone** (its client disconnected): PUBLISH
+//!   counts 0 receivers, and the release drops it and wakes the next one, in
+//!   the same script.
+//! - **A woken waiter that freezes** (SIGSTOP, a GC or VM pause, a dead host
+//!   whose socket stays open) still counts as a receiver. So the release
+//!   also cuts the woken member's queue expiry to the end of its hand-off
+//!   reservation, and sends the **next two in line a standby** message
+//!   naming a window (twice the reservation for the plain mutex; the claim
+//!   plus a little for the fair one): they park no longer than that, then
+//!   attempt. A live woken waiter has attempted by then (they find the lock
+//!   held and park again); a frozen one has not, the lock is free, and the
+//!   first live standby waiter takes it. Expired members are pruned by the
+//!   next release (plain) or attempt (fair), so the frozen member does not
+//!   take later wake-ups either. One frozen waiter, or two in a row, at the
+//!   head of the queue cost the others one window, not a lease; a longer
+//!   run of frozen waiters falls back to the parks' own bounds.
+//! - **An attempt during a hand-off reservation** parks until the
+//!   reservation ends (the acquire script answers its PTTL), not for a
+//!   lease.
+//! - **A re-sent attempt** (a cluster client re-sends a request whose reply
+//!   was lost) finds its own token and reports the acquisition again,
+//!   instead of "held": the acquire scripts are idempotent.
+//! - **A half-open pub/sub connection** (NAT timeout, a dead primary host)
+//!   delivers nothing while releases count it as a receiver or as gone: the
+//!   hub proves the connection alive with a PING every
+//!   [`probe_interval`](crate::ClientBuilder::probe_interval) and treats a
+//!   late answer as a lost connection (below).
 //!
 //! ## Lost messages
 //!
-//! Pub/sub is at-most-once. When the pub/sub connection drops, the hub
-//! reconnects with backoff, resubscribes every channel that still has local
-//! waiters, and only then wakes **every** waiter (a stored permit on each
-//! waiter's own [`Notify`](tokio::sync::Notify), so one between two parks is not missed):
-//! whatever was published while we were away, they all retry. While we are
-//! away, releases find no receiver on our channels and skip our members.
-//!
+//! Pub/sub is at-most-once. When the pub/sub connection drops (or fails its
+//! liveness probe, or the primary moved), the hub reconnects with backoff,
+//! resubscribes every channel that still has local waiters, and only then
+//! wakes **every** waiter (a stored permit on each waiter's own
+//! [`Notify`](tokio::sync::Notify), so one between two parks is not
+//! missed): whatever was published while we were away, they all retry.
+//! While we are away, releases find no receiver on our channels and skip
+//! our members.
 //!
 //! ## The timings
 //!
 //! Beside the loop: [`QUEUE_GRACE_MS`] (how long a queue entry outlives the
-//! PTTL it parks on), [`STANDBY`] (a fair waiter's park behind a fresh
-//! grant) and [`MAX_PARK`] (the cap on any single park). Shared with the
-//! scripts' callers, in [`keys`](crate::keys):
-//! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain
-//! release's reservation for the woken waiter) and [`CLAIM_MS`] (a fair
-//! grant's claim lease).
+//! PTTL it parks on) and [`MAX_PARK`] (the cap on any single park). Shared
+//! with the scripts' callers, in [`keys`](crate::keys):
+//! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain release's reservation
+//! for the woken waiter) and [`CLAIM_MS`](crate::keys::CLAIM_MS) (a fair
+//! grant's claim lease). The standby windows are the scripts' own
+//! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,7 +145,7 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::client::Client;
 use crate::guard::Held;
-use crate::keys::{CLAIM_MS, Kind, LockKeys, Replication, lease_ms, millis};
+use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::Lease;
 use crate::scripts::{self, Acquire, Queue};
 
@@ -126,10 +153,6 @@ use crate::scripts::{self, Acquire, Queue};
 /// waiter retries (and refreshes its entry) when that PTTL ends, so this
 /// only has to cover its wake-up and round trip on a slow machine.
 const QUEUE_GRACE_MS: u64 = 2_000;
-
-/// How long a fair waiter next in line parks after the waiter ahead was
-/// granted the lock: the grant's claim lease, plus a little slack.
-const STANDBY: Duration = Duration::from_millis(CLAIM_MS + 50);
 
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
@@ -243,12 +266,12 @@ impl Acquirer {
                     _ = &mut notified => {}
                     _ = tokio::time::sleep_until(until) => break,
                 }
-                if !waiter.take_standby() {
+                let Some(window) = waiter.take_standby() else {
                     break;
-                }
-                // A fair lock was granted to the waiter ahead: if it never
-                // confirms, its claim lapses, and this waiter must notice.
-                until = until.min(Instant::now() + STANDBY);
+                };
+                // The waiter ahead was just woken (or granted the lock): if
+                // it is frozen, this waiter must notice.
+                until = until.min(Instant::now() + window);
                 notified.set(waiter.notify.notified());
                 notified.as_mut().enable();
             }

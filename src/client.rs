@@ -115,6 +115,9 @@ pub struct ClientBuilder {
     /// Longest single park of a waiter on a lock whose key has no expiry
     /// (not one of ours). Default: 1 s.
     max_park: Duration,
+    /// How often the pub/sub connection is proven alive while waiters use
+    /// it. Default: 1 s.
+    probe_interval: Duration,
     /// Timeout for establishing a connection. Default: 2 s.
     connect_timeout: Duration,
     /// Timeout for one command's response. Default: 2 s.
@@ -189,6 +192,20 @@ impl ClientBuilder {
         self
     }
 
+    /// Sets how often the pub/sub connection on which waiters learn of
+    /// releases is proven alive, while any waiter uses it (default 1 s).
+    /// A half-open connection (a NAT or firewall timeout, a dead primary
+    /// host) delivers nothing and errs nothing; the hub sends `PING` every
+    /// period and takes an answer later than half of it for a lost
+    /// connection: it reconnects, resubscribes and wakes every waiter, so a
+    /// wait is stalled by a dead connection for at most about 1.5 periods.
+    /// Cost: one `PING` per period per client with waiters, nothing when
+    /// idle.
+    pub fn probe_interval(mut self, every: Duration) -> Self {
+        self.probe_interval = every;
+        self
+    }
+
     /// Sets the timeout for establishing a connection (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -225,6 +242,7 @@ impl ClientBuilder {
             self.lease,
             renew_every,
             self.fence_ttl,
+            self.probe_interval,
             self.connect_timeout,
             self.response_timeout,
         ] {
@@ -277,6 +295,7 @@ impl ClientBuilder {
             conn.clone(),
             self.connect_timeout,
             config.linger,
+            self.probe_interval,
             background.clone(),
             id.clone(),
         )
@@ -388,6 +407,7 @@ impl Client {
             fence_ttl: Duration::from_secs(7 * 24 * 3600),
             linger: Duration::from_secs(2),
             max_park: Duration::from_secs(1),
+            probe_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
         }

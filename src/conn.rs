@@ -12,14 +12,15 @@
 //! replaces the old one. The hub also re-resolves before each reconnect, so
 //! parked waiters follow the failover even when no command is running.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock as StdRwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::sync::OnceCell;
 
 use crate::Error;
 
@@ -36,6 +37,8 @@ struct Inner {
     response_timeout: Duration,
     /// Set while a re-resolution started by `report` runs (one at a time).
     resolving: AtomicBool,
+    /// Counts switches to a new primary (see [`Conn::epoch`]).
+    epoch: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -44,7 +47,13 @@ struct Current {
     addr: String,
     /// The client the pub/sub hub connects with (single node and sentinel).
     client: Option<redis::Client>,
+    /// The cluster client (cluster only), for the slow lane.
+    cluster: Option<ClusterClient>,
     manager: Manager,
+    /// The lane for slow calls (those followed by `WAIT`), so they never
+    /// hold up the hot path's multiplexed socket; opened on first use, so a
+    /// client that never asks for replication pays nothing.
+    slow: Arc<OnceCell<Manager>>,
 }
 
 enum Source {
@@ -108,12 +117,15 @@ impl Conn {
             current: StdRwLock::new(Current {
                 addr: url.to_owned(),
                 client: Some(client),
+                cluster: None,
                 manager,
+                slow: Arc::default(),
             }),
             source: Source::Direct,
             connect_timeout,
             response_timeout,
             resolving: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
         })))
     }
 
@@ -140,12 +152,15 @@ impl Conn {
             current: StdRwLock::new(Current {
                 addr,
                 client: Some(client),
+                cluster: None,
                 manager,
+                slow: Arc::default(),
             }),
             source,
             connect_timeout,
             response_timeout,
             resolving: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
         })))
     }
 
@@ -164,7 +179,9 @@ impl Conn {
             current: StdRwLock::new(Current {
                 addr: node_urls.join(","),
                 client: None,
+                cluster: Some(client),
                 manager: Manager::Cluster(manager),
+                slow: Arc::default(),
             }),
             source: Source::Cluster {
                 nodes: node_urls.iter().map(|url| (*url).to_owned()).collect(),
@@ -172,7 +189,14 @@ impl Conn {
             connect_timeout,
             response_timeout,
             resolving: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
         })))
+    }
+
+    /// How many times [`resolve`](Conn::resolve) switched to a new primary:
+    /// the hub moves its pub/sub connection when this changes.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.0.epoch.load(Ordering::Acquire)
     }
 
     /// Whether this is a Redis Cluster (sharded pub/sub, per-slot batches).
@@ -192,6 +216,30 @@ impl Conn {
     /// The current command connection (a clone sharing its sockets).
     pub(crate) fn manager(&self) -> Manager {
         self.current().manager
+    }
+
+    /// The slow lane: a command connection of its own for calls that block
+    /// on the server (`WAIT`), opened on first use.
+    pub(crate) async fn slow_manager(&self) -> RedisResult<Manager> {
+        let current = self.current();
+        let (timeouts, client, cluster) = (
+            (self.0.connect_timeout, self.0.response_timeout),
+            current.client.clone(),
+            current.cluster.clone(),
+        );
+        current
+            .slow
+            .get_or_try_init(|| async move {
+                match (client, cluster) {
+                    (_, Some(cluster)) => {
+                        Ok(Manager::Cluster(cluster.get_async_connection().await?))
+                    }
+                    (Some(client), _) => manager(&client, timeouts.0, timeouts.1).await,
+                    (None, None) => Ok(current.manager.clone()),
+                }
+            })
+            .await
+            .cloned()
     }
 
     /// The current primary's client, for the pub/sub connection; `None` on
@@ -248,8 +296,11 @@ impl Conn {
         *self.0.current.write().unwrap_or_else(|p| p.into_inner()) = Current {
             addr,
             client: Some(client),
+            cluster: None,
             manager,
+            slow: Arc::default(),
         };
+        self.0.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(true)
     }
 }
@@ -259,7 +310,7 @@ async fn manager(
     client: &redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> Result<Manager, Error> {
+) -> RedisResult<Manager> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(response_timeout))

@@ -59,6 +59,14 @@ pub(super) struct Control {
     ops_tx: mpsc::WeakUnboundedSender<Op>,
     connect_timeout: Duration,
     linger: Duration,
+    /// How often a connection with subscriptions is proven alive by a PING;
+    /// an answer later than half of this counts as a lost connection.
+    probe: Duration,
+    /// When the next probe is due.
+    next_probe: Instant,
+    /// The primary's [epoch](Conn::epoch) this connection was made for: a
+    /// newer one means a failover moved the primary, so start over.
+    epoch: u64,
     /// Counts connections, so a late report from an old dispatcher is ignored.
     generation: u64,
     /// `None` while disconnected.
@@ -75,13 +83,17 @@ impl Control {
         ops_tx: mpsc::WeakUnboundedSender<Op>,
         connect_timeout: Duration,
         linger: Duration,
+        probe: Duration,
     ) -> Control {
         Control {
+            epoch: primary.epoch(),
             primary,
             shared,
             ops_tx,
             connect_timeout,
             linger,
+            probe,
+            next_probe: Instant::now() + probe,
             generation: 0,
             conn: None,
             recheck: None,
@@ -125,6 +137,19 @@ impl Control {
                         if self.conn.is_some() {
                             self.recheck = None;
                         }
+                    } else if self.conn.is_some() && self.primary.epoch() != self.epoch {
+                        tracing::info!("the primary moved; moving the pub/sub connection too");
+                        self.disconnected();
+                        backoff = Duration::from_millis(50);
+                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                    } else if self.conn.is_some() && Instant::now() >= self.next_probe {
+                        self.next_probe = Instant::now() + self.probe;
+                        if !self.alive().await {
+                            tracing::info!("the pub/sub connection failed its liveness probe; reconnecting");
+                            self.disconnected();
+                            backoff = Duration::from_millis(50);
+                            self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                        }
                     } else if self.conn.is_some() {
                         self.unsubscribe_idle().await;
                     } else if Instant::now() >= next_reconnect {
@@ -133,6 +158,22 @@ impl Control {
                 }
             }
         }
+    }
+
+    /// Whether the connection answers a PING within half the probe period.
+    /// A connection without subscriptions is not asked: nothing waits on it.
+    async fn alive(&mut self) -> bool {
+        let subscribed = self.shared.lock().values().any(|e| e.subscribed);
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        if !subscribed {
+            return true;
+        }
+        matches!(
+            tokio::time::timeout(self.probe / 2, conn.sink.ping()).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Makes `sink`/`stream` the current connection and starts its dispatcher.
@@ -255,6 +296,7 @@ impl Control {
         if let Err(e) = self.primary.resolve().await {
             tracing::debug!(error = %e, "could not resolve the primary");
         }
+        self.epoch = self.primary.epoch();
         match pubsub::connect(&self.primary, self.connect_timeout).await {
             Ok((mut sink, stream)) => {
                 let wanted: Vec<String> = {

@@ -96,11 +96,13 @@ impl Drop for Registration {
 }
 
 impl Hub {
-    /// Opens the pub/sub connection and starts the hub's tasks.
+    /// Opens the pub/sub connection and starts the hub's tasks; `probe` is
+    /// the period of its liveness check.
     pub(crate) async fn start(
         conn: Conn,
         connect_timeout: Duration,
         linger: Duration,
+        probe: Duration,
         background: background::Sender,
         client_id: String,
     ) -> Result<Hub, Error> {
@@ -119,6 +121,7 @@ impl Hub {
             ops.downgrade(),
             connect_timeout,
             linger,
+            probe,
         );
         let task = tokio::spawn(control.run(sink, stream, ops_rx));
         Ok(Hub {

@@ -98,6 +98,29 @@ impl Sink {
     }
 }
 
+impl Sink {
+    /// Proves the connection alive: `PING` on the pub/sub connection (on a
+    /// cluster, to every primary, the nodes that hold its subscriptions).
+    pub(crate) async fn ping(&mut self) -> redis::RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.ping::<redis::Value>().await.map(drop),
+            Sink::Cluster(connection) => {
+                use redis::cluster_routing::{
+                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
+                };
+                let routing = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                connection
+                    .route_command(redis::cmd("PING"), routing)
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+}
+
 impl Stream {
     /// The next event; `None` once the connection is gone.
     pub(crate) async fn next(&mut self) -> Option<Event> {

@@ -2,8 +2,9 @@
 //! and the routing of each message to the one waiter it names.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -48,15 +49,21 @@ pub(crate) struct Waiter {
     /// Notified (`notify_one`, so a wake-up between two parks is kept) when
     /// a wake-up names this waiter, and on reconnects.
     pub(crate) notify: Notify,
-    /// Set with the latest notification when it was a fair lock's standby
-    /// rather than a grant; read and cleared by the waiter.
-    standby: AtomicBool,
+    /// Set with the latest notification when it was a standby (the waiter
+    /// ahead was just woken or granted the lock) rather than a wake-up or
+    /// grant: the window in ms to park at most before attempting, 0 for
+    /// none. Read and cleared by the waiter.
+    standby: AtomicU64,
 }
 
 impl Waiter {
-    /// Whether the notification just received was a standby (and clears it).
-    pub(crate) fn take_standby(&self) -> bool {
-        self.standby.swap(false, Ordering::AcqRel)
+    /// The window of the standby just received, if the notification was
+    /// one (and clears it).
+    pub(crate) fn take_standby(&self) -> Option<Duration> {
+        match self.standby.swap(0, Ordering::AcqRel) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
     }
 }
 
@@ -136,19 +143,25 @@ impl Shared {
             }
             return;
         }
-        // "<waiter id>", "<waiter id>:<token>" (a fair grant) or
-        // "<waiter id>:<token>:s" (a fair standby: park no longer than the
-        // claim of the grant just made to the waiter ahead).
+        // "<waiter id>" (a plain wake-up), "<waiter id>:<token>" (a fair
+        // grant), or "<waiter id>:<token>:s<ms>" / "<waiter id>::s<ms>" (a
+        // standby: the waiter ahead was just woken or granted the lock;
+        // park no longer than <ms>, then attempt, in case it is frozen).
         let text = std::str::from_utf8(payload).unwrap_or("");
         let mut parts = text.split(':');
         let id = parts.next().and_then(|id| id.parse::<u64>().ok());
-        let standby = parts.nth(1) == Some("s");
+        let standby = parts
+            .nth(1)
+            .and_then(|s| s.strip_prefix('s'))
+            .map(|ms| ms.parse::<u64>().unwrap_or(1).max(1));
         match id.and_then(|id| entry.waiters.get(&id)) {
             Some((waiter, _)) => {
-                waiter.standby.store(standby, Ordering::Release);
+                waiter
+                    .standby
+                    .store(standby.unwrap_or(0), Ordering::Release);
                 waiter.notify.notify_one();
             }
-            None if standby => {} // nothing was granted to the gone waiter
+            None if standby.is_some() => {} // nothing was granted to the gone waiter
             None => {
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
                 let _ = self.background.send(Work::PassOn {

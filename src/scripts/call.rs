@@ -65,7 +65,12 @@ impl Call {
         conn: &Conn,
         wait: Option<Replication>,
     ) -> RedisResult<(T, Option<u32>)> {
-        let mut manager = conn.manager();
+        // A call followed by WAIT blocks its connection until the replicas
+        // answer: it takes the slow lane, so other locks' calls do not wait.
+        let mut manager = match wait {
+            None => conn.manager(),
+            Some(_) => conn.slow_manager().await.inspect_err(|e| conn.report(e))?,
+        };
         let (source, script) = self.script.variant(conn.is_cluster());
         // EVALSHA first; after NOSCRIPT (a flushed, restarted or promoted
         // node) EVAL with the source, which runs it and caches it on the

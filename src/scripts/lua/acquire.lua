@@ -19,10 +19,13 @@
 --   {1, fence}  the key was set (and the member left the queue, and a
 --               hand-off to it ended); fence = max(previous + 1, server
 --               TIME in us)
+--               The same token already in the key (this call re-sent after
+--               its first run's reply was lost) also counts as set: {1,
+--               current fence}, and nothing changes.
 --   {0, pttl}   someone holds the lock, or it is being handed to another
 --               waiter; pttl = the remaining ms of the holder's lease (-1:
---               no expiry), or lease_ms during a hand-off. The member, if any, is queued
---               with expiry now + (pttl or park_ms) + grace_ms.
+--               no expiry), or of the hand-off reservation. The member, if
+--               any, is queued with expiry now + (pttl or park_ms) + grace_ms.
 --   error WRONGTYPE  the lock key exists but is not a string
 --   error WRONGTYPE  the fence key is not a string, or the waiter queue not
 --                    a sorted set (no lock key is left either way)
@@ -52,16 +55,24 @@ if (not handoff or handoff == ARGV[4])
   end
   return {1, fence}
 end
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'string' and kind ~= 'none' then
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
   return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
+end
+if holder == ARGV[1] then
+  -- A re-sent attempt (its first run's reply was lost) finds its own token:
+  -- that run acquired, so this one reports it again and changes nothing.
+  if ARGV[4] ~= '' then
+    redis.pcall('ZREM', KEYS[3], ARGV[4])
+  end
+  return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
-  -- Free, but being handed to another waiter, who will hold it for about a
-  -- lease: park as if it did. (Should the woken waiter die before taking
-  -- it, this bounds the stall by a lease, as for a holder that crashed.)
-  pttl = tonumber(ARGV[2])
+  -- Free, but reserved for the waiter a release just woke: park until the
+  -- reservation ends, then attempt again (if that waiter is frozen or dead,
+  -- the lock is free by then).
+  pttl = math.max(redis.call('PTTL', KEYS[4]), 1)
 end
 if ARGV[4] ~= '' then
   local t = redis.call('TIME')

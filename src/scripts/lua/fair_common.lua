@@ -16,12 +16,19 @@
 --   is `caller` (the caller may take the lock itself), 0 if nobody waits.
 --   Otherwise it makes the lock the head waiter's: its token, a fresh fence,
 --   a claim lease of claim_ms, and publishes "<waiter id>:<token>" on its
---   client's channel prefix .. client id; the next in line gets a standby
---   message "<waiter id>:<token>:s" so it parks no longer than the claim.
+--   client's channel prefix .. client id. The next two in line get a standby
+--   message "<waiter id>:<token>:s<window>": park no longer than `window` ms
+--   (the claim plus STANDBY_SLACK_MS for the second, plus three times that
+--   for the third), then attempt. The granted member's expiry is cut to the
+--   end of its claim and the second's to a little after its window, so a
+--   receiver that is frozen with its socket open (PUBLISH counts it) is
+--   pruned by the next attempt: one frozen head, or two in a row, delay the
+--   first live waiter by about a claim, not a lease.
 --   Returns 1 then. The granted member stays queued until it confirms and is
 --   remembered in `granted`. A head whose client receives nothing (PUBLISH
 --   counted 0 receivers), or whose earlier grant lapsed unconfirmed, is
 --   dropped and the next one is tried.
+local STANDBY_SLACK_MS = 100
 local function now()
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -64,11 +71,22 @@ local function grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
       redis.call('SET', lock, token, 'PX', claim_ms)
       if redis.call('PUBLISH', prefix .. cid, rest) > 0 then
         redis.call('SET', granted, head, 'PX', claim_ms * 4)
-        local second = redis.call('ZRANGE', queue, 1, 1)[1]
-        if second then
-          local cid2, rest2 = split(second)
+        -- The receiver may be frozen with its socket open: unless it
+        -- confirms within the claim, its entry lapses with the claim. The
+        -- next two in line stand by (see the header), and the second's
+        -- entry lapses soon after its standby ends unless it attempts.
+        local now_ms = math.floor(now_us / 1000)
+        local claim = tonumber(claim_ms)
+        redis.call('ZADD', expiry, 'XX', now_ms + claim, head)
+        local next = redis.call('ZRANGE', queue, 1, 2)
+        for i, m in ipairs(next) do
+          local cid2, rest2 = split(m)
           if rest2 then
-            redis.call('PUBLISH', prefix .. cid2, rest2 .. ':s')
+            local window = claim + (i == 1 and STANDBY_SLACK_MS or 3 * STANDBY_SLACK_MS)
+            if i == 1 then
+              redis.call('ZADD', expiry, 'XX', now_ms + window + STANDBY_SLACK_MS, m)
+            end
+            redis.call('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
           end
         end
         return 1

@@ -18,7 +18,9 @@
 -- Returns
 --   {1, fence}  held; fence = max(previous + 1, server TIME in us); the
 --               caller's intent is withdrawn, and if it had one, "g" is
---               published so readers it held back re-park on its lease
+--               published so readers it held back re-park on its lease. A
+--               re-sent call that finds its own token gets {1, current
+--               fence} and changes nothing.
 --   {0, park}   blocked by a writer (park = its PTTL) or by readers (park =
 --               until the last reader's lease ends); a waiting caller's
 --               intent is registered with expiry now + park + grace_ms
@@ -27,7 +29,15 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 local park
-if redis.call('GET', KEYS[1]) then
+local writer = redis.call('GET', KEYS[1])
+if writer == ARGV[1] then
+  -- A re-sent attempt whose first run acquired: report it again.
+  if ARGV[4] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[4])
+  end
+  return {1, tonumber(redis.call('GET', KEYS[4])) or 0}
+end
+if writer then
   park = redis.call('PTTL', KEYS[1])
   if park < 0 then
     park = tonumber(ARGV[6])

@@ -1,4 +1,5 @@
--- wake_next: shared code, prepended to release.lua and pass.lua (not run alone).
+-- wake_next: shared code, prepended to release.lua, pass.lua and
+-- force_release.lua (not run alone).
 --
 -- wake_next(waiters, prefix, handoff, handoff_ms) wakes the head of a lock's
 -- waiter queue and reserves the free lock for it for a moment.
@@ -10,14 +11,21 @@
 --               handoff_ms: until the woken waiter's attempt arrives (or the
 --               key expires) other attempts fail and queue instead of barging
 --               in, so the wake-up is not wasted
--- A member whose client receives nothing (PUBLISH counted 0 receivers: the
--- client is gone) is dropped and the next one is tried. Nothing is published
--- when nobody waits. Expired members need no pruning here: a live client
--- removes its own members (on acquiring, or by passing on when a waiter
--- leaves), a gone client's members meet 0 receivers, and the queue key
--- itself expires with its longest-lived member.
+-- Members whose expiry has passed are dropped first: their client stopped
+-- refreshing them (it crashed, froze, or was cut off). A member whose client
+-- receives nothing (PUBLISH counted 0 receivers: the client is gone) is
+-- dropped and the next one is tried. A receiver may still be frozen with its
+-- socket open, so the woken member's expiry is cut to the end of the
+-- reservation (its attempt, if it is alive, re-queues or removes it), and the
+-- next two in line get a standby message "<waiter id>::s<window>": they
+-- park no longer than window = twice the reservation, then attempt, so a frozen head (or two frozen
+-- in a row) costs the others one reservation, not a lease. Nothing is
+-- published when nobody waits.
 -- Returns 1 if a waiter was woken, 0 if nobody waits.
 local function wake_next(waiters, prefix, handoff, handoff_ms)
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms)
   while true do
     local head = redis.call('ZRANGE', waiters, 0, 0)[1]
     if not head then
@@ -27,6 +35,14 @@ local function wake_next(waiters, prefix, handoff, handoff_ms)
     if sep and redis.call('PUBLISH', prefix .. string.sub(head, 1, sep - 1),
                           string.sub(head, sep + 1)) > 0 then
       redis.call('SET', handoff, head, 'PX', handoff_ms)
+      redis.call('ZADD', waiters, 'XX', now_ms + tonumber(handoff_ms), head)
+      for _, next in ipairs(redis.call('ZRANGE', waiters, 1, 2)) do
+        local s = string.find(next, ':', 1, true)
+        if s then
+          redis.call('PUBLISH', prefix .. string.sub(next, 1, s - 1),
+                     string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
+        end
+      end
       return 1
     end
     redis.call('ZREM', waiters, head)
