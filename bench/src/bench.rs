@@ -67,6 +67,7 @@ mod floor;
 mod lock;
 mod plan;
 mod report;
+mod results;
 mod stats;
 mod verdict;
 mod worker;
@@ -76,7 +77,7 @@ pub use worker::WorkerArgs;
 use contend::Scenario;
 use lock::Strategy;
 use plan::Plan;
-use report::Results;
+use results::Results;
 
 /// Options of `redbell-bench bench`.
 #[derive(Debug, Clone, clap::Args)]
