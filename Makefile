@@ -24,15 +24,15 @@ build:
 
 test:
 	$(WITH_REDIS) bash -c '\
-	  cargo build --bin redbell --examples && \
+	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast && \
 	  cargo test --workspace --doc && \
 	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \
-	  ./target/debug/redbell bench --quick --out target/bench-quick'
+	  ./target/debug/redbell-bench bench --quick --out target/bench-quick'
 
 demo:
-	$(WITH_REDIS) cargo run --release --bin redbell -- demo --compare
+	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare
 
 bench:
 	@set -euo pipefail; \
@@ -44,7 +44,7 @@ bench:
 	  REDBELL_CLUSTER_NODES=$$(scripts/redis/cluster.sh start 7400 | grep '^redis' | paste -sd, -); \
 	  export REDBELL_CLUSTER_NODES; \
 	fi; \
-	$(WITH_REDIS) cargo run --release --bin redbell -- bench --cluster "$$REDBELL_CLUSTER_NODES"
+	$(WITH_REDIS) cargo run --release -p redbell-bench -- bench --cluster "$$REDBELL_CLUSTER_NODES"
 
 lint:
 	cargo fmt --all -- --check

@@ -2,7 +2,7 @@
 //! against the test Redis.
 //!
 //! Needs `REDIS_URL` (set by `make test`) and the binary built first
-//! (`cargo build --bin redbell`, which `make test` does). Every test uses
+//! (`cargo build -p redbell-cli`, which `make test` does). Every test uses
 //! its own lock names and scratch directory, so they run in parallel with
 //! each other and with the other suites. Timing bounds are generous: the
 //! tests run on small, busy machines.

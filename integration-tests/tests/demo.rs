@@ -1,15 +1,16 @@
-//! `redbell demo` end to end: the built binary against the test Redis.
+//! `redbell-bench demo` end to end: the built binary against the test
+//! Redis.
 //!
 //! Needs `REDIS_URL` (set by `make test`) and the binaries built first
-//! (`cargo build --bin redbell --example ticket_sale`, which `make test`
-//! does). Every run uses its own key namespace, so these tests run in
-//! parallel with each other and with the other suites.
+//! (`cargo build -p redbell-bench`, which `make test` does). Every run
+//! uses its own key namespace, so these tests run in parallel with each
+//! other and with the other suites.
 
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use redbell_integration_tests::{built_binary, log_output, redbell_binary, redis_url};
+use redbell_integration_tests::{built_binary, log_output, redis_url};
 
 /// Runs `exe args...` with `REDIS_URL` set, failing the test after 120 s.
 async fn run(exe: PathBuf, args: &[&str]) -> Output {
@@ -63,7 +64,7 @@ fn assert_clean(out: &Output, tickets: u64) {
 #[tokio::test]
 async fn pubsub_processes_sell_every_ticket_once() {
     let out = run(
-        redbell_binary(),
+        built_binary("redbell-bench"),
         &["demo", "--windows", "5", "--tickets", "100"],
     )
     .await;
@@ -84,27 +85,18 @@ async fn poll_baseline_sells_every_ticket_once() {
         "--poll-interval",
         "10ms",
     ];
-    let out = run(redbell_binary(), &args).await;
+    let out = run(built_binary("redbell-bench"), &args).await;
     assert_clean(&out, 100);
 }
 
 #[tokio::test]
 async fn tasks_mode_sells_every_ticket_once() {
-    let out = run(redbell_binary(), &["demo", "--tasks", "--tickets", "50"]).await;
-    assert_clean(&out, 50);
-}
-
-#[tokio::test]
-async fn the_example_runs_its_own_window_processes() {
     let out = run(
-        built_binary(&format!(
-            "examples/ticket_sale{}",
-            std::env::consts::EXE_SUFFIX
-        )),
-        &["--tickets", "30"],
+        built_binary("redbell-bench"),
+        &["demo", "--tasks", "--tickets", "50"],
     )
     .await;
-    assert_clean(&out, 30);
+    assert_clean(&out, 50);
 }
 
 /// Proof that the checks can fail: without the lock, concurrent windows
@@ -112,7 +104,7 @@ async fn the_example_runs_its_own_window_processes() {
 #[tokio::test]
 async fn a_broken_lock_is_detected() {
     let out = run(
-        redbell_binary(),
+        built_binary("redbell-bench"),
         &["demo", "--windows", "5", "--tickets", "100", "--no-lock"],
     )
     .await;
@@ -127,7 +119,7 @@ async fn a_broken_lock_is_detected() {
 
 #[tokio::test]
 async fn unreachable_redis_exits_69() {
-    let out = tokio::process::Command::new(redbell_binary())
+    let out = tokio::process::Command::new(built_binary("redbell-bench"))
         .args(["--url", "redis://127.0.0.1:1", "demo"])
         .output()
         .await

@@ -1,67 +1,11 @@
-//! The bench's results: the markdown report on stdout (tables, then every
-//! expectation of the issue against what was measured), and the JSON file.
+//! The markdown report on stdout: the tables, then every expectation of
+//! the issue against what was measured (`verdict.rs`).
 
 use std::fmt::Write;
 
-use serde::Serialize;
-
 use super::contend::Outcome;
-use super::floor::{Floor, SerialFloor, Takeover, Uncontended};
 use super::lock::Strategy;
-
-/// Everything one run measured.
-#[derive(Debug, Serialize)]
-pub struct Results {
-    /// UTC, `YYYY-MM-DD HH:MM`.
-    pub date: String,
-    pub cores: usize,
-    pub redis_version: String,
-    /// The Redis Cluster of the `redbell cluster` rows (`--cluster`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<super::cluster::ClusterInfo>,
-    pub build: &'static str,
-    pub quick: bool,
-    pub hold_us: u64,
-    pub floor: Floor,
-    /// The hand-off loop with no lock: the ceiling of hand-offs/s.
-    pub serial_floor: SerialFloor,
-    pub handoff: Vec<Outcome>,
-    pub scaling: Vec<Outcome>,
-    pub uncontended: Uncontended,
-    pub takeover: Vec<Takeover>,
-}
-
-impl Results {
-    fn ping(&self) -> f64 {
-        self.floor.ping_us.p50.unwrap_or(1).max(1) as f64
-    }
-
-    /// `123 µs (2.1×)`: a latency and its multiple of the PING p50.
-    fn lat(&self, us: Option<i64>) -> String {
-        match us {
-            Some(us) => format!("{} ({:.1}×)", fmt_us(us), us as f64 / self.ping()),
-            None => "–".to_owned(),
-        }
-    }
-
-    /// `hand-offs/s` over the serial floor's iterations/s.
-    pub fn of_floor(&self, per_s: f64) -> Option<f64> {
-        let f = self.serial_floor.iterations_per_s;
-        (f > 0.0).then(|| per_s / f)
-    }
-}
-
-/// `87 µs`, `1.24 ms`, `2.1 s`.
-pub fn fmt_us(us: i64) -> String {
-    let a = us.unsigned_abs();
-    if a < 1_000 {
-        format!("{us} µs")
-    } else if a < 1_000_000 {
-        format!("{:.2} ms", us as f64 / 1e3)
-    } else {
-        format!("{:.2} s", us as f64 / 1e6)
-    }
-}
+use super::results::{Results, fmt_us};
 
 fn per(o: &Outcome, round_trips: bool) -> String {
     o.commands

@@ -1,5 +1,10 @@
-//! `redbell`: the command-line tool. One file per subcommand; see
-//! `fail.rs` for the exit codes.
+//! `redbell-bench`: the benchmark report (`bench`) and the multi-window
+//! ticket sale (`demo`), outside the library's and the CLI's builds.
+//! `make bench` and `make demo` run it.
+//!
+//! Both start worker processes that are copies of this executable, with
+//! the hidden `bench-worker` and `demo-worker` subcommands. See `fail.rs`
+//! for the exit codes.
 
 use std::process::ExitCode;
 
@@ -9,18 +14,14 @@ mod bench;
 mod commandstats;
 mod demo;
 mod fail;
-mod run;
-mod status;
-mod unlock;
 
-/// Distributed locks on Redis with event-driven waiting.
+/// redbell's benchmark report and ticket-sale demo.
 ///
-/// Exit codes: 0 success, 1 failure (e.g. a demo invariant broke, or `run`
-/// found the lock held), 2 usage error, 69 Redis unreachable, 75 `run` lost
-/// its lease; `run` otherwise exits with its command's code (128+N when a
-/// signal N killed it). Environment: REDIS_URL when --url is absent.
+/// Exit codes: 0 success, 1 failure (e.g. a demo invariant broke), 2 usage
+/// error, 69 Redis unreachable. Environment: REDIS_URL when --url is
+/// absent.
 #[derive(Debug, Parser)]
-#[command(name = "redbell", version)]
+#[command(name = "redbell-bench", version)]
 struct Cli {
     /// Redis server URL (`redis://[:password@]host:port[/db]`).
     #[arg(
@@ -47,25 +48,6 @@ enum Command {
     /// invariant breaks, 69 if Redis is unreachable.
     Demo(demo::DemoArgs),
 
-    /// Run a command while holding a lock (a distributed flock)
-    ///
-    /// Waits for the lock NAME (woken by the holder's release, no polling),
-    /// runs CMD in its own process group with REDBELL_NAME, REDBELL_TOKEN and
-    /// REDBELL_FENCE in its environment, renews the lease while it runs,
-    /// forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to its group, and
-    /// releases the lock when the command (and its whole group) has ended.
-    /// If the lease is lost meanwhile, the group gets SIGTERM, then SIGKILL
-    /// after --kill-grace, and redbell exits 75. Exits with the command's
-    /// own code otherwise.
-    #[command(arg_required_else_help = true)]
-    Run(run::RunArgs),
-
-    /// Show locks: holder token, remaining TTL, fence, queued waiters
-    Status(status::StatusArgs),
-
-    /// Break a lock as an operator (--force): delete it, wake the next waiter
-    Unlock(unlock::UnlockArgs),
-
     /// Measure redbell against the sleep-poll recipe and report
     ///
     /// Floor latencies, hand-off on one lock (2, 8, 32 workers over 2
@@ -91,16 +73,13 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("redbell: cannot start the async runtime: {e}");
+            eprintln!("redbell-bench: cannot start the async runtime: {e}");
             return ExitCode::from(fail::EX_FAILURE);
         }
     };
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(&cli.url, &args).await,
-            Command::Run(args) => run::run(&cli.url, args).await,
-            Command::Status(args) => status::run(&cli.url, &args).await,
-            Command::Unlock(args) => unlock::run(&cli.url, &args).await,
             Command::Bench(args) => bench::run(&cli.url, &args).await,
             Command::BenchWorker(args) => bench::worker(&cli.url, args).await,
             Command::Hidden(cmd) => demo::hidden(&cli.url, cmd).await,
@@ -109,7 +88,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("redbell: {failure}");
+            eprintln!("redbell-bench: {failure}");
             ExitCode::from(failure.code)
         }
     }

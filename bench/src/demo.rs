@@ -1,7 +1,7 @@
-//! `redbell demo`: several ticket windows sell one pool of tickets, every
-//! sale under the distributed lock; at the end the numbers prove that no
-//! ticket was sold twice and none oversold, and show the hand-off speed of
-//! redbell's event-driven wake-up against the sleep-poll recipe.
+//! `redbell-bench demo`: several ticket windows sell one pool of tickets,
+//! every sale under the distributed lock; at the end the numbers prove that
+//! no ticket was sold twice and none oversold, and show the hand-off speed
+//! of redbell's event-driven wake-up against the sleep-poll recipe.
 //!
 //! # How a run works
 //!
@@ -12,9 +12,8 @@
 //!   says so on stderr.
 //! - Windows are separate OS processes by default: the parent spawns copies
 //!   of its own executable (`std::env::current_exe`) with the hidden
-//!   `demo-worker` subcommand, which is why `examples/ticket_sale.rs` (which
-//!   includes this module) works the same way. `--tasks` runs them as tasks
-//!   of this process instead, each with its own redbell client.
+//!   `demo-worker` subcommand. `--tasks` runs them as tasks of this process
+//!   instead, each with its own redbell client.
 //! - Windows connect, report ready (`LPUSH ready`), and block on `BLPOP go`
 //!   so they all start together once the parent pushes the start tokens.
 //! - The parent follows the sale by reading the new sale records every
@@ -52,22 +51,17 @@ use redis::aio::MultiplexedConnection;
 
 use crate::fail::{EX_FAILURE, Failure};
 
-#[path = "demo/launch.rs"]
 mod launch;
-#[path = "demo/progress.rs"]
 mod progress;
-#[path = "demo/report.rs"]
 mod report;
-#[path = "demo/stats.rs"]
 mod stats;
-#[path = "demo/window.rs"]
 mod window;
 
 use launch::Windows;
 use report::Report;
 use window::{Mode, RunKeys, WindowConfig};
 
-/// Options of `redbell demo`.
+/// Options of `redbell-bench demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     /// Number of ticket windows selling at the same time.
@@ -184,7 +178,7 @@ pub async fn hidden(url: &str, cmd: Hidden) -> Result<(), Failure> {
     window::sell(url, &cfg).await
 }
 
-/// `redbell demo`: runs the sale (or both strategies with `--compare`),
+/// `redbell-bench demo`: runs the sale (or both strategies with `--compare`),
 /// prints the table, and fails with exit code 1 if an invariant broke.
 pub async fn run(url: &str, args: &DemoArgs) -> Result<(), Failure> {
     let modes: &[Mode] = if args.compare {

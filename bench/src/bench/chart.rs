@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::contend::Outcome;
-use super::report::Results;
+use super::results::Results;
 use super::stats::quantile;
 
 const COLORS: [RGBColor; 5] = [

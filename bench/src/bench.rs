@@ -1,6 +1,6 @@
-//! `redbell bench`: measures redbell (its plain and its fair mutex) against
-//! the sleep-poll recipe, side by side in one run, and reports; it asserts
-//! nothing about speed.
+//! `redbell-bench bench`: measures redbell (its plain and its fair mutex)
+//! against the sleep-poll recipe, side by side in one run, and reports; it
+//! asserts nothing about speed.
 //!
 //! Output: a markdown report on stdout (progress on stderr), the raw
 //! results as `results.json` and a chart as `chart.svg` under `--out`
@@ -60,25 +60,16 @@ use std::time::Duration;
 
 use crate::fail::{EX_FAILURE, Failure};
 
-#[path = "bench/chart.rs"]
 mod chart;
-#[path = "bench/cluster.rs"]
 mod cluster;
-#[path = "bench/contend.rs"]
 mod contend;
-#[path = "bench/floor.rs"]
 mod floor;
-#[path = "bench/lock.rs"]
 mod lock;
-#[path = "bench/plan.rs"]
 mod plan;
-#[path = "bench/report.rs"]
 mod report;
-#[path = "bench/stats.rs"]
+mod results;
 mod stats;
-#[path = "bench/verdict.rs"]
 mod verdict;
-#[path = "bench/worker.rs"]
 mod worker;
 
 pub use worker::WorkerArgs;
@@ -86,9 +77,9 @@ pub use worker::WorkerArgs;
 use contend::Scenario;
 use lock::Strategy;
 use plan::Plan;
-use report::Results;
+use results::Results;
 
-/// Options of `redbell bench`.
+/// Options of `redbell-bench bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// A smoke test finishing in well under a minute (also with a debug
@@ -122,7 +113,7 @@ pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
     worker::run(url, args).await
 }
 
-/// `redbell bench`.
+/// `redbell-bench bench`.
 pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
     let plan = Plan::new(args.quick);
     let nodes: Vec<String> = args

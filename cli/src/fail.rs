@@ -2,8 +2,8 @@
 //!
 //! - `2`: a usage error (clap's own exit code, also used for a malformed URL).
 //! - `69` (`EX_UNAVAILABLE`): Redis could not be reached.
-//! - `1`: anything else, including a demo whose invariants broke (and, for
-//!   `run`, a lock held elsewhere; see `run.rs` for its other codes).
+//! - `1`: anything else (for `run`, including a lock held elsewhere; see
+//!   `run.rs` for its other codes).
 //! - `75` (`EX_TEMPFAIL`): `run` lost its lease while the command ran.
 
 use std::fmt;

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::contend::Outcome;
-use super::report::{Results, fmt_us};
+use super::results::{Results, fmt_us};
 
 fn mark(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }

@@ -1,0 +1,79 @@
+//! How the bench and the demo fail: one line on stderr and a meaningful
+//! exit code, as the CLI does (a copy of the part of its failure type they
+//! use: the two binaries share no code but the library).
+//!
+//! - `2`: a usage error (clap's own exit code, also used for a malformed URL).
+//! - `69` (`EX_UNAVAILABLE`): Redis could not be reached.
+//! - `1`: anything else, including a demo whose invariants broke.
+
+use std::fmt;
+
+/// Exit code for "Redis could not be reached" (sysexits `EX_UNAVAILABLE`).
+pub const EX_UNAVAILABLE: u8 = 69;
+/// Exit code for usage errors (as clap uses).
+pub const EX_USAGE: u8 = 2;
+/// Exit code for every other failure.
+pub const EX_FAILURE: u8 = 1;
+
+/// A failed command: the message for stderr and the process exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A Redis error met while talking to `url`, doing `what`.
+    pub fn redis(url: &str, what: &str, err: &redis::RedisError) -> Failure {
+        let code = if err.kind() == redis::ErrorKind::InvalidClientConfig {
+            EX_USAGE
+        } else if err.is_connection_refusal()
+            || err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+        {
+            EX_UNAVAILABLE
+        } else {
+            EX_FAILURE
+        };
+        Failure::new(code, format!("{what} ({}): {err}", redact(url)))
+    }
+
+    /// A redbell error met while talking to `url`, doing `what`.
+    pub fn lock(url: &str, what: &str, err: &redbell::Error) -> Failure {
+        match err {
+            redbell::Error::Redis(e) => Failure::redis(url, what, e),
+            other => Failure::new(EX_FAILURE, format!("{what}: {other}")),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The URL with any password replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme + 3 => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{}{masked}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}

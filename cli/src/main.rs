@@ -1,0 +1,85 @@
+//! `redbell`: the command-line tool. One file per subcommand; see
+//! `fail.rs` for the exit codes. The bench and the demo are not part of it:
+//! they are the `redbell-bench` binary (the workspace's `bench/` crate).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod fail;
+mod run;
+mod status;
+mod unlock;
+
+/// Distributed locks on Redis with event-driven waiting.
+///
+/// Exit codes: 0 success, 1 failure (e.g. `run` found the lock held), 2
+/// usage error, 69 Redis unreachable, 75 `run` lost its lease; `run`
+/// otherwise exits with its command's code (128+N when a signal N killed
+/// it). Environment: REDIS_URL when --url is absent.
+#[derive(Debug, Parser)]
+#[command(name = "redbell", version)]
+struct Cli {
+    /// Redis server URL (`redis://[:password@]host:port[/db]`).
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    url: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command while holding a lock (a distributed flock)
+    ///
+    /// Waits for the lock NAME (woken by the holder's release, no polling),
+    /// runs CMD in its own process group with REDBELL_NAME, REDBELL_TOKEN and
+    /// REDBELL_FENCE in its environment, renews the lease while it runs,
+    /// forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to its group, and
+    /// releases the lock when the command (and its whole group) has ended.
+    /// If the lease is lost meanwhile, the group gets SIGTERM, then SIGKILL
+    /// after --kill-grace, and redbell exits 75. Exits with the command's
+    /// own code otherwise.
+    #[command(arg_required_else_help = true)]
+    Run(run::RunArgs),
+
+    /// Show locks: holder token, remaining TTL, fence, queued waiters
+    Status(status::StatusArgs),
+
+    /// Break a lock as an operator (--force): delete it, wake the next waiter
+    Unlock(unlock::UnlockArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("redbell: cannot start the async runtime: {e}");
+            return ExitCode::from(fail::EX_FAILURE);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(&cli.url, args).await,
+            Command::Status(args) => status::run(&cli.url, &args).await,
+            Command::Unlock(args) => unlock::run(&cli.url, &args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("redbell: {failure}");
+            ExitCode::from(failure.code)
+        }
+    }
+}
