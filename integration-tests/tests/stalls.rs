@@ -1,0 +1,439 @@
+//! Every wait is bounded by what it waits for: no stall behind a frozen,
+//! dead or half-open peer, while the lock is free.
+//!
+//! Each test reproduces its fault for real (a SIGSTOPped waiter process, a
+//! frozen client runtime, a proxy that closes the server side of one
+//! connection, a replica held back by SIGSTOP) and asserts the bound. Run
+//! against the code before the fixes, each of them failed: the waiters sat
+//! for about the holder's whole lease (see the comment above each test).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, timeout};
+
+use redbell_integration_tests::{
+    PrivateRedis, Side, client, fifo_key, lock_key, raw, redbell_binary, redis_url, unique,
+    wait_for_members, waiters_key,
+};
+
+/// How long a live waiter may take to get a free lock after the release.
+const BOUND: Duration = Duration::from_secs(1);
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`) to `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A `redbell run NAME -- sleep 30` process: a waiter (or holder) of its own.
+struct RunProcess(Child);
+
+impl RunProcess {
+    fn start(url: &str, name: &str) -> RunProcess {
+        let child = Command::new(redbell_binary())
+            .args(["--url", url, "run", name, "--", "sleep", "30"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redbell run");
+        RunProcess(child)
+    }
+}
+
+impl Drop for RunProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Before the fix: the release woke the frozen head, whose socket stayed
+/// open, so PUBLISH counted it; the three live waiters got the free lock
+/// after about the holder's lease each (the test timed out at 10 s).
+#[tokio::test]
+async fn a_frozen_woken_waiter_process_does_not_stall_the_others() {
+    let url = redis_url();
+    let name = unique("frozen-head");
+    let conn = raw(&url).await;
+    let holder = client(&url).await;
+    let guard = holder
+        .mutex(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .unwrap();
+
+    // The frozen-to-be waiter queues first, while the holder's lease is
+    // shorter: its queue entry expires first, so it is the head.
+    let frozen = RunProcess::start(&url, &name);
+    wait_for_members(&conn, &waiters_key(&name), 1, Duration::from_millis(10)).await;
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+
+    let others = client(&url).await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let mutex = others.mutex(&name);
+        waiters.push(tokio::spawn(async move { mutex.lock().await }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for_members(&conn, &waiters_key(&name), 4, Duration::from_millis(10)).await;
+
+    signal(frozen.0.id(), "STOP");
+    let mut released = Instant::now();
+    guard.unlock().await.unwrap();
+    let mut pending = waiters;
+    while !pending.is_empty() {
+        let (result, _, rest) = timeout(Duration::from_secs(10), futures_select(pending))
+            .await
+            .expect("a live waiter got the lock within 10 s of the release");
+        let waited = released.elapsed();
+        assert!(
+            waited < BOUND,
+            "a live waiter got the free lock {waited:?} after the release"
+        );
+        let guard = result.unwrap().unwrap();
+        released = Instant::now();
+        guard.unlock().await.unwrap();
+        pending = rest;
+    }
+}
+
+/// The first of `handles` to finish, and the others.
+async fn futures_select<T>(
+    handles: Vec<tokio::task::JoinHandle<T>>,
+) -> (
+    Result<T, tokio::task::JoinError>,
+    usize,
+    Vec<tokio::task::JoinHandle<T>>,
+) {
+    futures_util::future::select_all(handles).await
+}
+
+/// Before the fix: the standby reached only the second (frozen) waiter; the
+/// third parked for the holder's whole lease (timed out at 10 s).
+#[tokio::test]
+async fn two_adjacent_frozen_fair_waiters_do_not_stall_the_third() {
+    let url = redis_url();
+    let name = unique("fair-frozen-pair");
+    let conn = raw(&url).await;
+    let holder = client(&url).await;
+    let guard = holder
+        .fair_mutex(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .unwrap();
+
+    // Two frozen-to-be waiters, first and second in line, each in a client
+    // of its own on a runtime the test can freeze (sockets stay open).
+    let sides = [Side::start(), Side::start()];
+    let mut frozen_waiters = Vec::new();
+    for (i, side) in sides.iter().enumerate() {
+        let c = side.client(&url).await;
+        let mutex = c.fair_mutex(&name);
+        frozen_waiters.push(side.spawn(async move {
+            let _c = c;
+            mutex.lock().await.map(std::mem::forget)
+        }));
+        wait_for_members(
+            &conn,
+            &fifo_key(&name),
+            i as i64 + 1,
+            Duration::from_millis(5),
+        )
+        .await;
+    }
+    let live = client(&url).await;
+    let mutex = live.fair_mutex(&name);
+    let third = tokio::spawn(async move { mutex.lock().await });
+    wait_for_members(&conn, &fifo_key(&name), 3, Duration::from_millis(5)).await;
+
+    let _frozen: Vec<_> = futures_util::future::join_all(sides.iter().map(Side::freeze)).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(10), third)
+        .await
+        .expect("the live third waiter got the lock within 10 s")
+        .unwrap()
+        .unwrap();
+    let waited = released.elapsed();
+    assert!(
+        waited < BOUND,
+        "the third waiter got the free lock {waited:?} after the release"
+    );
+    got.unlock().await.unwrap();
+    drop(frozen_waiters);
+}
+
+/// Before the fix (there was no liveness probe), the waiter behind a
+/// half-open pub/sub connection parked for the holder's whole lease: 30 s
+/// here (the test timed out at 10 s).
+#[tokio::test]
+async fn a_half_open_pubsub_connection_is_noticed_and_replaced() {
+    let url = redis_url();
+    let name = unique("half-open");
+    let conn = raw(&url).await;
+    let proxy = Proxy::start(&url).await;
+    let waiting_client = redbell::Client::connect(&proxy.url()).await.unwrap();
+    // The client's connections, in order: the command connection, then the
+    // pub/sub connection.
+    assert_eq!(proxy.accepted(), 2);
+    let holder = client(&url).await;
+    let guard = holder
+        .mutex(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .unwrap();
+    let mutex = waiting_client.mutex(&name);
+    let waiter = tokio::spawn(async move { mutex.lock().await });
+    wait_for_members(&conn, &waiters_key(&name), 1, Duration::from_millis(5)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await; // subscribed by now
+
+    // Like a NAT that forgot the flow: the server sees the pub/sub
+    // connection close, the client sees silence.
+    proxy.half_open(1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got the lock within 10 s")
+        .unwrap()
+        .unwrap();
+    let waited = released.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter got the free lock {waited:?} after the release"
+    );
+    got.unlock().await.unwrap();
+}
+
+/// Before the fix, the re-run of an acquire that had succeeded answered
+/// "held" (`{0, pttl}`) to the caller's own token.
+#[tokio::test]
+async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    for (script, name) in [
+        ("acquire", unique("resent")),
+        ("rw_write_acquire", unique("resent-rw")),
+    ] {
+        let source = redbell::scripts()
+            .into_iter()
+            .find(|s| s.name == script)
+            .unwrap()
+            .source;
+        let lock = lock_key(&name);
+        let mut call = redis::cmd("EVAL");
+        call.arg(source);
+        if script == "acquire" {
+            call.arg(4)
+                .arg(&lock)
+                .arg(format!("{lock}:fence"))
+                .arg(format!("{lock}:waiters"))
+                .arg(format!("{lock}:handoff"))
+                .arg("tok")
+                .arg(30_000)
+                .arg(60_000)
+                .arg("client:1")
+                .arg(2_000)
+                .arg(1_000);
+        } else {
+            call.arg(5)
+                .arg(&lock)
+                .arg(format!("{lock}:readers"))
+                .arg(format!("{lock}:writers"))
+                .arg(format!("{lock}:fence"))
+                .arg(format!("{lock}:rw"))
+                .arg("tok")
+                .arg(30_000)
+                .arg(60_000)
+                .arg("client:1")
+                .arg(2_000)
+                .arg(1_000);
+        }
+        let first: (i64, i64) = call.query_async(&mut conn).await.unwrap();
+        let again: (i64, i64) = call.query_async(&mut conn).await.unwrap();
+        assert_eq!(first.0, 1, "{script}: the first run acquires");
+        assert_eq!(
+            again, first,
+            "{script}: the re-sent run reports the same acquisition"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&lock)
+            .arg(format!("{lock}:fence"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// Before the fix, `WAIT` on lock A ran on the client's one multiplexed
+/// connection, so an unrelated lock B's try_lock + unlock took as long as
+/// A's WAIT timeout (about 500 ms).
+#[tokio::test]
+async fn a_lagging_replica_does_not_delay_other_locks() {
+    let primary = PrivateRedis::start().await;
+    let replica = PrivateRedis::start().await;
+    let mut replica_conn = raw(&replica.url()).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port())
+        .query_async(&mut replica_conn)
+        .await
+        .unwrap();
+    let primary_conn = raw(&primary.url()).await;
+    let linked = redbell_integration_tests::eventually(Duration::from_secs(10), || {
+        let mut c = primary_conn.clone();
+        async move { info_field(&mut c, "replication", "connected_slaves").await == "1" }
+    })
+    .await;
+    assert!(linked, "the replica attached");
+    let replica_pid: u32 = info_field(&mut replica_conn, "server", "process_id")
+        .await
+        .parse()
+        .unwrap();
+
+    let c = client(&primary.url()).await;
+    let a = c
+        .mutex(&unique("wait-a"))
+        .min_replica_acks(1, Duration::from_millis(500));
+    let b = c.mutex(&unique("wait-b"));
+    b.try_lock().await.unwrap().unwrap().unlock().await.unwrap(); // warm up
+
+    signal(replica_pid, "STOP");
+    let slow = tokio::spawn(async move { a.lock().await });
+    tokio::time::sleep(Duration::from_millis(50)).await; // A's WAIT is running
+    let started = Instant::now();
+    let guard = b.try_lock().await.unwrap().expect("B is free");
+    guard.unlock().await.unwrap();
+    let took = started.elapsed();
+    signal(replica_pid, "CONT");
+    let a_result = slow.await.unwrap();
+    assert!(
+        matches!(a_result, Err(redbell::Error::NotReplicated { .. })),
+        "A could not be replicated in time: {a_result:?}"
+    );
+    assert!(
+        took < Duration::from_millis(50),
+        "an unrelated lock's try_lock + unlock took {took:?} while A waited for its replica"
+    );
+}
+
+async fn info_field(conn: &mut MultiplexedConnection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+/// A TCP proxy in front of Redis that can half-open one of the
+/// connections it forwards: close its server side (the server sees the
+/// client leave) while the client side stays open and silent.
+struct Proxy {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    cut: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>>,
+}
+
+impl Proxy {
+    async fn start(target_url: &str) -> Proxy {
+        let target = target_url
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .rsplit('@')
+            .next()
+            .unwrap()
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let cut: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let (acc, cuts) = (accepted.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let Ok(up) = TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let flag = Arc::new(AtomicBool::new(false));
+                cuts.lock().unwrap().push(flag.clone());
+                acc.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(forward(down, up, flag));
+            }
+        });
+        Proxy {
+            port,
+            accepted,
+            cut,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Half-opens the `i`-th connection accepted (from 0).
+    fn half_open(&self, i: usize) {
+        self.cut.lock().unwrap()[i].store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copies both ways until `cut`: then drops the server side and keeps the
+/// client side open, reading and discarding whatever the client sends.
+async fn forward(down: TcpStream, up: TcpStream, cut: Arc<AtomicBool>) {
+    let (mut down_r, mut down_w) = down.into_split();
+    let (mut up_r, mut up_w) = up.into_split();
+    let mut a = [0u8; 16 * 1024];
+    let mut b = [0u8; 16 * 1024];
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            n = down_r.read(&mut a) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if !cut.load(Ordering::SeqCst) && up_w.write_all(&a[..n]).await.is_err() { return },
+            },
+            n = up_r.read(&mut b), if !cut.load(Ordering::SeqCst) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if down_w.write_all(&b[..n]).await.is_err() { return },
+            },
+            _ = tick.tick() => {
+                if cut.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+        }
+    }
+    drop((up_r, up_w)); // the server sees the connection close
+    // The client side stays open, silent, until the client gives up on it.
+    while let Ok(n) = down_r.read(&mut a).await {
+        if n == 0 {
+            return;
+        }
+    }
+    drop(down_w);
+}
