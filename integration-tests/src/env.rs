@@ -1,8 +1,8 @@
 //! Where things are: the shared test server, the redis-server binary, the
-//! built binaries of the workspace.
+//! built binaries of the workspace, the scripts under `scripts/redis/`.
 
 use std::path::PathBuf;
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
 
 /// The shared test server's URL, from `REDIS_URL`.
 ///
@@ -65,4 +65,42 @@ pub fn log_output(what: &str, out: &Output) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The repository's root (the workspace).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// `bash scripts/redis/<script> <action> <base>` without stdin, not yet
+/// run (`cluster.sh start 7400`, `sentinel.sh stop 7500`).
+pub fn redis_script(script: &str, action: &str, base: u16) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo_root().join("scripts/redis").join(script))
+        .arg(action)
+        .arg(base.to_string())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs [`redis_script`] to the end; what it printed on stdout.
+///
+/// # Panics
+///
+/// When it cannot be run or fails (with its stderr).
+pub async fn run_redis_script(script: &str, action: &str, base: u16) -> String {
+    let out = tokio::process::Command::from(redis_script(script, action, base))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {action} {base}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
 }

@@ -19,13 +19,16 @@
 //! [`commandstats`], ...), waiting helpers ([`eventually`], [`gone_within`],
 //! [`promptly`], [`join_within`]), the non-atomic counter that proves mutual
 //! exclusion ([`non_atomic_increment`]), a runtime that can be frozen
-//! ([`Side`]), and the built binaries ([`built_binary`]).
+//! ([`Side`]), a TCP [`Proxy`] that can hold back, partition and cut a
+//! client's connections, waiters that retry through a failover
+//! ([`spawn_waiter`]), and the built binaries ([`built_binary`]).
 //!
-//! Everything is re-exported flat from here; each concern lives in a module
-//! of its own: `env` (where the server and binaries are), `keys` (names of
-//! keys, channels and scripts), `client` (redbell clients as the tests
-//! configure them), `raw` (raw Redis commands), `wait` (bounded waiting
-//! and retrying), `counter`, `monitor`, `server` and `side`.
+//! Everything is re-exported flat from here; each concern lives in a
+//! module of its own: `env` (where the server, binaries and scripts are),
+//! `keys` (names of keys, channels and scripts), `client` (redbell clients
+//! as the tests configure them), `raw` (raw Redis commands), `node` (one
+//! server of a topology, by port), `wait` (bounded waiting and retrying),
+//! `waiter`, `counter`, `monitor`, `proxy`, `server` and `side`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -35,27 +38,40 @@ mod counter;
 mod env;
 mod keys;
 mod monitor;
+mod node;
+mod proxy;
 mod raw;
 mod server;
 mod side;
 mod wait;
+mod waiter;
 
 pub use client::{LONG, client, renewing_client, warm_up};
 pub use counter::{counter_key, counter_value, non_atomic_increment};
-pub use env::{built_binary, log_output, redbell_binary, redis_server_bin, redis_url};
+pub use env::{
+    built_binary, log_output, redbell_binary, redis_script, redis_server_bin, redis_url, repo_root,
+    run_redis_script,
+};
 pub use keys::{
     fence_key, fifo_expiry_key, fifo_key, hash_tag, intents_key, lock_key, lock_pattern,
     readers_key, script_sha, test_key, unique, waiters_key, wake_channel,
 };
 pub use monitor::Monitor;
+pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
+pub use proxy::Proxy;
 pub use raw::{
-    client_ids, client_list, commandstats, config_set, del, exists, get, hgetall, hset,
+    client_ids, client_list, commandstats, config_set, del, exists, get, hgetall, hset, incr,
     kill_client, kill_clients_of_type, pttl, raw, reset_stats, scan, server_ms, set, set_px,
     subscribers, subscriptions, zcard, zrange,
 };
-pub use server::{PrivateRedis, free_port};
+pub use server::{
+    PrivateRedis, free_port, print_log_tail, redis_server_command, spawn_redis_server,
+};
 pub use side::{Frozen, Side, on_own_runtime};
 pub use wait::{
     PROMPT, eventually, eventually_every, fails_promptly, gone_within, join_within, promptly,
     recovering, retryable, spawn_timed, wait_for_members, wait_for_subscribers,
+};
+pub use waiter::{
+    WaiterReport, join_waiters, spawn_waiter, spread, try_join_waiters, waiter_errors,
 };

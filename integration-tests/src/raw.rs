@@ -72,6 +72,15 @@ pub async fn set_px(conn: &mut MultiplexedConnection, key: &str, value: &str, ms
         .expect("SET PX");
 }
 
+/// `INCR key`: the value after the increment.
+pub async fn incr(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("INCR")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("INCR")
+}
+
 /// `DEL keys...`.
 pub async fn del(conn: &mut MultiplexedConnection, keys: &[&str]) {
     let _: () = redis::cmd("DEL")

@@ -1,6 +1,8 @@
-//! [`PrivateRedis`]: a redis-server of the test's own.
+//! redis-server processes of the test's own: [`PrivateRedis`], and the
+//! command line, spawning and log tails the topologies share.
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use crate::{eventually, redis_server_bin, unique};
 pub struct PrivateRedis {
     port: u16,
     password: Option<String>,
-    dir: std::path::PathBuf,
+    dir: PathBuf,
     child: Option<Child>,
 }
 
@@ -81,32 +83,11 @@ impl PrivateRedis {
     /// Starts the server process if it is not running, and waits for PING.
     pub async fn spawn(&mut self) {
         assert!(self.child.is_none(), "the private redis is already running");
-        let bin = redis_server_bin();
-        let mut cmd = Command::new(&bin);
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--save")
-            .arg("")
-            .arg("--appendonly")
-            .arg("no")
-            .arg("--daemonize")
-            .arg("no")
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        let mut cmd = redis_server_command(self.port, &self.dir);
         if let Some(pw) = &self.password {
             cmd.arg("--requirepass").arg(pw);
         }
-        let child = cmd.spawn().unwrap_or_else(|e| {
-            panic!(
-                "cannot start {bin}: {e} (install redis-server or set REDBELL_REDIS_SERVER; \
-                 `scripts/redis/install.sh` installs it)"
-            )
-        });
+        let child = spawn_redis_server(&mut cmd);
         self.child = Some(child);
         let url = self.url();
         let up = eventually(Duration::from_secs(10), || {
@@ -147,4 +128,56 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("bind 127.0.0.1:0")
         .port()
+}
+
+/// A `redis-server` command ([`redis_server_bin`]) for a throwaway server on
+/// 127.0.0.1:`port`, working in `dir`: in the foreground, non-persistent
+/// (`--save '' --appendonly no`). Add arguments, then
+/// [`spawn_redis_server`].
+pub fn redis_server_command(port: u16, dir: &Path) -> Command {
+    let mut cmd = Command::new(redis_server_bin());
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--save")
+        .arg("")
+        .arg("--appendonly")
+        .arg("no")
+        .arg("--daemonize")
+        .arg("no")
+        .arg("--dir")
+        .arg(dir);
+    cmd
+}
+
+/// Spawns a redis-server command (a [`redis_server_command`], or
+/// `redis-server CONF --sentinel`) without stdin, stdout or stderr.
+///
+/// # Panics
+///
+/// When it cannot be started, saying how to install redis-server.
+pub fn spawn_redis_server(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e} (install redis-server or set REDBELL_REDIS_SERVER; \
+             `scripts/redis/install.sh` installs it)",
+                redis_server_bin()
+            )
+        })
+}
+
+/// Prints the last 15 lines of the log at `path` to stderr, headed
+/// `--- <what> log (last lines):`, for a failed test's output.
+pub fn print_log_tail(what: &str, path: &Path) {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+    eprintln!("--- {what} log (last lines):");
+    for line in tail.iter().rev() {
+        eprintln!("{line}");
+    }
 }
