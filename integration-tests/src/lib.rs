@@ -23,7 +23,11 @@
 //! client's connections, waiters that retry through a failover
 //! ([`spawn_waiter`]), and the built binaries ([`built_binary`]).
 //!
-//! Everything is re-exported flat from here; each concern lives in a
+//! A topology of a test's own, on free ports, lives in a module of its own,
+//! as its helpers take a server's port where the flat ones take a
+//! connection: [`cluster`] (a Redis Cluster of three shards).
+//!
+//! Everything else is re-exported flat from here; each concern lives in a
 //! module of its own: `env` (where the server, binaries and scripts are),
 //! `keys` (names of keys, channels and scripts), `client` (redbell clients
 //! as the tests configure them), `raw` (raw Redis commands), `node` (one
@@ -32,6 +36,8 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod cluster;
 
 mod client;
 mod counter;
