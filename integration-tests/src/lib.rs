@@ -23,9 +23,10 @@
 //! client's connections, waiters that retry through a failover
 //! ([`spawn_waiter`]), and the built binaries ([`built_binary`]).
 //!
-//! A topology of a test's own, on free ports, lives in a module of its own,
-//! as its helpers take a server's port where the flat ones take a
-//! connection: [`cluster`] (a Redis Cluster of three shards).
+//! Topologies of a test's own, on free ports, live in modules of their own,
+//! as their helpers take a server's port where the flat ones take a
+//! connection: [`cluster`] (a Redis Cluster of three shards) and
+//! [`sentinel`] (a primary, a replica and three sentinels).
 //!
 //! Everything else is re-exported flat from here; each concern lives in a
 //! module of its own: `env` (where the server, binaries and scripts are),
@@ -38,6 +39,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod cluster;
+pub mod sentinel;
 
 mod client;
 mod counter;
