@@ -2,856 +2,26 @@
 //! three primaries and three replicas, through failovers (graceful and
 //! SIGKILL) and a slot migration.
 //!
-//! The harness at the top of this file:
-//!
-//! - [`Cluster`] runs `scripts/redis/cluster.sh start BASE` on a random base
-//!   port whose six ports (BASE..BASE+5) and cluster bus ports (+10000) are
-//!   free, so every test gets a fresh cluster of its own; on drop it runs
-//!   `cluster.sh stop BASE` (printing the nodes' log tails and keeping their
-//!   directory when the test failed). It finds which primary owns a slot,
-//!   which replica follows it, picks lock names whose slot lands on a given
-//!   primary, SIGKILLs a node, runs `CLUSTER FAILOVER` and migrates a slot
-//!   (`SETSLOT IMPORTING/MIGRATING`, `MIGRATE` of every key, `SETSLOT
-//!   NODE` on every primary), each time waiting until the cluster is stable
-//!   again: every live node reports `cluster_state:ok` and all 16384 slots
-//!   ok, all live nodes share one view (nodes, roles, slots; a killed node
-//!   flagged `fail`, nothing `fail?`), and every live replica's link is up.
-//! - [`Monitor`] records what one node executes (`MONITOR`), to show that a
-//!   lock's traffic stays in its shard.
-//!
-//! Every key and channel of lock `N` contains the hash tag `{N}`, so its
-//! slot is the CRC16 of `N` (checked against `CLUSTER KEYSLOT`), and a
-//! MONITOR line touching the lock in any way contains `{N}`.
+//! Each test starts a fresh cluster of its own ([`Cluster`], in the helper
+//! crate's `cluster` module, which describes the harness), on free ports.
 //!
 //! The measured numbers (wake-up latencies, failover and recovery times) are
 //! printed to stderr: `cargo test --test cluster -- --nocapture`.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use rand::Rng;
-use redbell::Client;
-use redbell_integration_tests::{Monitor, hash_tag, lock_key, recovering, retryable, waiters_key};
-use redis::aio::MultiplexedConnection;
-use redis::{FromRedisValue, Value};
-use tokio::task::JoinHandle;
+use redbell_integration_tests::cluster::{
+    Cluster, cluster_client, cluster_client_with, conn, get, holder_and_waiters, monitor_node,
+    must, name_in, queue_waiters, renewed_on, shard_subscribers, slot_of, zcard,
+};
+use redbell_integration_tests::{
+    POLL, counter_key, counter_value, eventually_every, hash_tag, join_waiters, lock_key,
+    non_atomic_increment, query, recovering, redis_script, replication_field, retryable,
+    spawn_waiter, spread, try_join_waiters, waiter_errors, waiters_key,
+};
 use tokio::time::{Instant, sleep, timeout};
-
-// ------------------------------------------------------------- helpers
-
-/// The loopback URL of `port`.
-fn url(port: u16) -> String {
-    format!("redis://127.0.0.1:{port}")
-}
-
-/// A name no other test (or earlier run) uses: `what-<uuid>`.
-fn unique(what: &str) -> String {
-    format!("{what}-{}", uuid::Uuid::new_v4().simple())
-}
-
-/// CRC16 (XMODEM), the hash of Redis Cluster's key slots: written here
-/// again on purpose, as an oracle independent of the library's, and checked
-/// against the server's `CLUSTER KEYSLOT` by the exclusion test.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// The slot of every key and channel of lock `name` (their hash tag is
-/// `{name}`).
-fn slot_of(name: &str) -> u16 {
-    crc16(name.as_bytes()) % 16384
-}
-
-/// A plain connection to one node.
-async fn conn(port: u16) -> MultiplexedConnection {
-    redis::Client::open(url(port))
-        .expect("redis url")
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to node {port}: {e}"))
-}
-
-/// One command to node `port` on a fresh connection; `None` when the node
-/// cannot be reached, answers with an error, or takes over 2 s.
-async fn query<T: FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
-    timeout(Duration::from_secs(2), async {
-        let client = redis::Client::open(url(port)).ok()?;
-        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-        cmd.query_async(&mut conn).await.ok()
-    })
-    .await
-    .ok()
-    .flatten()
-}
-
-/// One command to node `port` that must succeed.
-async fn must<T: FromRedisValue>(port: u16, cmd: &redis::Cmd) -> T {
-    let mut c = conn(port).await;
-    cmd.query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("node {port}: {cmd:?}: {e}"))
-}
-
-/// A read on a node that may be a replica (`READONLY` first, on the same
-/// connection).
-async fn read<T: FromRedisValue>(port: u16, cmd: &redis::Cmd) -> T {
-    let mut c = conn(port).await;
-    let _: () = redis::cmd("READONLY")
-        .query_async(&mut c)
-        .await
-        .expect("READONLY");
-    cmd.query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("node {port}: {cmd:?}: {e}"))
-}
-
-/// `GET key` on a node (replica or primary).
-async fn get(port: u16, key: &str) -> Option<String> {
-    read(port, redis::cmd("GET").arg(key)).await
-}
-
-/// `PTTL key` on a node.
-async fn pttl(port: u16, key: &str) -> i64 {
-    read(port, redis::cmd("PTTL").arg(key)).await
-}
-
-/// `ZCARD key` on a node: how many entries a waiter queue holds.
-async fn zcard(port: u16, key: &str) -> i64 {
-    read(port, redis::cmd("ZCARD").arg(key)).await
-}
-
-/// One field of a `field:value` listing (`INFO`, `CLUSTER INFO`).
-fn field(text: &str, name: &str) -> Option<String> {
-    text.lines().find_map(|line| {
-        let (n, v) = line.trim_end().split_once(':')?;
-        (n == name).then(|| v.to_owned())
-    })
-}
-
-/// One field of `CLUSTER INFO` on a node.
-async fn cluster_info(port: u16, name: &str) -> Option<String> {
-    let text: String = query(port, redis::cmd("CLUSTER").arg("INFO")).await?;
-    field(&text, name)
-}
-
-/// One field of `INFO replication` on a node.
-async fn replication(port: u16, name: &str) -> Option<String> {
-    let text: String = query(port, redis::cmd("INFO").arg("replication")).await?;
-    field(&text, name)
-}
-
-/// Polls `check` every 50 ms for up to `within`; whether it ever held.
-async fn poll<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// How many subscriptions the nodes `ports` hold to sharded channels of
-/// lock `name` (`PUBSUB SHARDCHANNELS *{name}*`, then `SHARDNUMSUB`).
-async fn shard_subscribers(ports: &[u16], name: &str) -> i64 {
-    let mut total = 0;
-    for &port in ports {
-        let Some(channels): Option<Vec<String>> = query(
-            port,
-            redis::cmd("PUBSUB")
-                .arg("SHARDCHANNELS")
-                .arg(format!("*{}*", hash_tag(name))),
-        )
-        .await
-        else {
-            continue;
-        };
-        if channels.is_empty() {
-            continue;
-        }
-        let counts: Option<Vec<Value>> =
-            query(port, redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channels)).await;
-        total += counts
-            .unwrap_or_default()
-            .iter()
-            .skip(1)
-            .step_by(2)
-            .map(|v| match v {
-                Value::Int(n) => *n,
-                _ => 0,
-            })
-            .sum::<i64>();
-    }
-    total
-}
-
-/// A cluster client on the given node URLs.
-async fn cluster_client(urls: &[String]) -> Client {
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    Client::cluster(&urls)
-        .await
-        .unwrap_or_else(|e| panic!("Client::cluster({urls:?}): {e}"))
-}
-
-/// A cluster client with a renewed lease of `lease`, renewed every `every`.
-async fn cluster_client_with(urls: &[String], lease: Duration, every: Duration) -> Client {
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    Client::cluster_builder(&urls)
-        .default_lease(lease)
-        .renew_every(every)
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("Client::cluster_builder({urls:?}): {e}"))
-}
-
-/// What a waiter task reports.
-#[derive(Debug)]
-struct Got {
-    /// When `lock()` returned the guard.
-    at: Instant,
-    fence: u64,
-    /// Retryable errors from `lock()` or `unlock()` before it got through.
-    errors: Vec<(Instant, String)>,
-}
-
-/// A task that waits for `mutex` (retrying retryable errors), checks that
-/// nobody else is inside, holds it 50 ms and unlocks.
-fn spawn_waiter(label: String, mutex: redbell::Mutex, inside: Arc<AtomicUsize>) -> JoinHandle<Got> {
-    tokio::spawn(async move {
-        let mut errors = Vec::new();
-        let guard = loop {
-            match mutex.lock().await {
-                Ok(g) => break g,
-                Err(e) if retryable(&e) => {
-                    errors.push((Instant::now(), e.to_string()));
-                    sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("{label}: {e}"),
-            }
-        };
-        let at = Instant::now();
-        assert_eq!(
-            inside.fetch_add(1, Ordering::SeqCst),
-            0,
-            "{label} got the lock while another holder was inside"
-        );
-        sleep(Duration::from_millis(50)).await;
-        inside.fetch_sub(1, Ordering::SeqCst);
-        let fence = guard.fence();
-        match guard.unlock().await {
-            Ok(()) => {}
-            Err(e) if retryable(&e) => errors.push((Instant::now(), format!("unlock: {e}"))),
-            Err(e) => panic!("{label}'s unlock: {e}"),
-        }
-        Got { at, fence, errors }
-    })
-}
-
-/// Waits (up to `within`) for every waiter task; their reports, in order.
-async fn join_all(waiters: Vec<JoinHandle<Got>>, within: Duration) -> Vec<Got> {
-    try_join_all(waiters, within)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Waits (up to `within`) for every waiter task; their reports, in order,
-/// or what went wrong (the tasks left are aborted then).
-async fn try_join_all(
-    mut waiters: Vec<JoinHandle<Got>>,
-    within: Duration,
-) -> Result<Vec<Got>, String> {
-    let deadline = Instant::now() + within;
-    let mut got = Vec::new();
-    let mut failure = None;
-    for (i, w) in waiters.iter_mut().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match timeout(left, w).await {
-            Ok(Ok(g)) => got.push(g),
-            Ok(Err(e)) => failure = Some(format!("waiter {i}: {e}")),
-            Err(_) => {
-                failure = Some(format!(
-                    "waiter {i} did not get the lock within {within:?} ({} others did)",
-                    got.len()
-                ));
-            }
-        }
-        if failure.is_some() {
-            break;
-        }
-    }
-    match failure {
-        None => Ok(got),
-        Some(e) => {
-            for w in &waiters {
-                w.abort();
-            }
-            Err(e)
-        }
-    }
-}
-
-/// (first, last) of the waiters' acquisition times after `since`.
-fn spread(got: &[Got], since: Instant) -> (Duration, Duration) {
-    let times = got.iter().map(|g| g.at.saturating_duration_since(since));
-    (times.clone().min().unwrap(), times.max().unwrap())
-}
-
-/// All retryable errors the waiters saw, as times after `since`.
-fn waiter_errors(got: &[Got], since: Instant) -> Vec<(Duration, String)> {
-    let mut errors: Vec<(Duration, String)> = got
-        .iter()
-        .flat_map(|g| &g.errors)
-        .map(|(at, e)| (at.saturating_duration_since(since), e.clone()))
-        .collect();
-    errors.sort();
-    errors
-}
-
-// ------------------------------------------------------------- monitor
-
-/// Records every command one node executes (`MONITOR`), in the background.
-/// A MONITOR on node `port`; once this returns, every command the node
-/// executes is recorded.
-async fn monitor_node(port: u16) -> Monitor {
-    let monitor = Monitor::start(&url(port)).await;
-    monitor.sync().await;
-    monitor
-}
-
-// ------------------------------------------------------------- cluster
-
-/// The repository's root.
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace root")
-        .to_path_buf()
-}
-
-/// `scripts/redis/cluster.sh`.
-fn cluster_sh() -> PathBuf {
-    repo_root().join("scripts/redis/cluster.sh")
-}
-
-/// A base port whose six node ports and six cluster bus ports (+10000) are
-/// free: random in 20000–32000, never handed out twice in this process,
-/// probed by binding each port.
-fn pick_base() -> u16 {
-    static TAKEN: StdMutex<Vec<u16>> = StdMutex::new(Vec::new());
-    let mut taken = TAKEN.lock().unwrap();
-    let mut rng = rand::rng();
-    for _ in 0..1000 {
-        let base = 20_000 + 8 * rng.random_range(0..1500u16);
-        if taken.contains(&base) {
-            continue;
-        }
-        let free = (0..6).all(|o| {
-            std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok()
-                && std::net::TcpListener::bind(("127.0.0.1", base + o + 10_000)).is_ok()
-        });
-        if free {
-            taken.push(base);
-            return base;
-        }
-    }
-    panic!("no free base port for a cluster in 20000-32000");
-}
-
-/// One line of `CLUSTER NODES`.
-#[derive(Debug, Clone)]
-struct Node {
-    id: String,
-    port: u16,
-    flags: Vec<String>,
-    /// The primary's id, for a replica.
-    master: Option<String>,
-    /// Slot ranges served (inclusive), for a primary.
-    slots: Vec<(u16, u16)>,
-}
-
-impl Node {
-    fn is_primary(&self) -> bool {
-        self.flags.iter().any(|f| f == "master")
-    }
-
-    fn failed(&self) -> bool {
-        self.flags.iter().any(|f| f == "fail" || f == "fail?")
-    }
-
-    fn serves(&self, slot: u16) -> bool {
-        self.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
-    }
-}
-
-/// A unique lock name whose slot `primary` serves.
-fn name_in(primary: &Node, what: &str) -> String {
-    loop {
-        let name = unique(what);
-        if primary.serves(slot_of(&name)) {
-            return name;
-        }
-    }
-}
-
-/// Parses `CLUSTER NODES`.
-fn parse_nodes(text: &str) -> Vec<Node> {
-    let mut nodes = Vec::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 8 {
-            continue;
-        }
-        let addr = f[1].split('@').next().unwrap_or_default();
-        let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
-        let Some(port) = port else { continue };
-        let slots = f[8..]
-            .iter()
-            .filter(|s| !s.starts_with('['))
-            .filter_map(|s| match s.split_once('-') {
-                Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-                None => s.parse().ok().map(|a| (a, a)),
-            })
-            .collect();
-        nodes.push(Node {
-            id: f[0].to_owned(),
-            port,
-            flags: f[2]
-                .split(',')
-                .filter(|x| *x != "myself")
-                .map(str::to_owned)
-                .collect(),
-            master: (f[3] != "-").then(|| f[3].to_owned()),
-            slots,
-        });
-    }
-    nodes.sort_by_key(|n| n.port);
-    nodes
-}
-
-/// A node's view of the cluster without what differs between nodes or
-/// moments (myself flag, ping/pong times, link state): one line per node,
-/// sorted. `None` when the node cannot be asked.
-async fn view(port: u16) -> Option<Vec<String>> {
-    let text: String = query(port, redis::cmd("CLUSTER").arg("NODES")).await?;
-    let mut lines: Vec<String> = parse_nodes(&text)
-        .into_iter()
-        .map(|n| {
-            format!(
-                "{} {} {} {:?} {:?}",
-                n.id,
-                n.port,
-                n.flags.join(","),
-                n.master,
-                n.slots
-            )
-        })
-        .collect();
-    lines.sort();
-    Some(lines)
-}
-
-/// Six cluster nodes started by `scripts/redis/cluster.sh` on a base port of
-/// the test's own; stopped (by the script) on drop.
-#[derive(Debug)]
-struct Cluster {
-    base: u16,
-    /// The script's state directory: node dirs, pid files, logs.
-    dir: PathBuf,
-    /// Nodes SIGKILLed by the test.
-    killed: Vec<u16>,
-}
-
-impl Cluster {
-    /// Starts a fresh cluster with `cluster.sh start` (which waits until it
-    /// is healthy) and checks it is stable from here too.
-    async fn start() -> Cluster {
-        let base = pick_base();
-        let started = Instant::now();
-        let cluster = Cluster {
-            base,
-            dir: repo_root()
-                .join("target/redis-cluster")
-                .join(base.to_string()),
-            killed: Vec::new(),
-        };
-        let out = tokio::process::Command::new("bash")
-            .arg(cluster_sh())
-            .arg("start")
-            .arg(base.to_string())
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .unwrap_or_else(|e| panic!("run {}: {e}", cluster_sh().display()));
-        assert!(
-            out.status.success(),
-            "cluster.sh start {base}: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let printed: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect();
-        assert_eq!(printed, cluster.urls(), "the URLs cluster.sh printed");
-        let ready = started.elapsed();
-        cluster.wait_stable("after cluster.sh start").await;
-        eprintln!(
-            "cluster {base}: created and healthy after {ready:?}, stable after {:?}",
-            started.elapsed()
-        );
-        cluster
-    }
-
-    fn ports(&self) -> Vec<u16> {
-        (0..6).map(|o| self.base + o).collect()
-    }
-
-    fn live_ports(&self) -> Vec<u16> {
-        self.ports()
-            .into_iter()
-            .filter(|p| !self.killed.contains(p))
-            .collect()
-    }
-
-    /// The six node URLs, as `cluster.sh` prints them.
-    fn urls(&self) -> Vec<String> {
-        self.ports().into_iter().map(url).collect()
-    }
-
-    /// `CLUSTER NODES` as the first live node sees it.
-    async fn nodes(&self) -> Vec<Node> {
-        for port in self.live_ports() {
-            if let Some(text) = query::<String>(port, redis::cmd("CLUSTER").arg("NODES")).await {
-                return parse_nodes(&text);
-            }
-        }
-        panic!("no live node of cluster {} answers", self.base);
-    }
-
-    /// The live primaries, by port.
-    async fn primaries(&self) -> Vec<Node> {
-        self.nodes()
-            .await
-            .into_iter()
-            .filter(|n| n.is_primary() && !n.failed() && !n.slots.is_empty())
-            .collect()
-    }
-
-    /// The port of the primary serving `slot`.
-    async fn owner(&self, slot: u16) -> u16 {
-        self.primaries()
-            .await
-            .iter()
-            .find(|n| n.serves(slot))
-            .unwrap_or_else(|| panic!("no primary serves slot {slot}"))
-            .port
-    }
-
-    /// The port of the (live) replica of the primary on `primary`.
-    async fn replica_of(&self, primary: u16) -> u16 {
-        let nodes = self.nodes().await;
-        let id = &nodes
-            .iter()
-            .find(|n| n.port == primary)
-            .expect("the primary")
-            .id;
-        nodes
-            .iter()
-            .find(|n| n.master.as_ref() == Some(id) && !n.failed())
-            .unwrap_or_else(|| panic!("primary {primary} has no live replica"))
-            .port
-    }
-
-    /// The node id of the node on `port`.
-    async fn id_of(&self, port: u16) -> String {
-        self.nodes()
-            .await
-            .into_iter()
-            .find(|n| n.port == port)
-            .unwrap_or_else(|| panic!("no node on port {port}"))
-            .id
-    }
-
-    /// A unique lock name whose slot the primary on `primary` serves
-    /// (checked against the node's `CLUSTER KEYSLOT`).
-    async fn name_on(&self, primary: u16, what: &str) -> String {
-        let node = self
-            .primaries()
-            .await
-            .into_iter()
-            .find(|n| n.port == primary)
-            .unwrap_or_else(|| panic!("{primary} is not a live primary"));
-        let name = name_in(&node, what);
-        let slot: i64 = must(
-            primary,
-            redis::cmd("CLUSTER").arg("KEYSLOT").arg(lock_key(&name)),
-        )
-        .await;
-        assert_eq!(
-            slot,
-            i64::from(slot_of(&name)),
-            "CRC16 disagrees with CLUSTER KEYSLOT"
-        );
-        name
-    }
-
-    /// Whether the cluster is stable: every live node reports
-    /// `cluster_state:ok` and all slots ok; all live nodes share one view,
-    /// in which killed nodes are flagged `fail`, no node is `fail?`, three
-    /// live primaries serve slots and every other live node replicates one
-    /// of them; every live replica's link is up.
-    async fn stable(&self) -> bool {
-        let mut first: Option<Vec<String>> = None;
-        for port in self.live_ports() {
-            if cluster_info(port, "cluster_state").await.as_deref() != Some("ok")
-                || cluster_info(port, "cluster_slots_ok").await.as_deref() != Some("16384")
-            {
-                return false;
-            }
-            let Some(v) = view(port).await else {
-                return false;
-            };
-            if first.as_ref().is_some_and(|f| *f != v) {
-                return false;
-            }
-            first = Some(v);
-        }
-        let nodes = self.nodes().await;
-        if nodes.len() != 6 {
-            return false;
-        }
-        for n in &nodes {
-            let dead = self.killed.contains(&n.port);
-            let fail = n.flags.iter().any(|f| f == "fail");
-            if n.flags
-                .iter()
-                .any(|f| f == "fail?" || f == "handshake" || f == "noaddr")
-                || fail != dead
-            {
-                return false;
-            }
-        }
-        // Three live primaries, all serving slots; every other live node a
-        // replica of one of them.
-        let serving: Vec<&Node> = nodes
-            .iter()
-            .filter(|n| n.is_primary() && !n.failed() && !n.slots.is_empty())
-            .collect();
-        if serving.len() != 3 {
-            return false;
-        }
-        let orphan = nodes.iter().any(|n| {
-            !self.killed.contains(&n.port)
-                && !serving.iter().any(|p| p.id == n.id)
-                && !serving.iter().any(|p| n.master.as_ref() == Some(&p.id))
-        });
-        if orphan {
-            return false;
-        }
-        for port in self.live_ports() {
-            if replication(port, "role").await.as_deref() == Some("slave")
-                && replication(port, "master_link_status").await.as_deref() != Some("up")
-            {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Waits (up to 30 s) until the cluster is [stable](Cluster::stable);
-    /// how long that took.
-    async fn wait_stable(&self, when: &str) -> Duration {
-        let started = Instant::now();
-        let ok = poll(Duration::from_secs(30), || self.stable()).await;
-        if !ok {
-            let nodes: Option<String> =
-                query(self.live_ports()[0], redis::cmd("CLUSTER").arg("NODES")).await;
-            panic!(
-                "cluster {} not stable within 30 s {when}:\n{}",
-                self.base,
-                nodes.unwrap_or_default()
-            );
-        }
-        started.elapsed()
-    }
-
-    /// SIGKILLs the node on `port` (its pid from the script's pid file) and
-    /// waits until it no longer answers.
-    async fn kill(&mut self, port: u16) {
-        let pidfile = self.dir.join(format!("{port}.pid"));
-        let pid = std::fs::read_to_string(&pidfile)
-            .unwrap_or_else(|e| panic!("read {}: {e}", pidfile.display()));
-        let pid = pid.trim();
-        assert!(
-            !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()),
-            "bad pid {pid:?} in {}",
-            pidfile.display()
-        );
-        let status = Command::new("kill")
-            .arg("-KILL")
-            .arg(pid)
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -KILL {pid} (node {port}): {status}");
-        self.killed.push(port);
-        let gone = poll(Duration::from_secs(5), || async move {
-            query::<String>(port, &redis::cmd("PING")).await.is_none()
-        })
-        .await;
-        assert!(gone, "node {port} still answers after SIGKILL");
-    }
-
-    /// `CLUSTER FAILOVER` on the replica on `replica`; waits until it is a
-    /// primary and the cluster is stable again. How long that took.
-    async fn failover(&self, replica: u16) -> Duration {
-        let started = Instant::now();
-        self.promote(replica).await;
-        self.wait_stable("after CLUSTER FAILOVER").await;
-        started.elapsed()
-    }
-
-    /// `CLUSTER FAILOVER` on the replica on `replica`; returns as soon as it
-    /// reports the master role (the rest of the cluster may not know yet).
-    async fn promote(&self, replica: u16) -> Duration {
-        let started = Instant::now();
-        let ok: String = must(replica, redis::cmd("CLUSTER").arg("FAILOVER")).await;
-        assert_eq!(ok, "OK");
-        let promoted = poll(Duration::from_secs(20), || async move {
-            replication(replica, "role").await.as_deref() == Some("master")
-        })
-        .await;
-        assert!(promoted, "replica {replica} was not promoted within 20 s");
-        started.elapsed()
-    }
-
-    /// Moves `slot` from the primary on `from` to the primary on `to`:
-    /// `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the
-    /// source, `MIGRATE` of every key in the slot, then `SETSLOT NODE` on
-    /// the target, the source and the other primaries; waits until the
-    /// cluster is stable. How long that took.
-    async fn migrate_slot(&self, slot: u16, from: u16, to: u16) -> Duration {
-        let started = Instant::now();
-        let moved = self.move_slot(slot, from, to).await;
-        let keys_moved = started.elapsed();
-        self.wait_stable("after the slot migration").await;
-        eprintln!(
-            "migrated slot {slot} from {from} to {to}: {moved} keys, SETSLOT NODE done after \
-             {keys_moved:?}, stable after {:?}",
-            started.elapsed()
-        );
-        started.elapsed()
-    }
-
-    /// [`Cluster::migrate_slot`] without waiting for the cluster to be
-    /// stable: returns once every primary was told the new owner. How many
-    /// keys moved.
-    async fn move_slot(&self, slot: u16, from: u16, to: u16) -> usize {
-        let (from_id, to_id) = (self.id_of(from).await, self.id_of(to).await);
-        let setslot = |what: &'static str, id: &str| {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg(what).arg(id);
-            cmd
-        };
-        let _: () = must(to, &setslot("IMPORTING", &from_id)).await;
-        let _: () = must(from, &setslot("MIGRATING", &to_id)).await;
-        let mut moved = 0;
-        loop {
-            let keys: Vec<String> = must(
-                from,
-                redis::cmd("CLUSTER")
-                    .arg("GETKEYSINSLOT")
-                    .arg(slot)
-                    .arg(100),
-            )
-            .await;
-            if keys.is_empty() {
-                break;
-            }
-            moved += keys.len();
-            let _: Value = must(
-                from,
-                redis::cmd("MIGRATE")
-                    .arg("127.0.0.1")
-                    .arg(to)
-                    .arg("")
-                    .arg(0)
-                    .arg(5000)
-                    .arg("KEYS")
-                    .arg(&keys),
-            )
-            .await;
-        }
-        let _: () = must(to, &setslot("NODE", &to_id)).await;
-        let _: () = must(from, &setslot("NODE", &to_id)).await;
-        for p in self.primaries().await {
-            if p.port != from && p.port != to {
-                let _: () = must(p.port, &setslot("NODE", &to_id)).await;
-            }
-        }
-        moved
-    }
-
-    /// Prints the tail of every node's log.
-    fn print_logs(&self) {
-        for port in self.ports() {
-            let log =
-                std::fs::read_to_string(self.dir.join(format!("{port}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            eprintln!("--- cluster {} node {port} log (last lines):", self.base);
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let out = Command::new("bash")
-            .arg(cluster_sh())
-            .arg("stop")
-            .arg(self.base.to_string())
-            .stdin(Stdio::null())
-            .output();
-        let stopped = matches!(&out, Ok(o) if o.status.success());
-        if std::thread::panicking() || !stopped {
-            if let Ok(o) = &out {
-                eprintln!(
-                    "cluster.sh stop {}: {}",
-                    self.base,
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-            self.print_logs();
-            eprintln!("(kept {})", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-// --------------------------------------------------------------- tests
 
 /// `cluster.sh start` brings up three primaries covering all slots, each
 /// with one linked replica; a second `start` reuses it; a client locks one
@@ -872,7 +42,9 @@ async fn cluster_sh_starts_reuses_and_stops_a_cluster() {
     for p in &primaries {
         let replica = cluster.replica_of(p.port).await;
         assert_eq!(
-            replication(replica, "master_link_status").await.as_deref(),
+            replication_field(replica, "master_link_status")
+                .await
+                .as_deref(),
             Some("up")
         );
         let timeout: Vec<String> = must(
@@ -883,10 +55,7 @@ async fn cluster_sh_starts_reuses_and_stops_a_cluster() {
         assert_eq!(timeout[1], "2000");
     }
 
-    let again = std::process::Command::new("bash")
-        .arg(cluster_sh())
-        .arg("start")
-        .arg(cluster.base.to_string())
+    let again = redis_script("cluster.sh", "start", cluster.base())
         .output()
         .expect("run cluster.sh");
     assert!(again.status.success());
@@ -919,23 +88,20 @@ async fn cluster_sh_starts_reuses_and_stops_a_cluster() {
     }
     drop(client);
 
-    let out = std::process::Command::new("bash")
-        .arg(cluster_sh())
-        .arg("stop")
-        .arg(cluster.base.to_string())
+    let out = redis_script("cluster.sh", "stop", cluster.base())
         .output()
         .expect("run cluster.sh stop");
     assert!(out.status.success());
     for port in cluster.ports() {
         let pong: Option<String> = query(port, &redis::cmd("PING")).await;
         assert_eq!(pong, None, "node {port} still answers after stop");
-        assert!(!cluster.dir.join(format!("{port}.pid")).exists());
+        assert!(!cluster.dir().join(format!("{port}.pid")).exists());
     }
 }
 
 /// 3 clients × 8 tasks contend for six locks, two on each shard: no two
 /// holders of one lock are ever inside at once, the non-atomic counters
-/// (GET, pause, SET on the lock's own shard) come out exact, and each lock's
+/// (GET, pause, SET on the lock's own shard, in its slot) come out exact, and each lock's
 /// fences increase in the order the holders went in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_three_clients_and_three_shards() {
@@ -947,7 +113,7 @@ async fn mutual_exclusion_across_three_clients_and_three_shards() {
     for p in cluster.primaries().await {
         for _ in 0..2 {
             let name = cluster.name_on(p.port, "excl").await;
-            locks.push((name, p.port, conn(p.port).await));
+            locks.push((name, conn(p.port).await));
         }
     }
     let locks = Arc::new(locks);
@@ -972,7 +138,7 @@ async fn mutual_exclusion_across_three_clients_and_three_shards() {
             tasks.push(tokio::spawn(async move {
                 for r in 0..ROUNDS {
                     let l = (c * TASKS + t + r) % locks.len();
-                    let (name, _, conn) = &locks[l];
+                    let (name, conn) = &locks[l];
                     let mut conn = conn.clone();
                     let guard = client
                         .mutex(name)
@@ -985,20 +151,8 @@ async fn mutual_exclusion_across_three_clients_and_three_shards() {
                         "two holders inside lock {name}"
                     );
                     fences[l].lock().unwrap().push(guard.fence());
-                    let key = format!("counter:{}", hash_tag(name));
-                    let n: Option<u64> = redis::cmd("GET")
-                        .arg(&key)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("GET counter");
-                    tokio::task::yield_now().await;
-                    sleep(Duration::from_millis(1)).await;
-                    let _: () = redis::cmd("SET")
-                        .arg(&key)
-                        .arg(n.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("SET counter");
+                    let counter = counter_key(name);
+                    non_atomic_increment(&mut conn, &counter, Duration::from_millis(1)).await;
                     inside[l].fetch_sub(1, Ordering::SeqCst);
                     guard
                         .unlock()
@@ -1015,7 +169,7 @@ async fn mutual_exclusion_across_three_clients_and_three_shards() {
             .expect("a contending task panicked");
     }
     let elapsed = started.elapsed();
-    let mut expected = vec![0u64; locks.len()];
+    let mut expected = vec![0i64; locks.len()];
     for c in 0..CLIENTS {
         for t in 0..TASKS {
             for r in 0..ROUNDS {
@@ -1024,11 +178,8 @@ async fn mutual_exclusion_across_three_clients_and_three_shards() {
         }
     }
     let mut counted = Vec::new();
-    for (l, (name, port, _)) in locks.iter().enumerate() {
-        let n: Option<u64> = get(*port, &format!("counter:{}", hash_tag(name)))
-            .await
-            .map(|s| s.parse().expect("a counter"));
-        counted.push(n.unwrap_or(0));
+    for (l, (name, conn)) in locks.iter().enumerate() {
+        counted.push(counter_value(&mut conn.clone(), &counter_key(name)).await);
         let f = fences[l].lock().unwrap();
         assert!(
             f.windows(2).all(|w| w[1] > w[0]),
@@ -1082,7 +233,7 @@ async fn wake_up_within_200ms_and_the_traffic_stays_in_the_shard() {
             let g = mutex.lock().await.expect("the waiter's lock");
             (Instant::now(), g)
         });
-        let queued = poll(Duration::from_secs(10), || {
+        let queued = eventually_every(Duration::from_secs(10), POLL, || {
             let key = waiters_key(&name);
             async move { zcard(home, &key).await >= 1 }
         })
@@ -1159,29 +310,17 @@ async fn cluster_failover_of_a_contended_locks_shard() {
     let home = cluster.primaries().await[0].port;
     let replica = cluster.replica_of(home).await;
     let name = cluster.name_on(home, "failover").await;
-    let holder = cluster_client_with(
-        &cluster.urls(),
-        Duration::from_secs(30),
-        Duration::from_secs(1),
-    )
-    .await;
-    let (wa, wb) = (
-        cluster_client(&cluster.urls()).await,
-        cluster_client(&cluster.urls()).await,
-    );
+    let (holder, wa, wb) = holder_and_waiters(&cluster).await;
     let guard = holder.mutex(&name).lock().await.expect("the holder's lock");
     let inside = Arc::new(AtomicUsize::new(0));
-    let waiters: Vec<_> = [&wa, &wa, &wb, &wb]
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| spawn_waiter(format!("waiter {i}"), c.mutex(&name), inside.clone()))
-        .collect();
-    let queued = poll(Duration::from_secs(10), || {
-        let key = waiters_key(&name);
-        async move { zcard(home, &key).await >= 4 }
-    })
+    let waiters = queue_waiters(
+        &[&wa, &wa, &wb, &wb],
+        &name,
+        home,
+        &inside,
+        "before the failover",
+    )
     .await;
-    assert!(queued, "the four waiters never queued");
     sleep(Duration::from_millis(300)).await;
 
     let failed_over = Instant::now();
@@ -1202,23 +341,14 @@ async fn cluster_failover_of_a_contended_locks_shard() {
     );
     // The watchdog renews on the new primary: shorten the key's TTL behind
     // its back and watch a renewal put it back.
-    let _: i64 = must(
-        replica,
-        redis::cmd("PEXPIRE").arg(lock_key(&name)).arg(5000),
-    )
-    .await;
-    let renewed = poll(Duration::from_secs(5), || {
-        let key = lock_key(&name);
-        async move { pttl(replica, &key).await > 20_000 }
-    })
-    .await;
+    let renewed = renewed_on(replica, &lock_key(&name)).await;
     assert!(renewed, "the lease was not renewed on the new primary");
     assert!(!guard.is_lost(), "the holder's lease was reported lost");
     let subscribed = shard_subscribers(&[replica, home], &name).await;
 
     let released = Instant::now();
     let unlock = guard.unlock().await;
-    let got = join_all(waiters, Duration::from_secs(20)).await;
+    let got = join_waiters(waiters, Duration::from_secs(20)).await;
     let (first, last) = spread(&got, released);
     let errors = waiter_errors(&got, failed_over);
     eprintln!(
@@ -1260,24 +390,21 @@ async fn cluster_failover_of_a_contended_locks_shard() {
         let owner = cluster.owner(slot_of(&name)).await;
         let promoted_node = cluster.replica_of(owner).await;
         let guard = holder.mutex(&name).lock().await.expect("the holder's lock");
-        let waiters: Vec<_> = [&wa, &wa, &wb, &wb]
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| spawn_waiter(format!("waiter {i}"), c.mutex(&name), inside.clone()))
-            .collect();
-        let queued = poll(Duration::from_secs(10), || {
-            let key = waiters_key(&name);
-            async move { zcard(owner, &key).await >= 4 }
-        })
+        let waiters = queue_waiters(
+            &[&wa, &wa, &wb, &wb],
+            &name,
+            owner,
+            &inside,
+            &format!("round {round}"),
+        )
         .await;
-        assert!(queued, "round {round}: the four waiters never queued");
         sleep(Duration::from_millis(200)).await;
         let monitors = [monitor_node(owner).await, monitor_node(promoted_node).await];
         let promoted = cluster.promote(promoted_node).await;
         let released = Instant::now();
         let unlock = guard.unlock().await;
         let unlocked = released.elapsed();
-        let got = match try_join_all(waiters, Duration::from_secs(10)).await {
+        let got = match try_join_waiters(waiters, Duration::from_secs(10)).await {
             Ok(got) => got,
             Err(e) => {
                 for (m, port) in monitors.iter().zip([owner, promoted_node]) {
@@ -1343,20 +470,11 @@ async fn primary_killed_while_locks_are_held_and_waited_for() {
         .find(|n| n.port == home)
         .expect("the home primary");
     let short = cluster_client_with(&cluster.urls(), LEASE, Duration::from_secs(2)).await;
-    let long = cluster_client_with(
-        &cluster.urls(),
-        Duration::from_secs(30),
-        Duration::from_secs(1),
-    )
-    .await;
-    let (wa, wb) = (
-        cluster_client(&cluster.urls()).await,
-        cluster_client(&cluster.urls()).await,
-    );
+    let (long, wa, wb) = holder_and_waiters(&cluster).await;
 
     // Replicated before the link is cut.
     let kept = long.mutex(&kept_name).lock().await.expect("lock kept");
-    let replicated = poll(Duration::from_secs(5), || {
+    let replicated = eventually_every(Duration::from_secs(5), POLL, || {
         let key = lock_key(&kept_name);
         async move { get(replica, &key).await.is_some() }
     })
@@ -1377,8 +495,11 @@ async fn primary_killed_while_locks_are_held_and_waited_for() {
         redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("master"),
     )
     .await;
-    let down = poll(Duration::from_secs(5), || async move {
-        replication(replica, "master_link_status").await.as_deref() == Some("down")
+    let down = eventually_every(Duration::from_secs(5), POLL, || async move {
+        replication_field(replica, "master_link_status")
+            .await
+            .as_deref()
+            == Some("down")
     })
     .await;
     assert!(down, "the replica's link did not go down");
@@ -1395,7 +516,7 @@ async fn primary_killed_while_locks_are_held_and_waited_for() {
         wa.mutex(&kept_name),
         Arc::new(AtomicUsize::new(0)),
     );
-    let queued = poll(Duration::from_secs(10), || {
+    let queued = eventually_every(Duration::from_secs(10), POLL, || {
         let (a, b) = (waiters_key(&lost_name), waiters_key(&kept_name));
         async move { zcard(home, &a).await >= 4 && zcard(home, &b).await >= 1 }
     })
@@ -1403,7 +524,9 @@ async fn primary_killed_while_locks_are_held_and_waited_for() {
     assert!(queued, "the waiters never queued");
     sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        replication(replica, "master_link_status").await.as_deref(),
+        replication_field(replica, "master_link_status")
+            .await
+            .as_deref(),
         Some("down")
     );
     assert_eq!(
@@ -1451,24 +574,15 @@ async fn primary_killed_while_locks_are_held_and_waited_for() {
     let lost_fired = tokio::time::timeout_at(bound, lost.lost())
         .await
         .map(|()| killed.elapsed());
-    let got = join_all(waiters, bound.saturating_duration_since(Instant::now())).await;
+    let got = join_waiters(waiters, bound.saturating_duration_since(Instant::now())).await;
     let (first, last) = spread(&got, killed);
     let errors = waiter_errors(&got, killed);
 
-    let _: i64 = must(
-        replica,
-        redis::cmd("PEXPIRE").arg(lock_key(&kept_name)).arg(5000),
-    )
-    .await;
-    let renewed = poll(Duration::from_secs(5), || {
-        let key = lock_key(&kept_name);
-        async move { pttl(replica, &key).await > 20_000 }
-    })
-    .await;
+    let renewed = renewed_on(replica, &lock_key(&kept_name)).await;
     let kept_lost = kept.is_lost();
     let released = Instant::now();
     let unlock = kept.unlock().await;
-    let kept_got = join_all(vec![kept_waiter], Duration::from_secs(10)).await;
+    let kept_got = join_waiters(vec![kept_waiter], Duration::from_secs(10)).await;
 
     eprintln!(
         "primary SIGKILLed: a lock and unlock on its shard worked {working:?} after the kill \
@@ -1526,29 +640,17 @@ async fn slot_migration_of_a_contended_lock() {
     let (from, to) = (primaries[0].port, primaries[1].port);
     let name = cluster.name_on(from, "migrate").await;
     let slot = slot_of(&name);
-    let holder = cluster_client_with(
-        &cluster.urls(),
-        Duration::from_secs(30),
-        Duration::from_secs(1),
-    )
-    .await;
-    let (wa, wb) = (
-        cluster_client(&cluster.urls()).await,
-        cluster_client(&cluster.urls()).await,
-    );
+    let (holder, wa, wb) = holder_and_waiters(&cluster).await;
     let guard = holder.mutex(&name).lock().await.expect("the holder's lock");
     let inside = Arc::new(AtomicUsize::new(0));
-    let waiters: Vec<_> = [&wa, &wa, &wb, &wb]
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| spawn_waiter(format!("waiter {i}"), c.mutex(&name), inside.clone()))
-        .collect();
-    let queued = poll(Duration::from_secs(10), || {
-        let key = waiters_key(&name);
-        async move { zcard(from, &key).await >= 4 }
-    })
+    let waiters = queue_waiters(
+        &[&wa, &wa, &wb, &wb],
+        &name,
+        from,
+        &inside,
+        "before the migration",
+    )
     .await;
-    assert!(queued, "the four waiters never queued");
     sleep(Duration::from_millis(300)).await;
 
     let began = Instant::now();
@@ -1563,19 +665,14 @@ async fn slot_migration_of_a_contended_lock() {
         waiters.iter().all(|w| !w.is_finished()),
         "a waiter finished while the holder still held the lock"
     );
-    let _: i64 = must(to, redis::cmd("PEXPIRE").arg(lock_key(&name)).arg(5000)).await;
-    let renewed = poll(Duration::from_secs(5), || {
-        let key = lock_key(&name);
-        async move { pttl(to, &key).await > 20_000 }
-    })
-    .await;
+    let renewed = renewed_on(to, &lock_key(&name)).await;
     assert!(renewed, "the lease was not renewed on the slot's new owner");
     assert!(!guard.is_lost(), "the holder's lease was reported lost");
     let subscribed = shard_subscribers(&[to, cluster.replica_of(to).await], &name).await;
 
     let released = Instant::now();
     let unlock = guard.unlock().await;
-    let got = join_all(waiters, Duration::from_secs(20)).await;
+    let got = join_waiters(waiters, Duration::from_secs(20)).await;
     let (first, last) = spread(&got, released);
     let errors = waiter_errors(&got, began);
     eprintln!(
@@ -1598,24 +695,14 @@ async fn slot_migration_of_a_contended_lock() {
     // Back again, releasing the moment every primary was told the new owner,
     // before the clients can have noticed.
     let guard = holder.mutex(&name).lock().await.expect("the holder's lock");
-    let waiters: Vec<_> = [&wa, &wa, &wb, &wb]
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| spawn_waiter(format!("waiter {i}"), c.mutex(&name), inside.clone()))
-        .collect();
-    let queued = poll(Duration::from_secs(10), || {
-        let key = waiters_key(&name);
-        async move { zcard(to, &key).await >= 4 }
-    })
-    .await;
-    assert!(queued, "the four waiters never queued again");
+    let waiters = queue_waiters(&[&wa, &wa, &wb, &wb], &name, to, &inside, "migrating back").await;
     sleep(Duration::from_millis(200)).await;
     let began = Instant::now();
     let moved = cluster.move_slot(slot, to, from).await;
     let released = Instant::now();
     let unlock = guard.unlock().await;
     let unlocked = released.elapsed();
-    let got = join_all(waiters, Duration::from_secs(10)).await;
+    let got = join_waiters(waiters, Duration::from_secs(10)).await;
     let (first, last) = spread(&got, released);
     let errors = waiter_errors(&got, began);
     let stable = cluster.wait_stable("after migrating back").await;
