@@ -45,7 +45,7 @@ pub fn built_binary(name: &str) -> PathBuf {
     let path = target.join("debug").join(name);
     assert!(
         path.exists(),
-        "{} is missing: run `cargo build --bin redbell --examples` first (`make test` does)",
+        "{} is missing: run `cargo build --workspace --bins --examples` first (`make test` does)",
         path.display()
     );
     path
