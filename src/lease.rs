@@ -152,6 +152,7 @@ impl Lease {
     }
 
     /// The instant after which the key may have expired on the server.
+    #[cfg(test)]
     pub(crate) fn deadline(&self) -> Instant {
         self.times().deadline
     }
