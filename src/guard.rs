@@ -43,6 +43,11 @@ impl Held {
     pub(crate) async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease_ms(lease)?;
         let lease = Duration::from_millis(lease_ms);
+        if self.lease.is_lost() {
+            // Never prolong a key its holder already believes lost: others
+            // would wait for a lease nobody uses.
+            return Err(Error::NotHeld);
+        }
         let sent = Instant::now();
         // Before sending: once written to the socket the new expiry may be
         // applied whatever becomes of this future (dropped, timed out, the
@@ -144,9 +149,10 @@ macro_rules! guard_api {
             /// # Errors
             ///
             /// - [`Error::NotHeld`](crate::Error::NotHeld) when it was no
-            ///   longer ours, or the lease was already lost locally (its
-            ///   deadline passed before Redis answered); the lease is then
-            ///   reported lost.
+            ///   longer ours, or the lease is lost locally: before the call
+            ///   (nothing is sent), or by the time Redis answered (its
+            ///   deadline, or the new lease's, passed meanwhile). The lease
+            ///   is then reported lost; it never comes back.
             /// - [`Error::InvalidLease`](crate::Error::InvalidLease) for a
             ///   zero or over-long lease.
             /// - [`Error::NotReplicated`](crate::Error::NotReplicated) with
