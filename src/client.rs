@@ -11,7 +11,7 @@ use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, validate_name};
-use crate::lease::Renewer;
+use crate::lease::{Renewer, drift};
 
 /// A connection to one Redis server, shared by every lock made from it.
 ///
@@ -140,8 +140,10 @@ impl ClientBuilder {
 
     /// Sets how often renewed leases are renewed (default: a third of the
     /// lease, so 10 s for the default lease). Must be shorter than the
-    /// lease; a third leaves room for two failed renewals before the lease
-    /// is lost.
+    /// lease minus its drift margin (1% of the lease + 2 ms, the part of the
+    /// lease the client does not count on), or
+    /// [`connect`](Self::connect) fails with [`Error::InvalidLease`]; a
+    /// third leaves room for two failed renewals before the lease is lost.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -210,7 +212,8 @@ impl ClientBuilder {
     ///   reached, or authentication fails.
     /// - [`Error::InvalidLease`] when a configured duration is zero or
     ///   larger than [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
-    ///   than the lease.
+    ///   than the lease minus its drift margin (see
+    ///   [`renew_every`](Self::renew_every)).
     /// - [`Error::InvalidName`] when the prefix is empty or contains `{`,
     ///   `}` or control characters.
     ///
@@ -238,10 +241,12 @@ impl ClientBuilder {
                 });
             }
         }
-        if renew_every >= self.lease {
+        // A renewal sent at or after the local deadline could never keep
+        // the lease: it would be lost before its first renewal.
+        if renew_every >= self.lease.saturating_sub(drift(self.lease)) {
             return Err(Error::InvalidLease {
                 duration: renew_every,
-                reason: "the renewal period must be shorter than the lease",
+                reason: "the renewal period must be shorter than the lease minus its drift margin (1% + 2 ms)",
             });
         }
         let conn = match &self.target {

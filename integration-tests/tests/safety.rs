@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use redbell::Error;
-use redbell_integration_tests::{LONG, PrivateRedis, client, raw, unique, warm_up};
+use redbell_integration_tests::{LONG, PrivateRedis, client, raw, redis_url, unique, warm_up};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 /// `CLIENT PAUSE ms mode` on `conn`'s server.
@@ -94,4 +94,29 @@ async fn a_cancelled_shortening_extend_never_leaves_two_holders() {
     theirs.unlock().await.unwrap();
     let r = guard.unlock().await;
     assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
+}
+
+// ---------------------------------------------------- renewal period
+
+/// A renewal period at or above `lease − drift(lease)` (1 s − 12 ms) could
+/// only ever renew after the local deadline: refused by `connect`. One
+/// comfortably inside it is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_period_inside_the_drift_margin_is_refused() {
+    let url = redis_url();
+    let r = redbell::Client::builder(&url)
+        .default_lease(Duration::from_secs(1))
+        .renew_every(Duration::from_millis(995))
+        .connect()
+        .await;
+    assert!(
+        matches!(r, Err(Error::InvalidLease { .. })),
+        "renew_every 995 ms for a 1 s lease: {r:?}"
+    );
+    let r = redbell::Client::builder(&url)
+        .default_lease(Duration::from_secs(1))
+        .renew_every(Duration::from_millis(980))
+        .connect()
+        .await;
+    assert!(r.is_ok(), "renew_every 980 ms for a 1 s lease: {r:?}");
 }
