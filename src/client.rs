@@ -409,9 +409,7 @@ impl Inner {
     /// Releases `token` in the background: for dropped guards and for
     /// acquire attempts cancelled while in flight. Never blocks.
     pub(crate) fn release_in_background(&self, keys: Arc<LockKeys>, token: String) {
-        // The task only ends once every sender (owned by `Inner`) is gone,
-        // so this send cannot fail while `self` lives.
-        let _ = self.background.send(Work::Release { keys, token });
+        self.background.send(Work::Release { keys, token });
     }
 }
 
