@@ -24,7 +24,7 @@ build:
 
 test:
 	$(WITH_REDIS) bash -c '\
-	  cargo build --bin redbell --examples && \
+	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast && \
 	  cargo test --workspace --doc && \
 	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \

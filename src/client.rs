@@ -19,7 +19,33 @@ use crate::lease::{Renewer, drift};
 /// own after a failure), one pub/sub connection on which waiters learn of
 /// releases, and a background task that releases dropped guards. It is cheap
 /// to clone; clones share all of that. The background tasks stop when the
-/// last clone, and the last guard made from it, is dropped.
+/// last clone, and the last guard made from it, is dropped (the worker
+/// finishes its queue first).
+///
+/// # Shutting down
+///
+/// Dropping a guard (or a `lock()` future) queues its release on the
+/// client's background task, which needs the Tokio runtime to run. When
+/// `main` returns right after the drop, the runtime goes away with the
+/// release still queued: the key stays held until its lease runs out
+/// (30 s by default), and the other clients wait that long. So before the
+/// runtime ends, drop or unlock the guards and call
+/// [`shutdown`](Client::shutdown), which waits (a bounded time) until
+/// the queued releases and wake-ups have reached Redis:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redbell::Error> {
+/// let client = redbell::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.mutex("reports").lock().await?;
+/// drop(guard); // released in the background
+/// client.shutdown().await?; // ... now done
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`unlock`](crate::MutexGuard::unlock) needs no shutdown: it returns
+/// once Redis has answered.
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -396,6 +422,38 @@ impl Client {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
         }
+    }
+
+    /// Waits until the client's background work is done: the releases of
+    /// dropped guards and of acquires cancelled in flight, and the wake-ups
+    /// passed on by waiters that left (see [Shutting down](Client#shutting-down)).
+    /// Call it before the runtime ends, once the guards are dropped or
+    /// unlocked.
+    ///
+    /// Waits at most twice the [response
+    /// timeout](ClientBuilder::response_timeout) (4 s by default): long
+    /// enough for an attempt that times out and a retry. Work that failed
+    /// for good (retried a few times, then given up) counts as done; it is
+    /// logged at `warn` level, and the leases bound the damage.
+    ///
+    /// The client stays usable: this only waits. Guards still alive are
+    /// not released, and their leases go on being renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when work was still pending at the bound (Redis
+    /// not answering). It goes on in the background while the runtime
+    /// lives; past that, leases end the holds by themselves.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits. The work goes on in the background
+    /// whether or not the future is dropped.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        let bound = self.0.config.response_timeout.saturating_mul(2);
+        tokio::time::timeout(bound, self.0.background.drain())
+            .await
+            .map_err(|_| Error::Timeout)
     }
 
     /// The Redis keys and channel of the lock called `name`.
