@@ -88,6 +88,9 @@ pub(crate) struct Config {
     pub(crate) replication: Option<Replication>,
     /// Timeout for one command's response.
     pub(crate) response_timeout: Duration,
+    /// Renewal stops once a guard has been held this long, unless a lock
+    /// says otherwise.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Where a client's server is.
@@ -145,6 +148,9 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     /// Timeout for one command's response. Default: 2 s.
     response_timeout: Duration,
+    /// How long a guard's lease is renewed at most. Default: none (as long
+    /// as the guard lives).
+    max_hold: Option<Duration>,
 }
 
 impl ClientBuilder {
@@ -217,6 +223,29 @@ impl ClientBuilder {
         self
     }
 
+    /// Bounds how long the watchdog keeps a lock: once a guard has been
+    /// held for `hold` (counted from its acquire), its lease is no longer
+    /// renewed. The lease then runs out, at most one lease after `hold`,
+    /// and the guard's [`lost`](crate::MutexGuard::lost) resolves at its
+    /// local deadline, as for any lease Redis no longer confirms. Default:
+    /// none, renewed for as long as the guard lives.
+    ///
+    /// It protects the others from a holder that hangs (a deadlock, an
+    /// endless loop, a stuck call) while its process, and so its renewal
+    /// task, stays alive: without it such a holder keeps the lock forever.
+    /// Choose it above the longest legitimate critical section. It does not
+    /// apply to fixed leases ([`Mutex::with_lease`](crate::Mutex::with_lease),
+    /// which are never renewed) nor to explicit
+    /// [`extend`](crate::MutexGuard::extend) calls. Can also be set per
+    /// lock, e.g. with [`Mutex::max_hold`](crate::Mutex::max_hold).
+    ///
+    /// A zero or over-long `hold` makes [`connect`](Self::connect) fail
+    /// with [`Error::InvalidLease`].
+    pub fn max_hold(mut self, hold: Duration) -> Self {
+        self.max_hold = Some(hold);
+        self
+    }
+
     /// Sets the timeout for establishing a connection (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -259,6 +288,7 @@ impl ClientBuilder {
         ] {
             lease_ms(d)?;
         }
+        self.max_hold.map(lease_ms).transpose()?;
         if let Some(replication) = self.replication {
             if Duration::from_millis(replication.timeout_ms) >= self.response_timeout {
                 return Err(Error::InvalidLease {
@@ -301,6 +331,7 @@ impl ClientBuilder {
             max_park: self.max_park,
             replication: self.replication,
             response_timeout: self.response_timeout,
+            max_hold: self.max_hold,
         };
         let background = background::start(conn.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -421,6 +452,7 @@ impl Client {
             max_park: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            max_hold: None,
         }
     }
 

@@ -15,6 +15,13 @@
 //!   the lease, minus a drift margin (1% of the lease + 2 ms): the key
 //!   cannot have expired on the server before then, whatever the latency.
 //! - A fixed lease (`with_lease`) simply runs out at its deadline.
+//! - A guard held for its `max_hold` (see
+//!   [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold)) is no
+//!   longer renewed: no renewal falls due at or after `max_hold` from the
+//!   acquire, so its lease runs out at most one lease later, and it is
+//!   lost at that deadline like any lease Redis no longer confirms. (Not at
+//!   once: the holder keeps what the last renewal gave it, and a hung
+//!   holder cannot tell either way.)
 //!
 //! Losing a lease resolves [`MutexGuard::lost`](crate::MutexGuard::lost)
 //! and turns `is_lost()` true; nothing panics and nothing is thrown from a
@@ -244,6 +251,9 @@ struct Entry {
     due: Instant,
     /// `WAIT` after each renewal, as for the acquire.
     replication: Option<Replication>,
+    /// No renewal falls due at or after this instant (`max_hold` after the
+    /// acquire was sent); `None`: renewed as long as the guard lives.
+    hold_until: Option<Instant>,
 }
 
 impl Shared {
@@ -283,8 +293,10 @@ impl Renewer {
         lease: Arc<Lease>,
         sent: Instant,
         replication: Option<Replication>,
+        max_hold: Option<Duration>,
     ) -> Renewal {
         let due = sent + self.shared.every;
+        let hold_until = max_hold.and_then(|hold| sent.checked_add(hold));
         let id = {
             let mut state = self.shared.lock();
             let id = state.next_id;
@@ -297,6 +309,7 @@ impl Renewer {
                     lease,
                     due,
                     replication,
+                    hold_until,
                 },
             );
             state.queue.insert((due, id));
@@ -347,6 +360,13 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 };
                 if entry.lease.is_lost() {
                     state.entries.remove(&id); // never renew a lost lease
+                    continue;
+                }
+                if entry.hold_until.is_some_and(|until| entry.due >= until) {
+                    // Held for its maximum: the lease runs out, and `lost`
+                    // fires at its deadline.
+                    tracing::debug!(lock = %entry.keys.name, "maximum hold reached; renewal stopped");
+                    state.entries.remove(&id);
                     continue;
                 }
                 batch.push((

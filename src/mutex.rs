@@ -51,6 +51,18 @@ impl Mutex {
         Mutex(self.0.with_lease(lease))
     }
 
+    /// For this lock, stops renewing a guard's lease once the guard has
+    /// been held for `hold`: the lease then runs out (at most one lease
+    /// later) and [`lost`](MutexGuard::lost) resolves. Overrides the
+    /// client's [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold),
+    /// which explains when to use it. No effect with a fixed lease.
+    ///
+    /// A zero `hold`, or one over [`MAX_LEASE`](crate::MAX_LEASE), makes
+    /// every later call fail with [`Error::InvalidLease`].
+    pub fn max_hold(self, hold: Duration) -> Mutex {
+        Mutex(self.0.with_max_hold(hold))
+    }
+
     /// For this lock, waits after each acquire, extend and renewal until
     /// `replicas` replicas acknowledged the write (at most `timeout`); an
     /// acquisition fewer replicas acknowledged is given up and reported as
