@@ -176,7 +176,8 @@ macro_rules! guard_api {
 
             /// Resolves when the lease is lost: a renewal found the hold
             /// gone or taken, Redis stayed unreachable past the lease's
-            /// local deadline, or a fixed lease ran out. Select on it to
+            /// local deadline, a fixed lease ran out, or renewal stopped at
+            /// the lock's `max_hold` and the lease ran out. Select on it to
             /// abort a critical section that is no longer protected:
             ///
             /// ```no_run
@@ -200,7 +201,10 @@ macro_rules! guard_api {
                 self.0.lease.lost().await
             }
 
-            /// Whether the lease is known lost (see `lost`).
+            /// Whether the lease is known lost (see `lost`): reported lost,
+            /// or past its local deadline. Once true it stays true; a
+            /// renewal or extend answered after the deadline does not bring
+            /// it back.
             pub fn is_lost(&self) -> bool {
                 self.0.lease.is_lost()
             }

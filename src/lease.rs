@@ -30,6 +30,65 @@
 //! lost, and a renewal confirmed after that (sent in time, answered late)
 //! does not revive it.
 //!
+//! ## When can two holders coexist?
+//!
+//! This is the one place the safety condition is argued; the guards' docs
+//! state it and point here.
+//!
+//! **Claim.** If a guard's `is_lost()` returns false at local instant `t`,
+//! no other client holds the lock at `t`, provided that (a) the server has
+//! not lost or dropped the write that set the key's current expiry, and
+//! (b) the server's clock does not run more than 1% faster than ours over
+//! one lease (nor jump forward).
+//!
+//! **Why.** Another client can take the lock only once our key is gone:
+//! deleted by our own release (and then there is no guard to ask), or
+//! expired. Every write that sets our expiry (acquire, renewal, extend) is
+//! sent at some local instant `s` and applied by Redis no earlier, so the
+//! key lives at least `L` of server time past `s`. The local deadline is
+//! `s + L − (L/100 + 2 ms)`: by (b) less than `L` of server time has passed
+//! by then, so the key still exists. The deadline only moves later on a
+//! *confirmed* write, counting from when that write was *sent*, never from
+//! its reply; a write that may set a *shorter* expiry (an `extend` to a
+//! shorter lease) moves the deadline in before it is sent, so neither a
+//! lost reply nor a cancelled future leaves the deadline behind the
+//! server's expiry; a confirmation arriving after the deadline passed does
+//! not revive the lease; and once `is_lost()` was true it stays true. A
+//! renewal sent before an extend of unknown outcome no longer counts: on
+//! one connection Redis applies them in order, so the extend's expiry is
+//! the one that stays.
+//!
+//! **So two holders coexist exactly when:**
+//!
+//! 1. **The holder does not look in time.** Its local deadline passed but
+//!    it went on working: it never checked `is_lost()` / `lost()`, or it
+//!    checked, then was paused (a GC or scheduler stall, SIGSTOP, a VM
+//!    migration, a slow disk) past the deadline before the write the check
+//!    was meant to protect. No lock client can close this window: any
+//!    check can be followed by a pause.
+//! 2. **The server lost the write.** A failover promoted a replica that had
+//!    not received the acquire or the last renewal (replication is
+//!    asynchronous; [`min_replica_acks`](crate::ClientBuilder::min_replica_acks)
+//!    narrows the window, it does not close it), a restart came back
+//!    without the key, or someone removed it outside the protocol
+//!    (`redbell unlock`, `DEL`, `FLUSHDB`, eviction under `maxmemory`).
+//!    Also of this kind: on Redis Cluster, the client re-sends a request
+//!    after a redirection or a reconnect, so a shortening `extend` whose
+//!    connection broke may be applied after a later renewal was confirmed.
+//! 3. **The clocks break (b):** the server's clock runs more than the
+//!    margin faster than ours, or jumps forward (Redis expires keys by its
+//!    wall clock).
+//!
+//! **Fencing is what protects the resource then.** Every acquisition's
+//! [`fence`](crate::MutexGuard::fence) is strictly greater than every fence
+//! handed out before for the lock name (`max(previous + 1, server time in
+//! µs)`, which stays increasing after a failover that lost the last
+//! increments, as long as the servers' clocks differ by less than a
+//! failover takes). A resource that remembers the highest fence it has
+//! accepted and rejects lower ones refuses the stale holder's writes in
+//! all three cases: the lease makes overlap rare and short, the fence makes
+//! it harmless.
+//!
 //! ## No orphan renewals
 //!
 //! Dropping or unlocking a guard removes its entry from the queue
