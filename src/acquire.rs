@@ -169,6 +169,9 @@ pub(crate) struct Acquirer {
     lease: Option<Duration>,
     /// `WAIT` after acquires, extends and renewals. Default: the client's.
     replication: Option<Replication>,
+    /// Renewal stops once a guard has been held this long. Default: the
+    /// client's (none unless set).
+    max_hold: Option<Duration>,
 }
 
 impl Acquirer {
@@ -179,11 +182,13 @@ impl Acquirer {
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
         };
         let replication = client.0.config.replication;
+        let max_hold = client.0.config.max_hold;
         Acquirer {
             client,
             keys,
             lease: None,
             replication,
+            max_hold,
         }
     }
 
@@ -206,6 +211,11 @@ impl Acquirer {
         self
     }
 
+    pub(crate) fn with_max_hold(mut self, hold: Duration) -> Acquirer {
+        self.max_hold = Some(hold);
+        self
+    }
+
     pub(crate) fn lease(&self) -> Option<Duration> {
         self.lease
     }
@@ -220,6 +230,7 @@ impl Acquirer {
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Held, Error> {
         let keys = self.keys()?;
+        self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
         let config = &self.client.0.config;
         let hub = &self.client.0.hub;
@@ -295,6 +306,7 @@ impl Acquirer {
     /// One attempt that never waits, queues or subscribes.
     pub(crate) async fn try_lock(&self) -> Result<Option<Held>, Error> {
         let keys = self.keys()?;
+        self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
         Ok(self
             .attempt(&keys, &new_token(), lease_ms, None)
@@ -344,6 +356,7 @@ impl Acquirer {
                         lease.clone(),
                         sent,
                         self.replication,
+                        self.max_hold,
                     )
                 });
                 Ok(Ok(Held {

@@ -1,17 +1,73 @@
 //! The client's background worker: releases of dropped guards and of
 //! acquires cancelled in flight, and wake-ups passed on by waiters that left.
-//! `Drop` impls cannot await, so they hand the work to this task.
+//! `Drop` impls cannot await, so they hand the work to this worker.
+//!
+//! # Implementation details
+//!
+//! Work goes into a queue shared with the worker, never through a channel
+//! that could fill up: [`Sender::send`] takes a short lock and never blocks
+//! or awaits, so it is safe in any `Drop`.
+//!
+//! - **Coalesced.** Each item is known by what it does (release or pass-on,
+//!   the lock, the token or queue member). An item equal to one already
+//!   queued, waiting to retry or in flight is dropped: a release queued
+//!   twice for one token runs once.
+//! - **Bounded.** At most [`CAPACITY`] items are known at once. Beyond
+//!   that Redis has been failing for long enough to pile up that many, and
+//!   a new item is dropped with a warning: its lease (or, for a pass-on,
+//!   the queue entry's expiry) still ends the hold by itself.
+//! - **A backlog never delays later work.** Items run concurrently, each
+//!   on a task of its own (one multiplexed connection pipelines them all).
+//!   A failed attempt does not sleep in line: the item is put aside with
+//!   the time of its next try ([`RETRY_AFTER`]: 50 ms, 250 ms, 1 s, 2 s,
+//!   then it is given up). First attempts and retries have separate
+//!   budgets: up to [`MAX_FRESH`] first attempts in flight, and up to
+//!   [`MAX_RETRYING`] retries, so work that keeps failing (a shard that
+//!   does not answer, each attempt timing out) can never take the place
+//!   of a new release. A new item waits only behind `MAX_FRESH` *first*
+//!   attempts still in flight: when Redis is slower than guards are
+//!   dropped, and then it would be as slow itself.
+//! - **Lifetime.** The worker runs until every [`Sender`] is gone (the
+//!   client and everything made from it) *and* the queue is empty, so the
+//!   release queued by the last guard's `Drop` still runs, as long as the
+//!   runtime does. A runtime that shuts down drops the worker with its
+//!   queue: [`Sender::drain`] (behind `Client::shutdown`) waits for it
+//!   first.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
+use tokio::task::{Id as TaskId, JoinSet};
+use tokio::time::Instant;
 
+use crate::Error;
 use crate::conn::Conn;
 use crate::keys::LockKeys;
 use crate::scripts;
 
-/// Work for the background task.
+/// Most items known (queued, waiting to retry or in flight) at once.
+const CAPACITY: usize = 65_536;
+
+/// Most first attempts in flight at once.
+const MAX_FRESH: usize = 1024;
+
+/// Most retries in flight at once (not counted in [`MAX_FRESH`]).
+const MAX_RETRYING: usize = 8;
+
+/// The wait before each retry of an item whose attempt failed with a
+/// retryable error; after the last one it is given up.
+const RETRY_AFTER: [Duration; 4] = [
+    Duration::from_millis(50),
+    Duration::from_millis(250),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+
+/// Work for the background worker.
+#[derive(Clone)]
 pub(crate) enum Work {
     /// Release `token` (a dropped guard, or an acquire cancelled in flight).
     Release { keys: Arc<LockKeys>, token: String },
@@ -20,43 +76,426 @@ pub(crate) enum Work {
     PassOn { keys: Arc<LockKeys>, member: String },
 }
 
-/// Where work is sent. Unbounded so that `Drop` never blocks or loses a
-/// release; the task drains it and ends when every sender is gone.
-pub(crate) type Sender = mpsc::UnboundedSender<Work>;
+/// What an item does: equal items are coalesced.
+type Identity = (bool, String, String);
 
-/// Starts the task; it ends once every [`Sender`] is dropped and the queue
-/// is drained.
-pub(crate) fn start(conn: Conn) -> Sender {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(conn, rx));
-    tx
+impl Work {
+    fn identity(&self) -> Identity {
+        match self {
+            Work::Release { keys, token } => (true, keys.lock.clone(), token.clone()),
+            Work::PassOn { keys, member } => (false, keys.lock.clone(), member.clone()),
+        }
+    }
+
+    fn lock_name(&self) -> &str {
+        match self {
+            Work::Release { keys, .. } | Work::PassOn { keys, .. } => &keys.name,
+        }
+    }
 }
 
-/// Runs background work in order, retrying connection failures a few times.
-async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<Work>) {
-    const BACKOFF: [u64; 3] = [0, 50, 250];
-    while let Some(work) = rx.recv().await {
-        for (attempt, delay) in BACKOFF.iter().enumerate() {
-            if *delay > 0 {
-                tokio::time::sleep(Duration::from_millis(*delay)).await;
+/// One item of work and its failed attempts so far.
+struct Item {
+    work: Work,
+    failed: usize,
+}
+
+/// Where work is sent. Cloning counts a sender; the worker ends once every
+/// sender is gone and the queue is empty.
+pub(crate) struct Sender(Arc<Shared>);
+
+struct Shared {
+    state: StdMutex<State>,
+    /// Woken on new work, and when the last sender is gone.
+    wake: Notify,
+    /// Woken (all waiters) when the last known item is done.
+    idle: Notify,
+    /// Most items known at once ([`CAPACITY`], smaller in tests).
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct State {
+    /// Live [`Sender`]s.
+    senders: usize,
+    /// The identity of every item in `fresh`, in `retry` or in flight; an
+    /// item leaves it when it succeeded or was given up. At most `capacity`.
+    known: HashSet<Identity>,
+    /// Items not tried yet, oldest first: each runs before any retry.
+    fresh: VecDeque<Item>,
+    /// Failed items, by the time they may be tried again (and a sequence
+    /// number, so equal times stay distinct).
+    retry: BTreeMap<(Instant, u64), Item>,
+    next_seq: u64,
+    /// Set while new items are being dropped for want of room (so the
+    /// warning is logged once per episode, not once per item).
+    full: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> StdMutexGuard<'_, State> {
+        // Every update leaves `State` consistent before anything that
+        // could panic, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Clone for Sender {
+    fn clone(&self) -> Sender {
+        self.0.lock().senders += 1;
+        Sender(self.0.clone())
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        let last = {
+            let mut state = self.0.lock();
+            state.senders -= 1;
+            state.senders == 0
+        };
+        if last {
+            self.0.wake.notify_one();
+        }
+    }
+}
+
+impl Sender {
+    /// Queues `work` unless an equal item is already known or the queue is
+    /// full. Never blocks.
+    pub(crate) fn send(&self, work: Work) {
+        {
+            let mut state = self.0.lock();
+            let identity = work.identity();
+            if state.known.contains(&identity) {
+                return; // coalesced with the item already known
             }
-            let (keys, result) = match &work {
+            if state.known.len() >= self.0.capacity {
+                if !state.full {
+                    state.full = true;
+                    tracing::warn!(lock = %work.lock_name(), queued = state.known.len(),
+                        "background queue full: dropping releases and pass-ons until it drains; leases and queue expiry bound the damage");
+                }
+                return;
+            }
+            state.known.insert(identity);
+            state.fresh.push_back(Item { work, failed: 0 });
+        }
+        self.0.wake.notify_one();
+    }
+
+    /// Resolves once no work is known: everything queued so far has
+    /// succeeded or been given up.
+    pub(crate) async fn drain(&self) {
+        loop {
+            let idle = self.0.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.0.lock().known.is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// Starts the worker for the client whose command connection is `conn`.
+pub(crate) fn start(conn: Conn) -> Sender {
+    start_with(CAPACITY, move |work| {
+        let conn = conn.clone();
+        async move {
+            match work {
                 Work::Release { keys, token } => {
-                    (keys, scripts::release(&conn, keys, token).await.map(drop))
+                    scripts::release(&conn, &keys, &token).await.map(drop)
                 }
                 Work::PassOn { keys, member } => {
-                    (keys, scripts::pass(&conn, keys, member).await.map(drop))
-                }
-            };
-            match result {
-                Ok(()) => break,
-                Err(e) if e.is_retryable() && attempt + 1 < BACKOFF.len() => continue,
-                Err(e) => {
-                    tracing::warn!(lock = %keys.name, error = %e,
-                        "background release or pass-on failed; leases and queue expiry bound the damage");
-                    break;
+                    scripts::pass(&conn, &keys, &member).await.map(drop)
                 }
             }
         }
+    })
+}
+
+/// Starts a worker that runs each attempt with `attempt`.
+fn start_with<F, Fut>(capacity: usize, attempt: F) -> Sender
+where
+    F: Fn(Work) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let shared = Arc::new(Shared {
+        state: StdMutex::new(State {
+            senders: 1,
+            ..State::default()
+        }),
+        wake: Notify::new(),
+        idle: Notify::new(),
+        capacity,
+    });
+    tokio::spawn(run(shared.clone(), attempt));
+    Sender(shared)
+}
+
+/// The worker: start what may start, then wait for an attempt to finish,
+/// new work, or the next retry time.
+async fn run<F, Fut>(shared: Arc<Shared>, attempt: F)
+where
+    F: Fn(Work) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let mut running: JoinSet<Result<(), Error>> = JoinSet::new();
+    // What each running task works on, and whether it is a retry.
+    let mut in_flight: HashMap<TaskId, (Item, bool)> = HashMap::new();
+    let (mut fresh, mut retrying) = (0, 0);
+    loop {
+        let next_retry = {
+            let mut state = shared.lock();
+            let now = Instant::now();
+            loop {
+                // Fresh items first, each budget on its own.
+                let next = if fresh < MAX_FRESH {
+                    state.fresh.pop_front().map(|item| (item, false))
+                } else {
+                    None
+                };
+                let due = |state: &State| {
+                    state
+                        .retry
+                        .first_key_value()
+                        .is_some_and(|((at, _), _)| *at <= now)
+                };
+                let next = match next {
+                    None if retrying < MAX_RETRYING && due(&state) => {
+                        state.retry.pop_first().map(|(_, item)| (item, true))
+                    }
+                    next => next,
+                };
+                let Some((item, retry)) = next else {
+                    break;
+                };
+                let task = running.spawn(attempt(item.work.clone()));
+                if retry {
+                    retrying += 1;
+                } else {
+                    fresh += 1;
+                }
+                in_flight.insert(task.id(), (item, retry));
+            }
+            if in_flight.is_empty() && state.known.is_empty() && state.senders == 0 {
+                return; // nobody can send more, and all is done
+            }
+            // While the retry budget is spent, the next finished retry (not
+            // a timer) is what frees it.
+            state
+                .retry
+                .first_key_value()
+                .map(|((at, _), _)| *at)
+                .filter(|_| retrying < MAX_RETRYING)
+        };
+        tokio::select! {
+            Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                let (id, result) = match done {
+                    Ok((id, result)) => (id, result),
+                    Err(e) => (e.id(), Err(Error::Closed)), // panicked or cancelled
+                };
+                if let Some((item, retry)) = in_flight.remove(&id) {
+                    if retry {
+                        retrying -= 1;
+                    } else {
+                        fresh -= 1;
+                    }
+                    finished(&shared, item, result);
+                }
+            }
+            _ = shared.wake.notified() => {}
+            _ = sleep_until_some(next_retry) => {}
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Records the outcome of one attempt at `item`: done, or put aside for a
+/// retry.
+fn finished(shared: &Shared, mut item: Item, result: Result<(), Error>) {
+    let mut state = shared.lock();
+    match result {
+        Err(e) if e.is_retryable() && item.failed < RETRY_AFTER.len() => {
+            let at = Instant::now() + RETRY_AFTER[item.failed];
+            item.failed += 1;
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.retry.insert((at, seq), item);
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(lock = %item.work.lock_name(), error = %e, attempts = item.failed + 1,
+                "background release or pass-on failed; leases and queue expiry bound the damage");
+        }
+        Ok(()) => {}
+    }
+    state.known.remove(&item.work.identity());
+    state.full &= state.known.len() >= shared.capacity / 2;
+    if state.known.is_empty() {
+        shared.idle.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use super::*;
+    use crate::keys::Kind;
+
+    fn keys() -> Arc<LockKeys> {
+        Arc::new(
+            LockKeys::new(
+                "redbell",
+                "client",
+                "lock",
+                Kind::Plain,
+                Duration::from_secs(60),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn release(token: &str) -> Work {
+        Work::Release {
+            keys: keys(),
+            token: token.to_owned(),
+        }
+    }
+
+    fn token(work: &Work) -> String {
+        match work {
+            Work::Release { token, .. } => token.clone(),
+            Work::PassOn { member, .. } => member.clone(),
+        }
+    }
+
+    fn timed_out() -> Error {
+        Error::Redis(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        )))
+    }
+
+    /// Each attempt's token and when it finished.
+    type Log = Arc<StdMutex<Vec<(String, Instant)>>>;
+
+    /// A worker whose attempts take 100 ms; those at tokens starting with
+    /// "bad" fail (retryably) after 2 s instead. Records each attempt's
+    /// token and when it finished.
+    fn worker(capacity: usize) -> (Sender, Log) {
+        let log = Arc::new(StdMutex::new(Vec::new()));
+        let sender = start_with(capacity, {
+            let log = log.clone();
+            move |work| {
+                let log = log.clone();
+                async move {
+                    let token = token(&work);
+                    let bad = token.starts_with("bad");
+                    let took = if bad { 2_000 } else { 100 };
+                    tokio::time::sleep(Duration::from_millis(took)).await;
+                    log.lock().unwrap().push((token, Instant::now()));
+                    if bad { Err(timed_out()) } else { Ok(()) }
+                }
+            }
+        });
+        (sender, log)
+    }
+
+    fn attempts(log: &Log, token: &str) -> Vec<Instant> {
+        let log = log.lock().unwrap();
+        log.iter()
+            .filter(|(t, _)| t == token)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_queued_twice_runs_once() {
+        let (sender, log) = worker(CAPACITY);
+        sender.send(release("a"));
+        sender.send(release("a")); // queued
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sender.send(release("a")); // in flight
+        sender.drain().await;
+        assert_eq!(attempts(&log, "a").len(), 1);
+        sender.send(release("a")); // done: a new release runs again
+        sender.drain().await;
+        assert_eq!(attempts(&log, "a").len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_of_failing_work_does_not_delay_later_releases() {
+        let (sender, log) = worker(CAPACITY);
+        let start = Instant::now();
+        for i in 0..200 {
+            sender.send(release(&format!("bad-{i}")));
+        }
+        sender.send(release("first"));
+        // Later, while the failed ones retry.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let sent = Instant::now();
+        sender.send(release("second"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let first = attempts(&log, "first");
+        let second = attempts(&log, "second");
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            first,
+            vec![start + Duration::from_millis(100)],
+            "not delayed by the failing ones"
+        );
+        assert_eq!(
+            second,
+            vec![sent + Duration::from_millis(100)],
+            "not delayed by the retries"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_work_is_retried_on_a_timer_then_given_up() {
+        let (sender, log) = worker(CAPACITY);
+        let start = Instant::now();
+        sender.send(release("bad"));
+        sender.drain().await;
+        let at: Vec<Duration> = attempts(&log, "bad").iter().map(|t| *t - start).collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            at,
+            vec![ms(2_000), ms(4_050), ms(6_300), ms(9_300), ms(13_300)],
+            "one attempt, then one after each wait"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_queue_is_bounded() {
+        let (sender, log) = worker(4);
+        for i in 0..10 {
+            sender.send(release(&format!("t{i}")));
+        }
+        sender.drain().await;
+        assert_eq!(log.lock().unwrap().len(), 4);
+        sender.send(release("later")); // room again
+        sender.drain().await;
+        assert_eq!(attempts(&log, "later").len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_sent_by_the_last_sender_still_runs() {
+        let (sender, log) = worker(CAPACITY);
+        sender.send(release("last"));
+        drop(sender);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(attempts(&log, "last").len(), 1);
     }
 }

@@ -11,7 +11,7 @@ use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, validate_name};
-use crate::lease::Renewer;
+use crate::lease::{Renewer, drift};
 
 /// A connection to one Redis server, shared by every lock made from it.
 ///
@@ -19,7 +19,33 @@ use crate::lease::Renewer;
 /// own after a failure), one pub/sub connection on which waiters learn of
 /// releases, and a background task that releases dropped guards. It is cheap
 /// to clone; clones share all of that. The background tasks stop when the
-/// last clone, and the last guard made from it, is dropped.
+/// last clone, and the last guard made from it, is dropped (the worker
+/// finishes its queue first).
+///
+/// # Shutting down
+///
+/// Dropping a guard (or a `lock()` future) queues its release on the
+/// client's background task, which needs the Tokio runtime to run. When
+/// `main` returns right after the drop, the runtime goes away with the
+/// release still queued: the key stays held until its lease runs out
+/// (30 s by default), and the other clients wait that long. So before the
+/// runtime ends, drop or unlock the guards and call
+/// [`shutdown`](Client::shutdown), which waits (a bounded time) until
+/// the queued releases and wake-ups have reached Redis:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redbell::Error> {
+/// let client = redbell::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.mutex("reports").lock().await?;
+/// drop(guard); // released in the background
+/// client.shutdown().await?; // ... now done
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`unlock`](crate::MutexGuard::unlock) needs no shutdown: it returns
+/// once Redis has answered.
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -62,6 +88,9 @@ pub(crate) struct Config {
     pub(crate) replication: Option<Replication>,
     /// Timeout for one command's response.
     pub(crate) response_timeout: Duration,
+    /// Renewal stops once a guard has been held this long, unless a lock
+    /// says otherwise.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Where a client's server is.
@@ -122,6 +151,9 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     /// Timeout for one command's response. Default: 2 s.
     response_timeout: Duration,
+    /// How long a guard's lease is renewed at most. Default: none (as long
+    /// as the guard lives).
+    max_hold: Option<Duration>,
 }
 
 impl ClientBuilder {
@@ -143,8 +175,10 @@ impl ClientBuilder {
 
     /// Sets how often renewed leases are renewed (default: a third of the
     /// lease, so 10 s for the default lease). Must be shorter than the
-    /// lease; a third leaves room for two failed renewals before the lease
-    /// is lost.
+    /// lease minus its drift margin (1% of the lease + 2 ms, the part of the
+    /// lease the client does not count on), or
+    /// [`connect`](Self::connect) fails with [`Error::InvalidLease`]; a
+    /// third leaves room for two failed renewals before the lease is lost.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -206,6 +240,29 @@ impl ClientBuilder {
         self
     }
 
+    /// Bounds how long the watchdog keeps a lock: once a guard has been
+    /// held for `hold` (counted from its acquire), its lease is no longer
+    /// renewed. The lease then runs out, at most one lease after `hold`,
+    /// and the guard's [`lost`](crate::MutexGuard::lost) resolves at its
+    /// local deadline, as for any lease Redis no longer confirms. Default:
+    /// none, renewed for as long as the guard lives.
+    ///
+    /// It protects the others from a holder that hangs (a deadlock, an
+    /// endless loop, a stuck call) while its process, and so its renewal
+    /// task, stays alive: without it such a holder keeps the lock forever.
+    /// Choose it above the longest legitimate critical section. It does not
+    /// apply to fixed leases ([`Mutex::with_lease`](crate::Mutex::with_lease),
+    /// which are never renewed) nor to explicit
+    /// [`extend`](crate::MutexGuard::extend) calls. Can also be set per
+    /// lock, e.g. with [`Mutex::max_hold`](crate::Mutex::max_hold).
+    ///
+    /// A zero or over-long `hold` makes [`connect`](Self::connect) fail
+    /// with [`Error::InvalidLease`].
+    pub fn max_hold(mut self, hold: Duration) -> Self {
+        self.max_hold = Some(hold);
+        self
+    }
+
     /// Sets the timeout for establishing a connection (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -227,7 +284,8 @@ impl ClientBuilder {
     ///   reached, or authentication fails.
     /// - [`Error::InvalidLease`] when a configured duration is zero or
     ///   larger than [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
-    ///   than the lease.
+    ///   than the lease minus its drift margin (see
+    ///   [`renew_every`](Self::renew_every)).
     /// - [`Error::InvalidName`] when the prefix is empty or contains `{`,
     ///   `}` or control characters.
     ///
@@ -248,6 +306,7 @@ impl ClientBuilder {
         ] {
             lease_ms(d)?;
         }
+        self.max_hold.map(lease_ms).transpose()?;
         if let Some(replication) = self.replication {
             if Duration::from_millis(replication.timeout_ms) >= self.response_timeout {
                 return Err(Error::InvalidLease {
@@ -256,10 +315,12 @@ impl ClientBuilder {
                 });
             }
         }
-        if renew_every >= self.lease {
+        // A renewal sent at or after the local deadline could never keep
+        // the lease: it would be lost before its first renewal.
+        if renew_every >= self.lease.saturating_sub(drift(self.lease)) {
             return Err(Error::InvalidLease {
                 duration: renew_every,
-                reason: "the renewal period must be shorter than the lease",
+                reason: "the renewal period must be shorter than the lease minus its drift margin (1% + 2 ms)",
             });
         }
         let conn = match &self.target {
@@ -288,6 +349,7 @@ impl ClientBuilder {
             max_park: self.max_park,
             replication: self.replication,
             response_timeout: self.response_timeout,
+            max_hold: self.max_hold,
         };
         let background = background::start(conn.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -410,7 +472,40 @@ impl Client {
             probe_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            max_hold: None,
         }
+    }
+
+    /// Waits until the client's background work is done: the releases of
+    /// dropped guards and of acquires cancelled in flight, and the wake-ups
+    /// passed on by waiters that left (see [Shutting down](Client#shutting-down)).
+    /// Call it before the runtime ends, once the guards are dropped or
+    /// unlocked.
+    ///
+    /// Waits at most twice the [response
+    /// timeout](ClientBuilder::response_timeout) (4 s by default): long
+    /// enough for an attempt that times out and a retry. Work that failed
+    /// for good (retried a few times, then given up) counts as done; it is
+    /// logged at `warn` level, and the leases bound the damage.
+    ///
+    /// The client stays usable: this only waits. Guards still alive are
+    /// not released, and their leases go on being renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when work was still pending at the bound (Redis
+    /// not answering). It goes on in the background while the runtime
+    /// lives; past that, leases end the holds by themselves.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits. The work goes on in the background
+    /// whether or not the future is dropped.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        let bound = self.0.config.response_timeout.saturating_mul(2);
+        tokio::time::timeout(bound, self.0.background.drain())
+            .await
+            .map_err(|_| Error::Timeout)
     }
 
     /// The Redis keys and channel of the lock called `name`.
@@ -424,9 +519,7 @@ impl Inner {
     /// Releases `token` in the background: for dropped guards and for
     /// acquire attempts cancelled while in flight. Never blocks.
     pub(crate) fn release_in_background(&self, keys: Arc<LockKeys>, token: String) {
-        // The task only ends once every sender (owned by `Inner`) is gone,
-        // so this send cannot fail while `self` lives.
-        let _ = self.background.send(Work::Release { keys, token });
+        self.background.send(Work::Release { keys, token });
     }
 }
 

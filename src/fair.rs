@@ -66,6 +66,12 @@ impl FairMutex {
         FairMutex(self.0.with_lease(lease))
     }
 
+    /// Stops renewing a guard's lease once it has been held for `hold`;
+    /// see [`Mutex::max_hold`].
+    pub fn max_hold(self, hold: Duration) -> FairMutex {
+        FairMutex(self.0.max_hold(hold))
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.0.name()

@@ -43,7 +43,17 @@ impl Held {
     pub(crate) async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease_ms(lease)?;
         let lease = Duration::from_millis(lease_ms);
+        if self.lease.is_lost() {
+            // Never prolong a key its holder already believes lost: others
+            // would wait for a lease nobody uses.
+            return Err(Error::NotHeld);
+        }
         let sent = Instant::now();
+        // Before sending: once written to the socket the new expiry may be
+        // applied whatever becomes of this future (dropped, timed out, the
+        // reply lost), so a shorter one counts from now on. A confirmation
+        // then sets the deadline exactly.
+        self.lease.shortened(sent, lease);
         let outcome = scripts::extend(
             &self.client.0.conn,
             &[(&self.keys, &self.token)],
@@ -54,20 +64,16 @@ impl Held {
         .pop()
         .unwrap_or(Err(Error::Closed));
         match outcome {
-            Ok(Owned::Ours) => {
-                self.lease.renewed(sent, lease);
-                Ok(())
-            }
+            Ok(Owned::Ours) if self.lease.renewed(sent, lease) => Ok(()),
+            // Ours on the server, but the reply came after the local
+            // deadline: the lease was reported lost and stays lost.
+            Ok(Owned::Ours) => Err(Error::NotHeld),
             Ok(Owned::Theirs | Owned::Gone) => {
                 self.lease.set_lost();
                 Err(Error::NotHeld)
             }
-            Err(e) => {
-                // The new expiry may have been applied: a shorter one must
-                // count from now on, whatever the reply said.
-                self.lease.shortened(sent, lease);
-                Err(e)
-            }
+            // Not replicated, or no answer: the shortened deadline stands.
+            Err(e) => Err(e),
         }
     }
 }
@@ -143,7 +149,10 @@ macro_rules! guard_api {
             /// # Errors
             ///
             /// - [`Error::NotHeld`](crate::Error::NotHeld) when it was no
-            ///   longer ours; the lease is then reported lost.
+            ///   longer ours, or the lease is lost locally: before the call
+            ///   (nothing is sent), or by the time Redis answered (its
+            ///   deadline, or the new lease's, passed meanwhile). The lease
+            ///   is then reported lost; it never comes back.
             /// - [`Error::InvalidLease`](crate::Error::InvalidLease) for a
             ///   zero or over-long lease.
             /// - [`Error::NotReplicated`](crate::Error::NotReplicated) with
@@ -156,15 +165,19 @@ macro_rules! guard_api {
             /// # Cancel safety
             ///
             /// Cancel safe: dropping the future leaves the hold in place; the
-            /// extension may or may not have been applied (the local
-            /// deadline only moves once Redis confirmed it).
+            /// new expiry may or may not have been applied. Either way the
+            /// local view stays on the safe side: a *shorter* lease counts
+            /// from the moment the call was made (the deadline moves in
+            /// before the request is sent), a longer one only once Redis
+            /// confirmed it.
             pub async fn extend(&self, lease: std::time::Duration) -> Result<(), crate::Error> {
                 self.0.extend(lease).await
             }
 
             /// Resolves when the lease is lost: a renewal found the hold
             /// gone or taken, Redis stayed unreachable past the lease's
-            /// local deadline, or a fixed lease ran out. Select on it to
+            /// local deadline, a fixed lease ran out, or renewal stopped at
+            /// the lock's `max_hold` and the lease ran out. Select on it to
             /// abort a critical section that is no longer protected:
             ///
             /// ```no_run
@@ -188,7 +201,10 @@ macro_rules! guard_api {
                 self.0.lease.lost().await
             }
 
-            /// Whether the lease is known lost (see `lost`).
+            /// Whether the lease is known lost (see `lost`): reported lost,
+            /// or past its local deadline. Once true it stays true; a
+            /// renewal or extend answered after the deadline does not bring
+            /// it back.
             pub fn is_lost(&self) -> bool {
                 self.0.lease.is_lost()
             }

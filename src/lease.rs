@@ -15,10 +15,79 @@
 //!   the lease, minus a drift margin (1% of the lease + 2 ms): the key
 //!   cannot have expired on the server before then, whatever the latency.
 //! - A fixed lease (`with_lease`) simply runs out at its deadline.
+//! - A guard held for its `max_hold` (see
+//!   [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold)) is no
+//!   longer renewed: no renewal falls due at or after `max_hold` from the
+//!   acquire, so its lease runs out at most one lease later, and it is
+//!   lost at that deadline like any lease Redis no longer confirms. (Not at
+//!   once: the holder keeps what the last renewal gave it, and a hung
+//!   holder cannot tell either way.)
 //!
 //! Losing a lease resolves [`MutexGuard::lost`](crate::MutexGuard::lost)
 //! and turns `is_lost()` true; nothing panics and nothing is thrown from a
-//! timer. A lost lease is never renewed again.
+//! timer. A lost lease is never renewed again, and `is_lost()` never turns
+//! back to false: once the deadline was seen passed the lease is marked
+//! lost, and a renewal confirmed after that (sent in time, answered late)
+//! does not revive it.
+//!
+//! ## When can two holders coexist?
+//!
+//! This is the one place the safety condition is argued; the guards' docs
+//! state it and point here.
+//!
+//! **Claim.** If a guard's `is_lost()` returns false at local instant `t`,
+//! no other client holds the lock at `t`, provided that (a) the server has
+//! not lost or dropped the write that set the key's current expiry, and
+//! (b) the server's clock does not run more than 1% faster than ours over
+//! one lease (nor jump forward).
+//!
+//! **Why.** Another client can take the lock only once our key is gone:
+//! deleted by our own release (and then there is no guard to ask), or
+//! expired. Every write that sets our expiry (acquire, renewal, extend) is
+//! sent at some local instant `s` and applied by Redis no earlier, so the
+//! key lives at least `L` of server time past `s`. The local deadline is
+//! `s + L − (L/100 + 2 ms)`: by (b) less than `L` of server time has passed
+//! by then, so the key still exists. The deadline only moves later on a
+//! *confirmed* write, counting from when that write was *sent*, never from
+//! its reply; a write that may set a *shorter* expiry (an `extend` to a
+//! shorter lease) moves the deadline in before it is sent, so neither a
+//! lost reply nor a cancelled future leaves the deadline behind the
+//! server's expiry; a confirmation arriving after the deadline passed does
+//! not revive the lease; and once `is_lost()` was true it stays true. A
+//! renewal sent before an extend of unknown outcome no longer counts: on
+//! one connection Redis applies them in order, so the extend's expiry is
+//! the one that stays.
+//!
+//! **So two holders coexist exactly when:**
+//!
+//! 1. **The holder does not look in time.** Its local deadline passed but
+//!    it went on working: it never checked `is_lost()` / `lost()`, or it
+//!    checked, then was paused (a GC or scheduler stall, SIGSTOP, a VM
+//!    migration, a slow disk) past the deadline before the write the check
+//!    was meant to protect. No lock client can close this window: any
+//!    check can be followed by a pause.
+//! 2. **The server lost the write.** A failover promoted a replica that had
+//!    not received the acquire or the last renewal (replication is
+//!    asynchronous; [`min_replica_acks`](crate::ClientBuilder::min_replica_acks)
+//!    narrows the window, it does not close it), a restart came back
+//!    without the key, or someone removed it outside the protocol
+//!    (`redbell unlock`, `DEL`, `FLUSHDB`, eviction under `maxmemory`).
+//!    Also of this kind: on Redis Cluster, the client re-sends a request
+//!    after a redirection or a reconnect, so a shortening `extend` whose
+//!    connection broke may be applied after a later renewal was confirmed.
+//! 3. **The clocks break (b):** the server's clock runs more than the
+//!    margin faster than ours, or jumps forward (Redis expires keys by its
+//!    wall clock).
+//!
+//! **Fencing is what protects the resource then.** Every acquisition's
+//! [`fence`](crate::MutexGuard::fence) is strictly greater than every fence
+//! handed out before for the lock name (`max(previous + 1, server time in
+//! µs)`, which stays increasing after a failover that lost the last
+//! increments, as long as the servers' clocks differ by less than a
+//! failover takes). A resource that remembers the highest fence it has
+//! accepted and rejects lower ones refuses the stale holder's writes in
+//! all three cases: the lease makes overlap rare and short, the fence makes
+//! it harmless.
 //!
 //! ## No orphan renewals
 //!
@@ -61,12 +130,15 @@ fn deadline(sent: Instant, lease: Duration) -> Instant {
 /// The local view of one acquisition's lease.
 #[derive(Debug)]
 pub(crate) struct Lease {
-    /// When the latest confirmed acquire, renewal or extend was sent, and the
-    /// deadline it set. Replaced only by a confirmation of a later request,
-    /// so a late reply never undoes a newer one (an `extend` to a shorter
-    /// lease moves the deadline back).
+    /// When the latest acquire, renewal or extend that counts was sent, and
+    /// the deadline it set. Replaced only by a confirmation of a request sent
+    /// no earlier, so a late reply never undoes a newer one; an extend whose
+    /// outcome is unknown moves the deadline earlier (never later) and
+    /// counts as sent. Checked against `lost` under this lock.
     times: StdMutex<Times>,
-    /// Set once, when the lease is known lost; never cleared.
+    /// Set once, when the lease is known lost or its deadline was seen
+    /// passed; never cleared. Set while `times` is locked, except by
+    /// [`Lease::set_lost`], which needs no ordering with the deadline.
     lost: AtomicBool,
     /// Woken when `lost` is set or the deadline moves.
     changed: Notify,
@@ -91,12 +163,36 @@ impl Lease {
         })
     }
 
-    /// Records a successful renewal (or extend) sent at `sent`.
-    pub(crate) fn renewed(&self, sent: Instant, lease: Duration) {
+    fn times(&self) -> StdMutexGuard<'_, Times> {
+        // `Times` is two plain values, consistent whatever panicked.
+        self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the lease is lost, with `times` locked: a deadline seen
+    /// passed sets `lost`, so the answer never turns back to false.
+    fn check(&self, times: &Times) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= times.deadline {
+            self.set_lost();
+            return true;
+        }
+        false
+    }
+
+    /// Records a successful renewal (or extend) sent at `sent`. Returns
+    /// whether the lease is still held: a lease already lost (reported, or
+    /// past its deadline) stays lost and its deadline does not move, however
+    /// late the reply that would have renewed it.
+    pub(crate) fn renewed(&self, sent: Instant, lease: Duration) -> bool {
         {
-            let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+            let mut times = self.times();
+            if self.check(&times) {
+                return false;
+            }
             if sent < times.sent {
-                return; // a newer request was confirmed already
+                return true; // a newer request counts already
             }
             *times = Times {
                 sent,
@@ -104,21 +200,27 @@ impl Lease {
             };
         }
         self.changed.notify_waiters();
+        true
     }
 
-    /// Records an extend to `lease` sent at `sent` whose outcome is unknown
-    /// (or not replicated): the deadline can only move earlier.
+    /// Records an extend to `lease` about to be sent at `sent`, before its
+    /// outcome is known: the server may apply it whatever becomes of the
+    /// reply, so the deadline moves earlier if it is shorter (never later),
+    /// and a renewal sent before it no longer counts (the server applies it
+    /// first, so the extend's expiry is the one that stays).
     pub(crate) fn shortened(&self, sent: Instant, lease: Duration) {
-        let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
-        times.deadline = times.deadline.min(deadline(sent, lease));
+        {
+            let mut times = self.times();
+            times.sent = times.sent.max(sent);
+            times.deadline = times.deadline.min(deadline(sent, lease));
+        }
+        self.changed.notify_waiters(); // `lost` re-plans its sleep
     }
 
     /// The instant after which the key may have expired on the server.
+    #[cfg(test)]
     pub(crate) fn deadline(&self) -> Instant {
-        self.times
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .deadline
+        self.times().deadline
     }
 
     /// Marks the lease lost and wakes everyone waiting on [`Lease::lost`].
@@ -129,8 +231,9 @@ impl Lease {
     }
 
     /// Whether the lease is lost: reported lost, or past its deadline.
+    /// Once true, always true.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire) || Instant::now() >= self.deadline()
+        self.check(&self.times())
     }
 
     /// Resolves once the lease is lost.
@@ -139,18 +242,16 @@ impl Lease {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.lost.load(Ordering::Acquire) {
-                return;
-            }
-            let deadline = self.deadline();
+            let deadline = {
+                let times = self.times();
+                if self.check(&times) {
+                    return;
+                }
+                times.deadline
+            };
             tokio::select! {
                 _ = &mut changed => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    if Instant::now() >= self.deadline() {
-                        self.set_lost();
-                        return;
-                    }
-                }
+                _ = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
@@ -209,6 +310,9 @@ struct Entry {
     due: Instant,
     /// `WAIT` after each renewal, as for the acquire.
     replication: Option<Replication>,
+    /// No renewal falls due at or after this instant (`max_hold` after the
+    /// acquire was sent); `None`: renewed as long as the guard lives.
+    hold_until: Option<Instant>,
 }
 
 impl Shared {
@@ -248,8 +352,10 @@ impl Renewer {
         lease: Arc<Lease>,
         sent: Instant,
         replication: Option<Replication>,
+        max_hold: Option<Duration>,
     ) -> Renewal {
         let due = sent + self.shared.every;
+        let hold_until = max_hold.and_then(|hold| sent.checked_add(hold));
         let id = {
             let mut state = self.shared.lock();
             let id = state.next_id;
@@ -262,6 +368,7 @@ impl Renewer {
                     lease,
                     due,
                     replication,
+                    hold_until,
                 },
             );
             state.queue.insert((due, id));
@@ -307,14 +414,26 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                     break;
                 }
                 state.queue.pop_first();
-                if let Some(entry) = state.entries.get(&id) {
-                    batch.push((
-                        id,
-                        entry.keys.clone(),
-                        entry.token.clone(),
-                        entry.replication,
-                    ));
+                let Some(entry) = state.entries.get(&id) else {
+                    continue;
+                };
+                if entry.lease.is_lost() {
+                    state.entries.remove(&id); // never renew a lost lease
+                    continue;
                 }
+                if entry.hold_until.is_some_and(|until| entry.due >= until) {
+                    // Held for its maximum: the lease runs out, and `lost`
+                    // fires at its deadline.
+                    tracing::debug!(lock = %entry.keys.name, "maximum hold reached; renewal stopped");
+                    state.entries.remove(&id);
+                    continue;
+                }
+                batch.push((
+                    id,
+                    entry.keys.clone(),
+                    entry.token.clone(),
+                    entry.replication,
+                ));
             }
             batch
         };
@@ -338,13 +457,15 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 };
                 let verdict = outcome.get(i).and_then(|o| o.as_ref().ok()).copied();
                 let keep = match verdict {
+                    // A confirmation that arrives after the lease was lost
+                    // (by deadline, or by `extend`) does not revive it.
+                    Some(Owned::Ours) if !entry.lease.renewed(sent, shared.lease) => false,
                     Some(Owned::Ours) => {
-                        entry.lease.renewed(sent, shared.lease);
                         entry.due = sent + shared.every;
                         true
                     }
                     Some(Owned::Theirs | Owned::Gone) => false,
-                    None if Instant::now() >= entry.lease.deadline() => false,
+                    None if entry.lease.is_lost() => false,
                     None => {
                         entry.due = Instant::now() + retry;
                         true
@@ -401,6 +522,66 @@ mod tests {
             lease.deadline(),
             deadline(extend_sent, Duration::from_secs(1))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_renewal_does_not_revive_a_lost_lease() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(1));
+        let renewal_sent = Instant::now() + Duration::from_millis(300);
+        tokio::time::advance(Duration::from_millis(400)).await;
+        lease.set_lost(); // e.g. another renewal found the key taken
+        let before = lease.deadline();
+        lease.renewed(renewal_sent, Duration::from_secs(1));
+        assert_eq!(lease.deadline(), before, "a lost lease was renewed");
+        assert!(lease.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn is_lost_never_turns_back_to_false() {
+        let t0 = Instant::now();
+        let lease = Lease::new(t0, Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(lease.is_lost(), "past the deadline");
+        // A renewal sent before the deadline, confirmed after it.
+        lease.renewed(t0 + Duration::from_millis(500), Duration::from_secs(1));
+        assert!(lease.is_lost(), "is_lost() turned back to false");
+        tokio::time::timeout(Duration::from_millis(1), lease.lost())
+            .await
+            .expect("lost() resolves at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_extend_of_unknown_outcome_outranks_earlier_renewals() {
+        let t0 = Instant::now();
+        let lease = Lease::new(t0, Duration::from_secs(30));
+        let renewal_sent = t0 + Duration::from_millis(10);
+        tokio::time::advance(Duration::from_millis(20)).await;
+        let extend_sent = Instant::now();
+        lease.shortened(extend_sent, Duration::from_secs(1)); // reply never seen
+        // The renewal was sent before the extend, so the server applied
+        // the extend after it: its late reply must not undo the extend.
+        lease.renewed(renewal_sent, Duration::from_secs(30));
+        assert_eq!(
+            lease.deadline(),
+            deadline(extend_sent, Duration::from_secs(1))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shortened_deadline_wakes_lost() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(60));
+        let waiter = {
+            let lease = lease.clone();
+            tokio::spawn(async move { lease.lost().await })
+        };
+        tokio::task::yield_now().await; // parked until the 60 s deadline
+        let sent = Instant::now();
+        lease.shortened(sent, Duration::from_secs(1));
+        tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("lost() resolves at the shortened deadline")
+            .expect("no panic");
+        assert!(Instant::now() >= deadline(sent, Duration::from_secs(1)));
     }
 
     #[tokio::test]

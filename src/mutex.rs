@@ -51,6 +51,18 @@ impl Mutex {
         Mutex(self.0.with_lease(lease))
     }
 
+    /// For this lock, stops renewing a guard's lease once the guard has
+    /// been held for `hold`: the lease then runs out (at most one lease
+    /// later) and [`lost`](MutexGuard::lost) resolves. Overrides the
+    /// client's [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold),
+    /// which explains when to use it. No effect with a fixed lease.
+    ///
+    /// A zero `hold`, or one over [`MAX_LEASE`](crate::MAX_LEASE), makes
+    /// every later call fail with [`Error::InvalidLease`].
+    pub fn max_hold(self, hold: Duration) -> Mutex {
+        Mutex(self.0.with_max_hold(hold))
+    }
+
     /// For this lock, waits after each acquire, extend and renewal until
     /// `replicas` replicas acknowledged the write (at most `timeout`); an
     /// acquisition fewer replicas acknowledged is given up and reported as
@@ -146,7 +158,23 @@ guard_api!(
     ///
     /// Release it with [`unlock`](MutexGuard::unlock) to learn whether the
     /// lock was still ours. Dropping the guard releases the lock in the
-    /// background.
+    /// background (see [Shutting down](crate::Client#shutting-down)).
+    ///
+    /// # When two holders can coexist
+    ///
+    /// While [`is_lost`](MutexGuard::is_lost) is false, no other client
+    /// holds the lock: the guard's local deadline never trails the key's
+    /// expiry on the server, whatever happened to a reply or a cancelled
+    /// call. Two holders can coexist only when (1) a holder goes on working
+    /// past its deadline without looking (it never checked, or was paused
+    /// between its check and its write), (2) the server lost the write (a
+    /// failover to a replica that did not have it, a restart, the key
+    /// deleted from outside), or (3) the server's clock runs more than 1%
+    /// faster than the client's, or jumps. What protects the resource then
+    /// is the [fence](MutexGuard::fence): have the resource reject writes
+    /// carrying a fence lower than the highest it has seen. The argument
+    /// is written out once, in the section "When can two holders coexist?"
+    /// of the `lease` module's docs (`src/lease.rs`).
     MutexGuard,
     "The fencing token of this acquisition: strictly greater than every fence \
      handed out before for this lock name, by any client. Pass it to the storage \

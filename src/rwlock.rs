@@ -81,6 +81,16 @@ impl RwLock {
         }
     }
 
+    /// Stops renewing the lease of every read and write hold through this
+    /// handle once it has been held for `hold`; see
+    /// [`Mutex::max_hold`](crate::Mutex::max_hold).
+    pub fn max_hold(self, hold: Duration) -> RwLock {
+        RwLock {
+            read: self.read.with_max_hold(hold),
+            write: self.write.with_max_hold(hold),
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.read.name()

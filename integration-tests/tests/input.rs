@@ -141,9 +141,13 @@ async fn sub_millisecond_leases_round_up() {
         .expect("a 5.0003 s lease");
     let ttl = pttl(&mut conn, &lock_key(&name2)).await;
     assert!(ttl > 0 && ttl <= 5001, "pttl {ttl}");
-    g.extend(Duration::from_nanos(1))
-        .await
-        .expect("extend by 1 ns");
+    // 1 ms on the server; the lease is over by the time the reply is read,
+    // so the guard may already call it lost.
+    let r = g.extend(Duration::from_nanos(1)).await;
+    assert!(
+        matches!(r, Ok(()) | Err(redbell::Error::NotHeld)),
+        "extend by 1 ns: {r:?}"
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
         !exists(&mut conn, &lock_key(&name2)).await,

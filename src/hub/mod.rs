@@ -87,7 +87,7 @@ impl Drop for Registration {
             }
         }
         if self.queued && !self.acquired && self.keys.kind != Kind::Read {
-            let _ = self.shared.background.send(Work::PassOn {
+            self.shared.background.send(Work::PassOn {
                 keys: self.keys.clone(),
                 member: std::mem::take(&mut self.member),
             });

@@ -164,7 +164,7 @@ impl Shared {
             None if standby.is_some() => {} // nothing was granted to the gone waiter
             None => {
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
-                let _ = self.background.send(Work::PassOn {
+                self.background.send(Work::PassOn {
                     keys: entry.keys.clone(),
                     member,
                 });
