@@ -24,9 +24,9 @@ pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use fair::FairMutex;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN};
+pub use mutex::{Mutex, MutexGuard};
 /// The redis-rs crate redbell is built on, whose error type
 /// [`Error::Redis`] carries.
 pub use redis;
-pub use mutex::{Mutex, MutexGuard};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
