@@ -307,13 +307,13 @@ impl ClientBuilder {
             lease_ms(d)?;
         }
         self.max_hold.map(lease_ms).transpose()?;
-        if let Some(replication) = self.replication {
-            if Duration::from_millis(replication.timeout_ms) >= self.response_timeout {
-                return Err(Error::InvalidLease {
-                    duration: Duration::from_millis(replication.timeout_ms),
-                    reason: "the WAIT timeout must be shorter than the response timeout",
-                });
-            }
+        if let Some(replication) = self.replication
+            && Duration::from_millis(replication.timeout_ms) >= self.response_timeout
+        {
+            return Err(Error::InvalidLease {
+                duration: Duration::from_millis(replication.timeout_ms),
+                reason: "the WAIT timeout must be shorter than the response timeout",
+            });
         }
         // A renewal sent at or after the local deadline could never keep
         // the lease: it would be lost before its first renewal.
