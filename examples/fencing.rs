@@ -56,5 +56,7 @@ async fn main() -> Result<(), redbell::Error> {
     assert_eq!(storage.value, "written by B");
     assert!(matches!(a.unlock().await, Err(redbell::Error::NotHeld)));
     b.unlock().await?;
+    // Let the releases still queued in the background finish first.
+    client.shutdown().await?;
     Ok(())
 }

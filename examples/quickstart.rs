@@ -36,5 +36,7 @@ async fn main() -> Result<(), redbell::Error> {
     println!("holder:  unlocked");
     waiter.await.expect("waiter task panicked")?;
     println!("hand-off within {:?} of the unlock", released.elapsed());
+    // Let the releases still queued in the background finish first.
+    client.shutdown().await?;
     Ok(())
 }

@@ -54,5 +54,7 @@ async fn main() -> Result<(), redbell::Error> {
         most_readers.load(Ordering::SeqCst),
         started.elapsed()
     );
+    // Let the releases still queued in the background finish first.
+    client.shutdown().await?;
     Ok(())
 }

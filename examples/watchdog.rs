@@ -71,5 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(guard.is_lost());
     // Unlocking a lost lock reports it: nothing of ours was deleted.
     assert!(matches!(guard.unlock().await, Err(redbell::Error::NotHeld)));
+    // Let the releases still queued in the background finish first.
+    client.shutdown().await?;
     Ok(())
 }
