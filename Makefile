@@ -17,7 +17,7 @@ export REDBELL_TEST_PORT
 
 WITH_REDIS := scripts/with-redis.sh
 
-.PHONY: test demo bench lint doc redis-up redis-down build
+.PHONY: test demo bench soak lint doc redis-up redis-down build
 
 build:
 	cargo build --workspace --all-targets
@@ -33,6 +33,12 @@ test:
 
 demo:
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare
+
+# Seeded fault-injection soak; SOAK_SECS (default 120), SOAK_SEED (default
+# random, printed) and SOAK_TOPOLOGY (only `single` for now) pass through
+# the environment. Report: target/soak/report.json.
+soak:
+	$(WITH_REDIS) cargo run --release -p redbell-bench -- soak
 
 bench:
 	@set -euo pipefail; \
