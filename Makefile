@@ -29,7 +29,9 @@ test:
 	  cargo test --workspace --doc && \
 	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \
-	  ./target/debug/redbell-bench bench --quick --out target/bench-quick'
+	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
+	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
+	  SOAK_SECS=20 ./target/debug/redbell-bench soak'
 
 demo:
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare

@@ -13,7 +13,8 @@
 //!    lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
 //!    lease renewed by the library. Each critical section writes the
 //!    guard's fence to a fence-checked store (a Lua script on the key
-//!    `soak:{LOCK}:store`) and holds a few ms.
+//!    `soak:{LOCK}:store`) on entry, holds a few ms, and writes again on
+//!    the way out (where a holder paused past its lease must be rejected).
 //! 3. Every 1–2 s one fault (`faults.rs`): SIGKILL a worker (a new one
 //!    replaces it), SIGSTOP one past its lease then SIGCONT, `CLIENT KILL
 //!    TYPE normal`, `CLIENT KILL TYPE pubsub`, `CLIENT PAUSE 300 ALL`. Each

@@ -6,8 +6,9 @@
 //! Every critical section of a worker has a sequence number `seq` and up to
 //! four records: `wait` when it calls `lock()` (`start_us`), `acquired` when
 //! the call returned (`start_us` = wait start, `end_us` = got the lock, with
-//! the guard's `fence`), `write` around the fence-checked store write
-//! (`outcome` = `accepted` / `rejected` / `error:KIND`) and `hold` just
+//! the guard's `fence`), `write` around each fence-checked store write (one
+//! on entry, one on the way out; `outcome` = `accepted` / `rejected` /
+//! `error:KIND`) and `hold` just
 //! before `unlock()` (`start_us` = got the lock, `end_us` = about to
 //! unlock). A failed `lock()` or `unlock()` is an `error` record whose
 //! `outcome` is `lock:KIND` or `unlock:KIND`.
@@ -23,7 +24,7 @@
 //!   than that of a write accepted before it started.
 //! - **Unexplained overlaps = 0**: two holds of one lock that intersect are
 //!   allowed only if one side's worker was SIGSTOPped for longer than the
-//!   lease during its hold; that side's write must then not have been
+//!   lease during its hold; that side's last write must then not have been
 //!   accepted after the other side's write (a stale write). Its write being
 //!   accepted *before* the successor's first write is what fencing cannot
 //!   catch; it is counted, not a violation.
@@ -223,7 +224,9 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 end,
             });
         }
-        let write = find(Event::Write).map(|w| {
+        // The section's writes; the hold is judged by its last one.
+        let mut write = None;
+        for w in recs.iter().filter(|r| r.event == Event::Write) {
             let outcome = w.outcome.clone().unwrap_or_default();
             let end = w.end_us.unwrap_or(w.start_us);
             if outcome == "accepted" {
@@ -233,8 +236,10 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     w.fence.unwrap_or(0),
                 ));
             }
-            (w.start_us, end, outcome)
-        });
+            if write.as_ref().is_none_or(|(s, _, _)| w.start_us >= *s) {
+                write = Some((w.start_us, end, outcome));
+            }
+        }
         if let Some(a) = acquired {
             let start = a.end_us.unwrap_or(a.start_us);
             let end = find(Event::Hold)

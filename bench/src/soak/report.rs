@@ -54,7 +54,7 @@ impl Report {
             "0".into(),
         ));
         rows.push((
-            "overlapping holds, explained by a SIGSTOP past the lease".into(),
+            "overlapping hold pairs, explained by a SIGSTOP past the lease".into(),
             v.overlaps_explained.to_string(),
             String::new(),
         ));
@@ -64,7 +64,7 @@ impl Report {
             "(what fencing cannot catch)".into(),
         ));
         rows.push((
-            "overlapping holds, unexplained".into(),
+            "overlapping hold pairs, unexplained".into(),
             v.overlaps_unexplained.to_string(),
             "0".into(),
         ));

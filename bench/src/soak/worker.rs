@@ -1,6 +1,6 @@
 //! One soak worker process (the hidden `soak-worker` subcommand): takes its
 //! lock over and over until told to stop, writes the guard's fence to the
-//! fence-checked store inside each critical section, and logs every wait,
+//! fence-checked store on entering and on leaving each critical section, and logs every wait,
 //! acquisition, write and hold as a JSON line (see `checker.rs`).
 
 use std::fs::File;
@@ -200,21 +200,13 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         let fence = guard.fence();
         log.put(Event::Acquired, seq, Some(fence), (wait, Some(got)), None);
 
-        let w0 = now_us();
-        let res: Result<i64, _> = script.key(&key).arg(fence).invoke_async(&mut conn).await;
-        let outcome = match res {
-            Ok(1) => "accepted".to_owned(),
-            Ok(_) => "rejected".to_owned(),
-            Err(e) => format!("error:{:?}", e.kind()),
-        };
-        log.put(
-            Event::Write,
-            seq,
-            Some(fence),
-            (w0, Some(now_us())),
-            Some(outcome.clone()),
-        );
+        // Write once on entry and once on the way out: a holder paused in
+        // between (past its lease) comes back with a stale fence, which the
+        // store must reject.
+        let first = write(&script, &key, fence, &mut conn, &mut log, seq).await;
         tokio::time::sleep(hold).await;
+        let last = write(&script, &key, fence, &mut conn, &mut log, seq).await;
+        let outcome = if first == "accepted" { last } else { first };
         log.put(
             Event::Hold,
             seq,
@@ -236,6 +228,32 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Ok(())
+}
+
+/// One fence-checked store write, logged; returns its outcome.
+async fn write(
+    script: &redis::Script,
+    key: &str,
+    fence: u64,
+    conn: &mut ConnectionManager,
+    log: &mut Log,
+    seq: u64,
+) -> String {
+    let start = now_us();
+    let res: Result<i64, _> = script.key(key).arg(fence).invoke_async(conn).await;
+    let outcome = match res {
+        Ok(1) => "accepted".to_owned(),
+        Ok(_) => "rejected".to_owned(),
+        Err(e) => format!("error:{:?}", e.kind()),
+    };
+    log.put(
+        Event::Write,
+        seq,
+        Some(fence),
+        (start, Some(now_us())),
+        Some(outcome.clone()),
+    );
+    outcome
 }
 
 fn stopped(stop_file: &Path) -> bool {
