@@ -17,7 +17,7 @@ export REDBELL_TEST_PORT
 
 WITH_REDIS := scripts/with-redis.sh
 
-.PHONY: test demo bench lint doc redis-up redis-down build
+.PHONY: test demo bench soak lint doc redis-up redis-down build
 
 build:
 	cargo build --workspace --all-targets
@@ -29,10 +29,18 @@ test:
 	  cargo test --workspace --doc && \
 	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \
-	  ./target/debug/redbell-bench bench --quick --out target/bench-quick'
+	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
+	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
+	  SOAK_SECS=20 ./target/debug/redbell-bench soak'
 
 demo:
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare
+
+# Seeded fault-injection soak; SOAK_SECS (default 120), SOAK_SEED (default
+# random, printed) and SOAK_TOPOLOGY (only `single` for now) pass through
+# the environment. Report: target/soak/report.json.
+soak:
+	$(WITH_REDIS) cargo run --release -p redbell-bench -- soak
 
 bench:
 	@set -euo pipefail; \

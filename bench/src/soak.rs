@@ -1,0 +1,209 @@
+//! `redbell-bench soak` (`make soak`): library workers in separate OS
+//! processes contend for a few locks while a seeded schedule injects faults
+//! into them and into Redis; at the end a checker over the workers' logs
+//! proves the bounds held, or names the seed and the first offending
+//! interval.
+//!
+//! # A run
+//!
+//! 1. The seed (`--seed` / `SOAK_SEED`, random by default) is printed first:
+//!    passing it again replays the same fault schedule (`plan.rs`).
+//! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers)
+//!    start as copies of this executable (`soak-worker`, `worker.rs`), one
+//!    lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
+//!    lease renewed by the library. Each critical section writes the
+//!    guard's fence to a fence-checked store (a Lua script on the key
+//!    `soak:{LOCK}:store`) on entry, holds a few ms, and writes again on
+//!    the way out (where a holder paused past its lease must be rejected).
+//! 3. Every 1–2 s one fault (`faults.rs`): SIGKILL a worker (a new one
+//!    replaces it), SIGSTOP one past its lease then SIGCONT, `CLIENT KILL
+//!    TYPE normal`, `CLIENT KILL TYPE pubsub`, `CLIENT PAUSE 300 ALL`. Each
+//!    is printed with its time.
+//! 4. After `--secs` the workers are told to stop (a stop file) and given
+//!    time; once the leases and the waiter-queue entries (2 s grace) have
+//!    run out, the lock keys left in Redis are
+//!    counted (`SCAN`; the fence counters, which outlive locks by design,
+//!    and the store keys are deleted).
+//! 5. The checker (`checker.rs`) reads the logs; `report.rs` prints the
+//!    table and writes `report.json` under `--out`. Exit 1 if a bound broke.
+//!
+//! # Not covered yet
+//!
+//! Redis restarts, Sentinel failovers, Cluster topologies, network faults
+//! through a proxy (partitions, half-open connections), `redbell run`
+//! workers and `RwLock` readers.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+
+use crate::fail::{EX_FAILURE, EX_USAGE, Failure};
+
+mod checker;
+mod faults;
+mod plan;
+mod report;
+mod worker;
+
+pub use worker::{WorkerArgs, run as worker};
+
+use faults::Pool;
+use plan::{LEASE, WORKERS_PER_KIND, WorkerKind};
+use report::Report;
+
+/// How long after the leases the soak waits for the lock keys to expire:
+/// the library's waiter-queue entries outlive a park by 2 s, plus margin.
+const KEY_GRACE: Duration = Duration::from_millis(3000);
+
+/// Options of `redbell-bench soak`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakArgs {
+    /// How long to inject faults, in seconds.
+    #[arg(long, env = "SOAK_SECS", default_value_t = 120)]
+    pub secs: u64,
+
+    /// The fault schedule's seed (random if absent; printed either way).
+    #[arg(long, env = "SOAK_SEED")]
+    pub seed: Option<u64>,
+
+    /// The Redis topology: only `single` (the server at --url) for now.
+    #[arg(long, env = "SOAK_TOPOLOGY", default_value = "single")]
+    pub topology: String,
+
+    /// How long each critical section holds its lock, in ms.
+    #[arg(long, default_value_t = 5)]
+    pub hold_ms: u64,
+
+    /// Where the logs and report.json go.
+    #[arg(long, default_value = "target/soak")]
+    pub out: PathBuf,
+}
+
+/// `redbell-bench soak`.
+pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
+    if args.topology != "single" {
+        return Err(Failure::new(
+            EX_USAGE,
+            format!(
+                "SOAK_TOPOLOGY={:?} is not supported yet (only `single`)",
+                args.topology
+            ),
+        ));
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        plan::Rng::new(worker::now_us() ^ u64::from(std::process::id())).next_u64()
+    });
+    println!(
+        "soak: seed {seed} (replay with SOAK_SEED={seed}), {} s, topology single",
+        args.secs
+    );
+    let schedule = plan::schedule(seed, args.secs);
+
+    let dir = args.out.join("logs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot create {}: {e}", dir.display())))?;
+    let client = redis::Client::open(url).map_err(|e| Failure::redis(url, "bad Redis URL", &e))?;
+    let mut conn = ConnectionManager::new(client)
+        .await
+        .map_err(|e| Failure::redis(url, "cannot connect to Redis", &e))?;
+
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.name());
+    let mut pool = Pool::new(url, &dir, args.hold_ms)?;
+    for kind in WorkerKind::ALL {
+        for _ in 0..WORKERS_PER_KIND {
+            pool.spawn(kind, &lock_of(kind))?;
+        }
+    }
+
+    let t0 = Instant::now();
+    let end = Duration::from_secs(args.secs);
+    let mut next = schedule.iter().peekable();
+    while t0.elapsed() < end {
+        pool.continue_due(false);
+        if let Some(p) = next.next_if(|p| p.at <= t0.elapsed()) {
+            let line = pool.inject(p, &mut conn).await?;
+            println!("[{:>7.3} s] {line}", t0.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    println!("soak: stopping the workers");
+    let late = pool.stop(LEASE * 4 + Duration::from_secs(2)).await?;
+    // Leases run out, and so do the waiter-queue entries of killed waiters
+    // (they outlive a park by a 2 s grace).
+    tokio::time::sleep(LEASE + KEY_GRACE).await;
+    let mut keys_left = Vec::new();
+    let mut fence_keys = Vec::new();
+    for kind in WorkerKind::ALL {
+        let lock = lock_of(kind);
+        let found: Vec<String> = scan(&mut conn, &format!("redbell:{{{lock}}}*"))
+            .await
+            .map_err(|e| Failure::redis(url, "SCAN", &e))?;
+        for key in found {
+            if key.ends_with(":fence") {
+                fence_keys.push(key);
+            } else {
+                keys_left.push(key);
+            }
+        }
+        fence_keys.push(worker::store_key(&lock));
+    }
+    let _: redis::RedisResult<i64> = conn.del(&fence_keys).await;
+
+    let mut records = Vec::new();
+    let entries = std::fs::read_dir(&dir)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot read {}: {e}", dir.display())))?;
+    for entry in entries.flatten() {
+        if entry.path().extension().is_some_and(|x| x == "jsonl") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            records.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<checker::Record>(l).ok()),
+            );
+        }
+    }
+    let lease_us = LEASE.as_micros() as u64;
+    let verdict = checker::check(&records, &pool.faults, lease_us);
+    let report = Report {
+        seed,
+        secs: args.secs,
+        topology: args.topology.clone(),
+        lease_ms: LEASE.as_millis() as u64,
+        workers_not_stopping: late,
+        keys_left,
+        verdict,
+        faults: std::mem::take(&mut pool.faults),
+    };
+    println!("\n{}", report.table());
+    report.write(&args.out)?;
+    println!("soak: report in {}", args.out.join("report.json").display());
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(report.failure())
+    }
+}
+
+async fn scan(conn: &mut ConnectionManager, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        out.extend(keys);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}

@@ -1,0 +1,551 @@
+//! The soak's verdict: a pure function from the workers' log records and
+//! the injected faults to the numbers of the report and the broken bounds.
+//!
+//! # What the workers log (one JSON object a line, wall clock µs)
+//!
+//! Every critical section of a worker has a sequence number `seq` and up to
+//! four records: `wait` when it calls `lock()` (`start_us`), `acquired` when
+//! the call returned (`start_us` = wait start, `end_us` = got the lock, with
+//! the guard's `fence`), `write` around each fence-checked store write (one
+//! on entry, one on the way out; `outcome` = `accepted` / `rejected` /
+//! `error:KIND`) and `hold` just
+//! before `unlock()` (`start_us` = got the lock, `end_us` = about to
+//! unlock). A failed `lock()` or `unlock()` is an `error` record whose
+//! `outcome` is `lock:KIND` or `unlock:KIND`.
+//!
+//! A recorded hold lies inside the real one (it starts after Redis granted
+//! the lock and ends before the release was sent), so two recorded holds
+//! that intersect did overlap in Redis. A SIGKILLed worker's open wait or
+//! hold ends at its kill.
+//!
+//! # The bounds
+//!
+//! - **Stale writes accepted = 0**: an accepted write whose fence is lower
+//!   than that of a write accepted before it started.
+//! - **Unexplained overlaps = 0**: two holds of one lock that intersect are
+//!   allowed only if one side's worker was SIGSTOPped for longer than the
+//!   lease during its hold; that side's last write must then not have been
+//!   accepted after the other side's write (a stale write). Its write being
+//!   accepted *before* the successor's first write is what fencing cannot
+//!   catch; it is counted, not a violation.
+//! - **Longest free wait ≤ 1 s** (lease + 1 s right after a SIGKILL or
+//!   SIGSTOP of the holder): for each gap between the end of the holds of
+//!   one lock and the next start, the time the lock sat free while a live
+//!   waiter (not stopped) was waiting.
+//! - **Stranded waiters = 0**: a wait with no end after the workers were
+//!   told to stop and given time.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+/// One line of a worker's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub worker: String,
+    pub kind: String,
+    pub lock: String,
+    pub event: Event,
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    pub start_us: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Wait,
+    Acquired,
+    Write,
+    Hold,
+    Error,
+}
+
+/// The faults the soak injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    Sigkill,
+    Sigstop,
+    ClientKillNormal,
+    ClientKillPubsub,
+    ClientPause,
+}
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Sigkill => "SIGKILL worker",
+            FaultKind::Sigstop => "SIGSTOP worker past its lease",
+            FaultKind::ClientKillNormal => "CLIENT KILL TYPE normal",
+            FaultKind::ClientKillPubsub => "CLIENT KILL TYPE pubsub",
+            FaultKind::ClientPause => "CLIENT PAUSE 300 ALL",
+        }
+    }
+}
+
+/// One injected fault; `until_us` is when a stopped worker was continued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    pub at_us: u64,
+    pub kind: FaultKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_us: Option<u64>,
+}
+
+/// The free-wait bound without a holder fault, and the slack added to the
+/// lease after one.
+pub const FREE_WAIT_BOUND_US: u64 = 1_000_000;
+
+/// A broken bound: what, and the first offending interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub bound: String,
+    pub lock: String,
+    pub start_us: u64,
+    pub end_us: u64,
+    pub detail: String,
+}
+
+/// The checker's result.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    pub acquisitions: BTreeMap<String, u64>,
+    pub faults: BTreeMap<String, u64>,
+    pub writes_accepted: u64,
+    pub writes_rejected: u64,
+    pub stale_writes_accepted: u64,
+    pub overlaps_explained: u64,
+    pub overlaps_unexplained: u64,
+    pub late_writes_before_successor: u64,
+    pub longest_free_wait_us: u64,
+    pub longest_free_wait_after_fault_us: u64,
+    pub stranded_waiters: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub violations: Vec<Violation>,
+}
+
+#[derive(Debug, Clone)]
+struct Hold {
+    worker: String,
+    start: u64,
+    end: u64,
+    write: Option<(u64, u64, String)>,
+}
+
+#[derive(Debug, Clone)]
+struct Wait {
+    worker: String,
+    start: u64,
+    end: Option<u64>,
+}
+
+/// Checks the records of a run against its faults; `lease_us` is the
+/// workers' lease.
+pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
+    let mut v = Verdict::default();
+    for f in faults {
+        *v.faults.entry(f.kind.name().to_owned()).or_default() += 1;
+    }
+    let killed: HashMap<&str, u64> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::Sigkill)
+        .filter_map(|f| Some((f.worker.as_deref()?, f.at_us)))
+        .collect();
+    let stops: Vec<(&str, u64, u64)> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::Sigstop)
+        .filter_map(|f| {
+            Some((
+                f.worker.as_deref()?,
+                f.at_us,
+                f.until_us.unwrap_or(u64::MAX),
+            ))
+        })
+        .collect();
+    let stopped_in = |worker: &str, a: u64, b: u64| -> Vec<(u64, u64)> {
+        stops
+            .iter()
+            .filter(|(w, s, u)| *w == worker && *s <= b && *u >= a)
+            .map(|&(_, s, u)| (s, u))
+            .collect()
+    };
+
+    // Index the records of each (worker, seq).
+    let mut by_seq: BTreeMap<(&str, u64), Vec<&Record>> = BTreeMap::new();
+    for r in records {
+        by_seq.entry((&r.worker, r.seq)).or_default().push(r);
+        match r.event {
+            Event::Acquired => *v.acquisitions.entry(r.kind.clone()).or_default() += 1,
+            Event::Error => {
+                let kind = r.outcome.clone().unwrap_or_else(|| "unknown".into());
+                *v.errors.entry(kind).or_default() += 1;
+            }
+            Event::Write => match r.outcome.as_deref() {
+                Some("accepted") => v.writes_accepted += 1,
+                Some("rejected") => v.writes_rejected += 1,
+                other => {
+                    let kind = format!("write:{}", other.unwrap_or("unknown"));
+                    *v.errors.entry(kind).or_default() += 1;
+                }
+            },
+            _ => {}
+        }
+    }
+
+    let mut holds: BTreeMap<String, Vec<Hold>> = BTreeMap::new();
+    let mut waits: BTreeMap<String, Vec<Wait>> = BTreeMap::new();
+    let mut writes: BTreeMap<String, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    for ((worker, _), recs) in &by_seq {
+        let find = |e: Event| recs.iter().find(|r| r.event == e);
+        let kill = killed.get(worker).copied();
+        let lock = recs[0].lock.clone();
+        let acquired = find(Event::Acquired);
+        if let Some(w) = find(Event::Wait) {
+            let lock_err = recs.iter().find(|r| {
+                r.event == Event::Error
+                    && r.outcome.as_deref().is_some_and(|o| o.starts_with("lock:"))
+            });
+            let end = acquired
+                .and_then(|a| a.end_us)
+                .or_else(|| lock_err.and_then(|e| e.end_us))
+                .or(kill.filter(|&k| k >= w.start_us));
+            waits.entry(lock.clone()).or_default().push(Wait {
+                worker: worker.to_string(),
+                start: w.start_us,
+                end,
+            });
+        }
+        // The section's writes; the hold is judged by its last one.
+        let mut write = None;
+        for w in recs.iter().filter(|r| r.event == Event::Write) {
+            let outcome = w.outcome.clone().unwrap_or_default();
+            let end = w.end_us.unwrap_or(w.start_us);
+            if outcome == "accepted" {
+                writes.entry(lock.clone()).or_default().push((
+                    w.start_us,
+                    end,
+                    w.fence.unwrap_or(0),
+                ));
+            }
+            if write.as_ref().is_none_or(|(s, _, _)| w.start_us >= *s) {
+                write = Some((w.start_us, end, outcome));
+            }
+        }
+        if let Some(a) = acquired {
+            let start = a.end_us.unwrap_or(a.start_us);
+            let end = find(Event::Hold)
+                .and_then(|h| h.end_us)
+                .or(kill.filter(|&k| k >= start))
+                .unwrap_or(start);
+            holds.entry(lock.clone()).or_default().push(Hold {
+                worker: worker.to_string(),
+                start,
+                end,
+                write,
+            });
+        }
+    }
+
+    // Stale accepted writes: sweep the writes by start, keeping the highest
+    // fence among those that had ended before.
+    for (lock, ws) in &mut writes {
+        let mut by_end = ws.clone();
+        by_end.sort_by_key(|w| w.1);
+        ws.sort_by_key(|w| w.0);
+        let (mut j, mut max) = (0, None::<(u64, u64, u64)>);
+        for &(start, end, fence) in ws.iter() {
+            while j < by_end.len() && by_end[j].1 < start {
+                if max.is_none_or(|m| by_end[j].2 > m.2) {
+                    max = Some(by_end[j]);
+                }
+                j += 1;
+            }
+            if let Some(m) = max.filter(|m| m.2 > fence) {
+                v.stale_writes_accepted += 1;
+                v.violations.push(Violation {
+                    bound: "stale writes accepted = 0".into(),
+                    lock: lock.clone(),
+                    start_us: m.0,
+                    end_us: end,
+                    detail: format!("fence {fence} accepted after fence {} had been", m.2),
+                });
+            }
+        }
+    }
+
+    for (lock, hs) in &mut holds {
+        hs.sort_by_key(|h| h.start);
+        // Overlaps.
+        let mut active: Vec<&Hold> = Vec::new();
+        for h in hs.iter() {
+            active.retain(|a| a.end > h.start);
+            for a in &active {
+                let stopped = |x: &Hold| {
+                    stopped_in(&x.worker, x.start, x.end)
+                        .into_iter()
+                        .any(|(s, u)| u.saturating_sub(s) > lease_us)
+                };
+                let (paused, other) = if stopped(a) {
+                    (*a, h)
+                } else if stopped(h) {
+                    (h, *a)
+                } else {
+                    v.overlaps_unexplained += 1;
+                    v.violations.push(Violation {
+                        bound: "unexplained overlapping holds = 0".into(),
+                        lock: lock.clone(),
+                        start_us: h.start,
+                        end_us: a.end.min(h.end),
+                        detail: format!("{} and {} held it at once", a.worker, h.worker),
+                    });
+                    continue;
+                };
+                v.overlaps_explained += 1;
+                if let Some((ws, _, o)) = &paused.write
+                    && o == "accepted"
+                    && *ws > other.start
+                {
+                    v.late_writes_before_successor += 1;
+                }
+            }
+            active.push(h);
+        }
+
+        // Free time while someone waited.
+        let mut by_worker: BTreeMap<&str, Vec<&Wait>> = BTreeMap::new();
+        for w in waits.get(lock.as_str()).into_iter().flatten() {
+            by_worker.entry(&w.worker).or_default().push(w);
+        }
+        for list in by_worker.values_mut() {
+            list.sort_by_key(|w| w.start);
+        }
+        let mut last: Option<&Hold> = None;
+        for h in hs.iter() {
+            let Some(prev) = last else {
+                last = Some(h);
+                continue;
+            };
+            if h.start > prev.end {
+                let (gap_start, gap_end) = (prev.end, h.start);
+                let mut free = 0;
+                for list in by_worker.values() {
+                    let i = list.partition_point(|w| w.start < gap_end);
+                    let Some(w) = i.checked_sub(1).map(|i| list[i]) else {
+                        continue;
+                    };
+                    if w.end.is_some_and(|e| e < gap_end) {
+                        continue;
+                    }
+                    let mut from = gap_start.max(w.start);
+                    for (_, until) in stopped_in(&w.worker, from, gap_end) {
+                        from = from.max(until);
+                    }
+                    free = free.max(gap_end.saturating_sub(from));
+                }
+                let holder_fault = killed
+                    .get(prev.worker.as_str())
+                    .is_some_and(|&k| k >= prev.start && k <= gap_end)
+                    || !stopped_in(&prev.worker, prev.start, gap_end).is_empty();
+                let bound = if holder_fault {
+                    v.longest_free_wait_after_fault_us =
+                        v.longest_free_wait_after_fault_us.max(free);
+                    lease_us + FREE_WAIT_BOUND_US
+                } else {
+                    v.longest_free_wait_us = v.longest_free_wait_us.max(free);
+                    FREE_WAIT_BOUND_US
+                };
+                if free > bound {
+                    v.violations.push(Violation {
+                        bound: format!(
+                            "lock free while a live waiter waited <= {} ms",
+                            bound / 1000
+                        ),
+                        lock: lock.clone(),
+                        start_us: gap_start,
+                        end_us: gap_end,
+                        detail: format!(
+                            "free {} ms after {} let go, before {} got it",
+                            free / 1000,
+                            prev.worker,
+                            h.worker
+                        ),
+                    });
+                }
+            }
+            if h.end >= prev.end {
+                last = Some(h);
+            }
+        }
+    }
+
+    for (lock, ws) in &waits {
+        for w in ws.iter().filter(|w| w.end.is_none()) {
+            v.stranded_waiters += 1;
+            v.violations.push(Violation {
+                bound: "stranded waiters = 0".into(),
+                lock: lock.clone(),
+                start_us: w.start,
+                end_us: w.start,
+                detail: format!("{} never got the lock nor an error", w.worker),
+            });
+        }
+    }
+    v.violations.sort_by_key(|x| x.start_us);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(
+        worker: &str,
+        event: Event,
+        seq: u64,
+        fence: Option<u64>,
+        start: u64,
+        end: Option<u64>,
+        outcome: Option<&str>,
+    ) -> Record {
+        Record {
+            worker: worker.into(),
+            kind: "mutex".into(),
+            lock: "L".into(),
+            event,
+            seq,
+            fence,
+            start_us: start,
+            end_us: end,
+            outcome: outcome.map(str::to_owned),
+        }
+    }
+
+    /// A full critical section: wait from `w`, hold [a, b], write in it.
+    fn section(
+        worker: &str,
+        seq: u64,
+        fence: u64,
+        w: u64,
+        a: u64,
+        b: u64,
+        outcome: &str,
+    ) -> Vec<Record> {
+        vec![
+            rec(worker, Event::Wait, seq, None, w, None, None),
+            rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
+            rec(
+                worker,
+                Event::Write,
+                seq,
+                Some(fence),
+                a + 1,
+                Some(a + 2),
+                Some(outcome),
+            ),
+            rec(worker, Event::Hold, seq, Some(fence), a, Some(b), None),
+        ]
+    }
+
+    const LEASE: u64 = 1_500_000;
+
+    #[test]
+    fn a_clean_run_passes() {
+        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 5, 1_100, 2_000, "accepted"));
+        let v = check(&r, &[], LEASE);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.acquisitions["mutex"], 2);
+        assert_eq!(v.longest_free_wait_us, 100);
+    }
+
+    #[test]
+    fn reports_a_double_grant() {
+        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 5, 500, 2_000, "accepted"));
+        let v = check(&r, &[], LEASE);
+        assert_eq!(v.overlaps_unexplained, 1);
+        assert_eq!(v.violations[0].bound, "unexplained overlapping holds = 0");
+        assert_eq!(
+            (v.violations[0].start_us, v.violations[0].end_us),
+            (500, 1_000)
+        );
+    }
+
+    #[test]
+    fn an_overlap_of_a_stopped_holder_is_explained() {
+        let mut r = section("a", 1, 10, 0, 10, 3_000_000, "rejected");
+        r.extend(section("b", 1, 11, 5, 2_000_000, 2_100_000, "accepted"));
+        let stop = Fault {
+            at_us: 20,
+            kind: FaultKind::Sigstop,
+            worker: Some("a".into()),
+            until_us: Some(2_900_000),
+        };
+        let v = check(&r, &[stop], LEASE);
+        assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (1, 0));
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+    }
+
+    #[test]
+    fn reports_a_stale_accepted_write() {
+        let mut r = section("a", 1, 20, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 5, 1_100, 2_000, "accepted"));
+        let v = check(&r, &[], LEASE);
+        assert_eq!(v.stale_writes_accepted, 1);
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.bound == "stale writes accepted = 0" && x.end_us == 1_102)
+        );
+    }
+
+    #[test]
+    fn reports_a_stranded_waiter_and_a_long_free_wait() {
+        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
+        r.push(rec("c", Event::Wait, 1, None, 2_500_000, None, None));
+        let v = check(&r, &[], LEASE);
+        assert_eq!(v.stranded_waiters, 1);
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.bound == "stranded waiters = 0" && x.start_us == 2_500_000)
+        );
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.bound.starts_with("lock free") && x.start_us == 1_000)
+        );
+        assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
+    }
+
+    #[test]
+    fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
+        let mut r = vec![
+            rec("a", Event::Wait, 1, None, 0, None, None),
+            rec("a", Event::Acquired, 1, Some(10), 0, Some(10), None),
+            rec("a", Event::Wait, 2, None, 100, None, None),
+        ];
+        r.truncate(2);
+        r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
+        let kill = Fault {
+            at_us: 20,
+            kind: FaultKind::Sigkill,
+            worker: Some("a".into()),
+            until_us: None,
+        };
+        let v = check(&r, &[kill], LEASE);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 20);
+        assert_eq!(v.faults["SIGKILL worker"], 1);
+    }
+}

@@ -1,0 +1,125 @@
+//! The run's plan: the workers to start and the seeded fault schedule.
+//!
+//! Everything random in a soak run comes from one [`Rng`] seeded by
+//! `--seed` / `SOAK_SEED`, so a run's fault schedule (which fault, when, and
+//! which worker slot it hits) is replayed exactly by passing the printed
+//! seed again. What the workers and Redis do in between is not
+//! deterministic; the schedule is.
+
+use std::time::Duration;
+
+use super::checker::FaultKind;
+
+/// A small deterministic PRNG (SplitMix64): good enough to draw faults.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..hi` (`lo` if the range is empty).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            return lo;
+        }
+        lo + self.next_u64() % (hi - lo)
+    }
+}
+
+/// The kinds of library workers and the lock each contends for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkerKind {
+    /// `Mutex` (plain, a newcomer may barge in).
+    Mutex,
+    /// `FairMutex` (FIFO hand-off).
+    Fair,
+    /// `RwLock` writers.
+    RwWrite,
+}
+
+impl WorkerKind {
+    pub const ALL: [WorkerKind; 3] = [WorkerKind::Mutex, WorkerKind::Fair, WorkerKind::RwWrite];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerKind::Mutex => "mutex",
+            WorkerKind::Fair => "fair",
+            WorkerKind::RwWrite => "rw-write",
+        }
+    }
+}
+
+/// How many workers of each kind run at once.
+pub const WORKERS_PER_KIND: usize = 3;
+
+/// The workers' lease (renewed by the library every third of it).
+pub const LEASE: Duration = Duration::from_millis(1500);
+
+/// How long a SIGSTOPped worker stays stopped: past its lease.
+pub const STOP_FOR: Duration = Duration::from_millis(2200);
+
+/// One scheduled fault: when (from the start) and, for a fault aimed at a
+/// worker, the slot it hits (an index into the live workers, taken modulo
+/// their number when it is injected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    pub at: Duration,
+    pub kind: FaultKind,
+    pub slot: usize,
+}
+
+/// The fault schedule of a run of `secs` seconds: one fault every 1–2 s,
+/// none in the first second and the last two (so the end of the run is
+/// calm enough to judge stranded waiters).
+pub fn schedule(seed: u64, secs: u64) -> Vec<Planned> {
+    let mut rng = Rng::new(seed);
+    let kinds = [
+        FaultKind::Sigkill,
+        FaultKind::Sigstop,
+        FaultKind::ClientKillNormal,
+        FaultKind::ClientKillPubsub,
+        FaultKind::ClientPause,
+    ];
+    let end_ms = secs.saturating_mul(1000).saturating_sub(2000);
+    let mut at_ms = 1000 + rng.range(0, 1000);
+    let mut out = Vec::new();
+    while at_ms < end_ms {
+        let kind = kinds[rng.range(0, kinds.len() as u64) as usize];
+        let slot = rng.range(0, 1 << 16) as usize;
+        out.push(Planned {
+            at: Duration::from_millis(at_ms),
+            kind,
+            slot,
+        });
+        at_ms += rng.range(1000, 2001);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_is_replayed_by_its_seed() {
+        assert_eq!(schedule(42, 60), schedule(42, 60));
+        assert_ne!(schedule(42, 60), schedule(43, 60));
+        let s = schedule(7, 60);
+        assert!(s.len() >= 25 && s.len() <= 58, "{}", s.len());
+        assert!(s.windows(2).all(|w| {
+            let gap = w[1].at - w[0].at;
+            gap >= Duration::from_secs(1) && gap <= Duration::from_secs(2)
+        }));
+        assert!(s.last().unwrap().at <= Duration::from_secs(58));
+    }
+}

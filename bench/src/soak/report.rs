@@ -1,0 +1,150 @@
+//! The soak's report: a markdown table on stdout and `report.json`.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::checker::{FREE_WAIT_BOUND_US, Fault, Verdict};
+use crate::fail::{EX_FAILURE, Failure};
+
+/// Everything a run found, as written to `report.json`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub secs: u64,
+    pub topology: String,
+    pub lease_ms: u64,
+    pub workers_not_stopping: Vec<String>,
+    pub keys_left: Vec<String>,
+    pub verdict: Verdict,
+    pub faults: Vec<Fault>,
+}
+
+impl Report {
+    /// Whether every bound held.
+    pub fn passed(&self) -> bool {
+        self.verdict.violations.is_empty()
+            && self.keys_left.is_empty()
+            && self.workers_not_stopping.is_empty()
+    }
+
+    /// The markdown table.
+    pub fn table(&self) -> String {
+        let v = &self.verdict;
+        let ms = |us: u64| format!("{:.0} ms", us as f64 / 1000.0);
+        let mut rows: Vec<(String, String, String)> = Vec::new();
+        for (kind, n) in &v.acquisitions {
+            rows.push((
+                format!("acquisitions: {kind}"),
+                n.to_string(),
+                String::new(),
+            ));
+        }
+        for (kind, n) in &v.faults {
+            rows.push((format!("faults: {kind}"), n.to_string(), String::new()));
+        }
+        rows.push((
+            "store writes accepted / rejected".into(),
+            format!("{} / {}", v.writes_accepted, v.writes_rejected),
+            String::new(),
+        ));
+        rows.push((
+            "stale writes accepted by the store".into(),
+            v.stale_writes_accepted.to_string(),
+            "0".into(),
+        ));
+        rows.push((
+            "overlapping hold pairs, explained by a SIGSTOP past the lease".into(),
+            v.overlaps_explained.to_string(),
+            String::new(),
+        ));
+        rows.push((
+            "paused holder's write accepted before its successor's first write".into(),
+            v.late_writes_before_successor.to_string(),
+            "(what fencing cannot catch)".into(),
+        ));
+        rows.push((
+            "overlapping hold pairs, unexplained".into(),
+            v.overlaps_unexplained.to_string(),
+            "0".into(),
+        ));
+        rows.push((
+            "longest time a lock sat free while a live waiter waited".into(),
+            ms(v.longest_free_wait_us),
+            format!("≤ {}", ms(FREE_WAIT_BOUND_US)),
+        ));
+        rows.push((
+            "the same, right after a SIGKILL/SIGSTOP of the holder".into(),
+            ms(v.longest_free_wait_after_fault_us),
+            format!("≤ {}", ms(self.lease_ms * 1000 + FREE_WAIT_BOUND_US)),
+        ));
+        rows.push((
+            "waiters stranded at the end".into(),
+            v.stranded_waiters.to_string(),
+            "0".into(),
+        ));
+        rows.push((
+            "workers that did not stop when told".into(),
+            self.workers_not_stopping.len().to_string(),
+            "0".into(),
+        ));
+        for (kind, n) in &v.errors {
+            rows.push((format!("errors: {kind}"), n.to_string(), String::new()));
+        }
+        rows.push((
+            "lock keys left in Redis after the leases ran out".into(),
+            self.keys_left.len().to_string(),
+            "0".into(),
+        ));
+        let mut out = String::from("| measure | value | bound |\n|---|---:|---|\n");
+        for (m, val, b) in rows {
+            out.push_str(&format!("| {m} | {val} | {b} |\n"));
+        }
+        out
+    }
+
+    /// Writes `report.json` under `dir`.
+    pub fn write(&self, dir: &Path) -> Result<(), Failure> {
+        let path = dir.join("report.json");
+        let json = serde_json::to_string_pretty(self)
+            .map_err(|e| Failure::new(EX_FAILURE, format!("report: {e}")))?;
+        std::fs::write(&path, json)
+            .map_err(|e| Failure::new(EX_FAILURE, format!("cannot write {}: {e}", path.display())))
+    }
+
+    /// The failure naming the seed and the first offending interval.
+    pub fn failure(&self) -> Failure {
+        let first = self.verdict.violations.first().map_or_else(
+            || {
+                if self.keys_left.is_empty() {
+                    format!(
+                        "workers did not stop: {}",
+                        self.workers_not_stopping.join(", ")
+                    )
+                } else {
+                    format!("lock keys left in Redis: {}", self.keys_left.join(", "))
+                }
+            },
+            |x| {
+                format!(
+                    "{} broken on {} in [{}, {}] µs ({} ms long): {}",
+                    x.bound,
+                    x.lock,
+                    x.start_us,
+                    x.end_us,
+                    x.end_us.saturating_sub(x.start_us) / 1000,
+                    x.detail
+                )
+            },
+        );
+        Failure::new(
+            EX_FAILURE,
+            format!(
+                "soak failed (seed {}, replay with SOAK_SEED={}): {} violations; first: {first}",
+                self.seed,
+                self.seed,
+                self.verdict.violations.len()
+            ),
+        )
+    }
+}
