@@ -17,6 +17,10 @@ export REDBELL_TEST_PORT
 
 WITH_REDIS := scripts/with-redis.sh
 
+# Test-only features: the TLS tests (tests/tls.rs, redbell's tls-rustls
+# against servers of scripts/redis/tls.sh).
+TEST_FEATURES := --features redbell-integration-tests/tls
+
 .PHONY: test demo bench soak lint doc redis-up redis-down build
 
 build:
@@ -25,7 +29,7 @@ build:
 test:
 	$(WITH_REDIS) bash -c '\
 	  cargo build --workspace --bins --examples && \
-	  cargo test --workspace --all-targets --no-fail-fast && \
+	  cargo test --workspace --all-targets --no-fail-fast $(TEST_FEATURES) && \
 	  cargo test --workspace --doc && \
 	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redbell::Client::builder(&url)
+    let client = redbell::Client::builder(url.as_str())
         .default_lease(Duration::from_secs(1))
         .renew_every(Duration::from_millis(333))
         .connect()

@@ -6,9 +6,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisResult};
+
 use crate::Error;
 use crate::background::{self, Work};
-use crate::conn::Conn;
+use crate::conn::{self, Conn, Sentinels, Tls};
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, validate_name};
 use crate::lease::{Renewer, drift};
@@ -93,11 +96,17 @@ pub(crate) struct Config {
     pub(crate) max_hold: Option<Duration>,
 }
 
-/// Where a client's server is.
+/// Where a client's server is, and how to reach it.
 #[derive(Debug, Clone)]
 enum Target {
-    Url(String),
+    /// One server; an invalid URL is reported by `connect`.
+    Server(RedisResult<ConnectionInfo>),
+    /// One server, through a client the user built.
+    Client(redis::Client),
+    /// A Redis Cluster, from some of its nodes.
     Cluster(Vec<String>),
+    /// A Redis Cluster, through a client the user built.
+    ClusterClient(Box<ClusterClient>),
     Sentinel {
         sentinels: Vec<String>,
         master: String,
@@ -121,8 +130,12 @@ enum Target {
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
-    /// Where the server is: a URL, or a set of sentinels and a master name.
+    /// Where the server is: a URL or connection settings, a redis-rs
+    /// client, cluster nodes, or a set of sentinels and a master name.
     target: Target,
+    /// Certificates for `rediss://` connections. Default: none (the system's
+    /// roots, no client certificate).
+    tls: Option<Tls>,
     /// `WAIT` for this many replicas after each acquire and renewal.
     /// Default: off.
     replication: Option<Replication>,
@@ -275,13 +288,55 @@ impl ClientBuilder {
         self
     }
 
+    /// Sets the certificates of TLS connections (`rediss://`): the CA that
+    /// signed the server's certificate (`root_cert`, PEM; default: the
+    /// system's roots), and a client certificate with its key (`client_tls`,
+    /// PEM) for servers that require one (`tls-auth-clients yes`).
+    ///
+    /// They apply to every `rediss://` connection the client opens: the
+    /// server; in sentinel mode the sentinels with `rediss://` URLs and the
+    /// primary (which uses TLS when this is set or the sentinel URLs are
+    /// `rediss://`); on a cluster, every node (with the `tls-rustls`
+    /// feature; with `tls-native-tls` alone, build a
+    /// [`ClusterClient`](redis::cluster::ClusterClient) and use
+    /// [`Client::from_cluster_client`]). A `redis://` URL with
+    /// certificates makes [`connect`](Self::connect) fail.
+    ///
+    /// Needs the `tls-rustls` or the `tls-native-tls` feature.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redbell::redis::{ClientTlsConfig, TlsCertificates};
+    ///
+    /// let client = redbell::Client::builder("rediss://redis.internal:6380")
+    ///     .tls(TlsCertificates {
+    ///         root_cert: Some(std::fs::read("ca.crt")?),
+    ///         client_tls: Some(ClientTlsConfig {
+    ///             client_cert: std::fs::read("client.crt")?,
+    ///             client_key: std::fs::read("client.key")?,
+    ///         }),
+    ///     })
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    pub fn tls(mut self, certificates: redis::TlsCertificates) -> Self {
+        self.tls = Some(certificates);
+        self
+    }
+
     /// Connects to Redis and starts the client's background tasks. Must be
     /// called inside a Tokio runtime.
     ///
     /// # Errors
     ///
     /// - [`Error::Redis`] when the URL is malformed, the server cannot be
-    ///   reached, or authentication fails.
+    ///   reached, authentication fails, or the TLS settings are invalid
+    ///   (certificates for a `redis://` URL, a PEM that does not parse, a
+    ///   certificate the server rejects).
     /// - [`Error::InvalidLease`] when a configured duration is zero or
     ///   larger than [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
     ///   than the lease minus its drift margin (see
@@ -323,25 +378,8 @@ impl ClientBuilder {
                 reason: "the renewal period must be shorter than the lease minus its drift margin (1% + 2 ms)",
             });
         }
-        let conn = match &self.target {
-            Target::Url(url) => {
-                Conn::direct(url, self.connect_timeout, self.response_timeout).await?
-            }
-            Target::Cluster(nodes) => {
-                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-                Conn::cluster(&nodes, self.connect_timeout, self.response_timeout).await?
-            }
-            Target::Sentinel { sentinels, master } => {
-                let sentinels: Vec<&str> = sentinels.iter().map(String::as_str).collect();
-                Conn::sentinel(
-                    &sentinels,
-                    master,
-                    self.connect_timeout,
-                    self.response_timeout,
-                )
-                .await?
-            }
-        };
+        let timeouts = (self.connect_timeout, self.response_timeout);
+        let conn = self.conn(timeouts).await?;
         let config = Config {
             prefix: self.prefix,
             fence_ttl: self.fence_ttl,
@@ -374,6 +412,101 @@ impl ClientBuilder {
     }
 }
 
+impl ClientBuilder {
+    fn new(target: Target) -> ClientBuilder {
+        ClientBuilder {
+            target,
+            tls: None,
+            replication: None,
+            prefix: "redbell".to_owned(),
+            lease: Duration::from_secs(30),
+            renew_every: None,
+            fence_ttl: Duration::from_secs(7 * 24 * 3600),
+            linger: Duration::from_secs(2),
+            max_park: Duration::from_secs(1),
+            probe_interval: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            max_hold: None,
+        }
+    }
+
+    /// Opens the command connection the target and the TLS settings call for.
+    async fn conn(&self, (connect, response): (Duration, Duration)) -> Result<Conn, Error> {
+        let tls = self.tls.as_ref();
+        match &self.target {
+            Target::Server(info) => {
+                let client = conn::open(info.clone()?, tls)?;
+                Conn::direct(client, connect, response).await
+            }
+            Target::Client(client) => {
+                let client = match tls {
+                    Some(_) => conn::open(client.get_connection_info().clone(), tls)?,
+                    None => client.clone(),
+                };
+                Conn::direct(client, connect, response).await
+            }
+            Target::Cluster(nodes) => {
+                let builder = |protocol| {
+                    let builder = ClusterClient::builder(nodes.iter().map(String::as_str))
+                        .use_protocol(protocol)
+                        .connection_timeout(connect)
+                        .response_timeout(response);
+                    cluster_tls(builder, tls)
+                };
+                let commands = builder(ProtocolVersion::RESP2)?.build()?;
+                let pubsub = builder(ProtocolVersion::RESP3)?.build()?;
+                Conn::cluster(commands, pubsub, nodes.join(","), connect, response).await
+            }
+            Target::ClusterClient(client) => {
+                let seeds = "the cluster of a ClusterClient".to_owned();
+                let client = ClusterClient::clone(client);
+                Conn::cluster(client.clone(), client, seeds, connect, response).await
+            }
+            Target::Sentinel { sentinels, master } => {
+                let mut clients = Vec::with_capacity(sentinels.len());
+                let mut tls_sentinels = false;
+                for url in sentinels {
+                    let info = url.as_str().into_connection_info()?;
+                    let secure = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+                    tls_sentinels |= secure;
+                    clients.push(conn::open(info, tls.filter(|_| secure))?);
+                }
+                // The primary's settings; the sentinels name its address.
+                let scheme = if tls.is_some() || tls_sentinels {
+                    "rediss"
+                } else {
+                    "redis"
+                };
+                let primary = format!("{scheme}://primary.invalid:6379").into_connection_info()?;
+                let primary = conn::open(primary, tls)?.get_connection_info().clone();
+                let sentinels = Sentinels::new(clients, master.clone(), primary);
+                Conn::sentinel(sentinels, connect, response).await
+            }
+        }
+    }
+}
+
+/// Puts the certificates of [`ClientBuilder::tls`] on a cluster builder.
+fn cluster_tls(
+    builder: ClusterClientBuilder,
+    tls: Option<&Tls>,
+) -> Result<ClusterClientBuilder, Error> {
+    match tls {
+        None => Ok(builder),
+        #[cfg(feature = "tls-rustls")]
+        Some(certs) => Ok(builder.certs(certs.clone())),
+        #[cfg(all(feature = "tls-native-tls", not(feature = "tls-rustls")))]
+        Some(_) => Err(Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "certificates for cluster nodes need the tls-rustls feature; \
+             with tls-native-tls, build a ClusterClient and use Client::from_cluster_client",
+        )))),
+        #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+        Some(never) => match *never {},
+    }
+}
+
 impl Client {
     /// Connects to the Redis server at `url` (`redis://[:password@]host:port[/db]`)
     /// with the default settings; see [`Client::builder`] for the others.
@@ -400,8 +533,9 @@ impl Client {
     /// each reconnect and then wakes every waiter. Commands in flight during
     /// a failover fail with a retryable [`Error::Redis`].
     ///
-    /// The primary is connected to without a password (sentinel URLs may
-    /// carry their own).
+    /// The primary is connected to without credentials (sentinel URLs may
+    /// carry their own); with TLS when `ClientBuilder::tls` was given or
+    /// the sentinel URLs are `rediss://`.
     ///
     /// # Errors
     ///
@@ -421,12 +555,10 @@ impl Client {
     /// Starts building a client that finds its primary through Redis
     /// Sentinel; see [`Client::sentinel`].
     pub fn sentinel_builder(sentinel_urls: &[&str], master_name: &str) -> ClientBuilder {
-        let mut builder = Client::builder("");
-        builder.target = Target::Sentinel {
+        ClientBuilder::new(Target::Sentinel {
             sentinels: sentinel_urls.iter().map(|url| (*url).to_owned()).collect(),
             master: master_name.to_owned(),
-        };
-        builder
+        })
     }
 
     /// Connects to the Redis Cluster that `node_urls` (some of its nodes)
@@ -453,27 +585,39 @@ impl Client {
 
     /// Starts building a client for a Redis Cluster; see [`Client::cluster`].
     pub fn cluster_builder(node_urls: &[&str]) -> ClientBuilder {
-        let mut builder = Client::builder("");
-        builder.target = Target::Cluster(node_urls.iter().map(|url| (*url).to_owned()).collect());
-        builder
+        ClientBuilder::new(Target::Cluster(
+            node_urls.iter().map(|url| (*url).to_owned()).collect(),
+        ))
     }
 
-    /// Starts building a client for the Redis server at `url`.
-    pub fn builder(url: &str) -> ClientBuilder {
-        ClientBuilder {
-            target: Target::Url(url.to_owned()),
-            replication: None,
-            prefix: "redbell".to_owned(),
-            lease: Duration::from_secs(30),
-            renew_every: None,
-            fence_ttl: Duration::from_secs(7 * 24 * 3600),
-            linger: Duration::from_secs(2),
-            max_park: Duration::from_secs(1),
-            probe_interval: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(2),
-            max_hold: None,
-        }
+    /// Starts building a client for one Redis server: a URL
+    /// (`redis://[[user]:password@]host[:port][/db]`, `rediss://...` for
+    /// TLS, `redis+unix:///path`, `valkey://`), or anything else redis-rs
+    /// takes for one ([`redis::IntoConnectionInfo`]: a
+    /// [`ConnectionInfo`](redis::ConnectionInfo), `(host, port)`, ...). An
+    /// invalid URL is reported by [`connect`](ClientBuilder::connect).
+    pub fn builder(server: impl IntoConnectionInfo) -> ClientBuilder {
+        ClientBuilder::new(Target::Server(server.into_connection_info()))
+    }
+
+    /// Starts building a client that connects through `client`, a redis-rs
+    /// client built by the application (its address, credentials,
+    /// database, protocol and TLS settings are used as they are). The
+    /// redbell client opens connections of its own from it: a command
+    /// connection, a pub/sub connection, and a slow lane when
+    /// [`min_replica_acks`](ClientBuilder::min_replica_acks) is set.
+    pub fn from_redis_client(client: redis::Client) -> ClientBuilder {
+        ClientBuilder::new(Target::Client(client))
+    }
+
+    /// Starts building a client for the Redis Cluster that `client`, a
+    /// redis-rs cluster client built by the application, connects to (see
+    /// [`Client::cluster`] for how locks work on a cluster). `client` must
+    /// speak RESP3 (`ClusterClientBuilder::use_protocol(ProtocolVersion::RESP3)`):
+    /// the wake-ups arrive as RESP3 pushes on a connection of its own;
+    /// with RESP2 the first wait fails.
+    pub fn from_cluster_client(client: ClusterClient) -> ClientBuilder {
+        ClientBuilder::new(Target::ClusterClient(Box::new(client)))
     }
 
     /// Waits until the client's background work is done: the releases of

@@ -33,7 +33,9 @@
 //! `keys` (names of keys, channels and scripts), `client` (redbell clients
 //! as the tests configure them), `raw` (raw Redis commands), `node` (one
 //! server of a topology, by port), `wait` (bounded waiting and retrying),
-//! `waiter`, `counter`, `monitor`, `proxy`, `server` and `side`.
+//! `waiter`, `counter`, `monitor`, `proxy`, `server`, `side`, and
+//! `handoff` (one contended hand-off between two clients, timed:
+//! [`hand_off`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -44,6 +46,7 @@ pub mod sentinel;
 mod client;
 mod counter;
 mod env;
+mod handoff;
 mod keys;
 mod monitor;
 mod node;
@@ -60,6 +63,7 @@ pub use env::{
     built_binary, log_output, redbell_binary, redis_script, redis_server_bin, redis_url, repo_root,
     run_redis_script,
 };
+pub use handoff::hand_off;
 pub use keys::{
     fence_key, fifo_expiry_key, fifo_key, hash_tag, intents_key, lock_key, lock_pattern,
     readers_key, script_sha, test_key, unique, waiters_key, wake_channel,

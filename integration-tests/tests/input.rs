@@ -323,14 +323,17 @@ async fn unreachable_server_at_connect() {
 async fn bad_builder_settings() {
     let url = redis_url();
     for prefix in ["", "a{b", "a}b", "tab\there"] {
-        let r = Client::builder(&url).prefix(prefix).connect().await;
+        let r = Client::builder(url.as_str()).prefix(prefix).connect().await;
         assert!(
             matches!(r, Err(Error::InvalidName { .. })),
             "prefix {prefix:?}: {r:?}"
         );
     }
     for lease in [Duration::ZERO, Duration::MAX] {
-        let r = Client::builder(&url).default_lease(lease).connect().await;
+        let r = Client::builder(url.as_str())
+            .default_lease(lease)
+            .connect()
+            .await;
         assert!(
             matches!(r, Err(Error::InvalidLease { .. })),
             "default_lease {lease:?}: {r:?}"
@@ -339,7 +342,7 @@ async fn bad_builder_settings() {
 
     // A custom prefix and default lease are used.
     let prefix = unique("prefix");
-    let c = Client::builder(&url)
+    let c = Client::builder(url.as_str())
         .prefix(&prefix)
         .default_lease(Duration::from_secs(7))
         .renew_every(Duration::from_secs(2))

@@ -913,7 +913,7 @@ async fn foreign_intents_key_leaves_no_hold_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_read_and_write_holds_alive() {
     let url = redis_url();
-    let c = redbell::Client::builder(&url)
+    let c = redbell::Client::builder(url.as_str())
         .default_lease(Duration::from_secs(1))
         .connect()
         .await

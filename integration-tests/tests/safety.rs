@@ -107,7 +107,7 @@ async fn a_cancelled_shortening_extend_never_leaves_two_holders() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_period_inside_the_drift_margin_is_refused() {
     let url = redis_url();
-    let r = redbell::Client::builder(&url)
+    let r = redbell::Client::builder(url.as_str())
         .default_lease(Duration::from_secs(1))
         .renew_every(Duration::from_millis(995))
         .connect()
@@ -116,7 +116,7 @@ async fn a_renewal_period_inside_the_drift_margin_is_refused() {
         matches!(r, Err(Error::InvalidLease { .. })),
         "renew_every 995 ms for a 1 s lease: {r:?}"
     );
-    let r = redbell::Client::builder(&url)
+    let r = redbell::Client::builder(url.as_str())
         .default_lease(Duration::from_secs(1))
         .renew_every(Duration::from_millis(980))
         .connect()
@@ -176,7 +176,7 @@ async fn the_clients_max_hold_stops_the_watchdog() {
     let url = redis_url();
     let name = unique("max-hold-client");
     let key = lock_key(&name);
-    let c = redbell::Client::builder(&url)
+    let c = redbell::Client::builder(url.as_str())
         .default_lease(Duration::from_secs(1))
         .renew_every(Duration::from_millis(300))
         .max_hold(Duration::from_millis(1500))
@@ -208,7 +208,7 @@ async fn the_clients_max_hold_stops_the_watchdog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_lock_max_hold_stops_the_watchdog() {
     let url = redis_url();
-    let c = redbell::Client::builder(&url)
+    let c = redbell::Client::builder(url.as_str())
         .default_lease(Duration::from_secs(1))
         .renew_every(Duration::from_millis(300))
         .connect()
@@ -269,7 +269,7 @@ async fn per_lock_max_hold_stops_the_watchdog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_max_hold_is_refused() {
     let url = redis_url();
-    let r = redbell::Client::builder(&url)
+    let r = redbell::Client::builder(url.as_str())
         .max_hold(Duration::ZERO)
         .connect()
         .await;

@@ -13,8 +13,9 @@
 use std::time::Duration;
 
 use redis::aio::{PubSubSink, PubSubStream};
+use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
-use redis::{ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
@@ -45,14 +46,12 @@ pub(crate) enum Event {
 /// Opens a pub/sub connection to where `conn` points.
 pub(crate) async fn connect(conn: &Conn, timeout: Duration) -> Result<(Sink, Stream), Error> {
     let connecting = async {
-        if let Some(nodes) = conn.cluster_nodes() {
+        if let Some(client) = conn.cluster_pubsub() {
             let (tx, rx) = mpsc::unbounded_channel();
-            let client = redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
-                .use_protocol(ProtocolVersion::RESP3)
-                .push_sender(tx)
-                .connection_timeout(timeout)
-                .build()?;
-            let connection = client.get_async_connection().await?;
+            let config = ClusterConfig::new()
+                .set_push_sender(tx)
+                .set_connection_timeout(timeout);
+            let connection = client.get_async_connection_with_config(config).await?;
             Ok((Sink::Cluster(connection), Stream::Cluster(rx)))
         } else {
             let client = conn.client().ok_or(Error::Closed)?;

@@ -2,15 +2,21 @@
 //!
 //! A [`Conn`] hands out the current [`ConnectionManager`] (one multiplexed
 //! socket that reconnects by itself) and the [`redis::Client`] the pub/sub
-//! hub connects with. For a client made with
-//! [`Client::sentinel`](crate::Client::sentinel) it also follows failovers:
-//! redis-rs's managers reconnect to the address they were built for, which
-//! after a failover is a dead node or a demoted replica. So every command
-//! error that can mean "this is no longer the primary" (refused, dropped,
-//! timed out, `READONLY`) is [reported](Conn::report), and a report asks
-//! the sentinels where the primary is now; when it moved, a new manager
+//! hub connects with. Every connection is opened from the settings the user
+//! gave (a URL or a [`redis::ConnectionInfo`] or a [`redis::Client`], with
+//! its credentials, database, protocol and TLS), never from a bare address.
+//!
+//! For a client made with [`Client::sentinel`](crate::Client::sentinel) it
+//! also follows failovers ([`sentinel`] finds the primary): redis-rs's
+//! managers reconnect to the address they were built for, which after a
+//! failover is a dead node or a demoted replica. So every command error
+//! that can mean "this is no longer the primary" (refused, dropped, timed
+//! out, `READONLY`) is [reported](Conn::report), and a report asks the
+//! sentinels where the primary is now; when it moved, a new manager
 //! replaces the old one. The hub also re-resolves before each reconnect, so
 //! parked waiters follow the failover even when no command is running.
+
+mod sentinel;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock as StdRwLock};
@@ -19,10 +25,33 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::OnceCell;
 
+pub(crate) use sentinel::Sentinels;
+
 use crate::Error;
+
+/// TLS certificates given to [`ClientBuilder::tls`](crate::ClientBuilder::tls).
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+pub(crate) type Tls = redis::TlsCertificates;
+
+/// Without a TLS feature there are no certificates to give.
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+#[derive(Debug, Clone)]
+pub(crate) enum Tls {}
+
+/// A redis-rs client for `info`, with `tls`'s certificates when given
+/// (which needs a `rediss://` address).
+pub(crate) fn open(info: ConnectionInfo, tls: Option<&Tls>) -> RedisResult<redis::Client> {
+    match tls {
+        None => redis::Client::open(info),
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+        Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+        #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+        Some(never) => match *never {},
+    }
+}
 
 /// The command connection of one client. Cheap to clone.
 #[derive(Clone)]
@@ -43,12 +72,11 @@ struct Inner {
 
 #[derive(Clone)]
 struct Current {
-    /// `host:port` of the primary (sentinel mode), or the URL.
+    /// `host:port` of the server (the primary in sentinel mode), or the
+    /// cluster's seed nodes.
     addr: String,
     /// The client the pub/sub hub connects with (single node and sentinel).
     client: Option<redis::Client>,
-    /// The cluster client (cluster only), for the slow lane.
-    cluster: Option<ClusterClient>,
     manager: Manager,
     /// The lane for slow calls (those followed by `WAIT`), so they never
     /// hold up the hot path's multiplexed socket; opened on first use, so a
@@ -58,13 +86,14 @@ struct Current {
 
 enum Source {
     Direct,
-    Sentinel {
-        sentinels: Vec<redis::Client>,
-        master: String,
-    },
+    Sentinel(Box<Sentinels>),
     /// Redis Cluster: redis-rs follows slots, failovers and migrations.
     Cluster {
-        nodes: Vec<String>,
+        /// For the command connections (and the slow lane).
+        commands: Box<ClusterClient>,
+        /// For the hub's pub/sub connection: RESP3, whose pushes carry the
+        /// sharded messages (the same client when the user built it).
+        pubsub: Box<ClusterClient>,
     },
 }
 
@@ -105,92 +134,82 @@ impl ConnectionLike for Manager {
 }
 
 impl Conn {
-    /// Connects to the server at `url`.
-    pub(crate) async fn direct(
-        url: &str,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Conn, Error> {
-        let client = redis::Client::open(url)?;
-        let manager = manager(&client, connect_timeout, response_timeout).await?;
-        Ok(Conn(Arc::new(Inner {
-            current: StdRwLock::new(Current {
-                addr: url.to_owned(),
-                client: Some(client),
-                cluster: None,
-                manager,
-                slow: Arc::default(),
-            }),
-            source: Source::Direct,
-            connect_timeout,
-            response_timeout,
-            resolving: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
-        })))
-    }
-
-    /// Asks the sentinels at `sentinel_urls` for the primary of `master`
-    /// and connects to it.
-    pub(crate) async fn sentinel(
-        sentinel_urls: &[&str],
-        master: &str,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Conn, Error> {
-        let sentinels = sentinel_urls
-            .iter()
-            .map(|url| redis::Client::open(*url))
-            .collect::<Result<Vec<_>, _>>()?;
-        let source = Source::Sentinel {
-            sentinels,
-            master: master.to_owned(),
-        };
-        let addr = primary_of(&source, connect_timeout).await?;
-        let client = redis::Client::open(format!("redis://{addr}/"))?;
-        let manager = manager(&client, connect_timeout, response_timeout).await?;
-        Ok(Conn(Arc::new(Inner {
-            current: StdRwLock::new(Current {
-                addr,
-                client: Some(client),
-                cluster: None,
-                manager,
-                slow: Arc::default(),
-            }),
+    fn new(current: Current, source: Source, timeouts: (Duration, Duration)) -> Conn {
+        Conn(Arc::new(Inner {
+            current: StdRwLock::new(current),
             source,
-            connect_timeout,
-            response_timeout,
+            connect_timeout: timeouts.0,
+            response_timeout: timeouts.1,
             resolving: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
-        })))
+        }))
     }
 
-    /// Connects to the Redis Cluster that `node_urls` belong to.
-    pub(crate) async fn cluster(
-        node_urls: &[&str],
+    /// Connects to the one server `client` points at.
+    pub(crate) async fn direct(
+        client: redis::Client,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Conn, Error> {
-        let client = ClusterClient::builder(node_urls.iter().copied())
-            .connection_timeout(connect_timeout)
-            .response_timeout(response_timeout)
-            .build()?;
-        let manager = client.get_async_connection().await?;
-        Ok(Conn(Arc::new(Inner {
-            current: StdRwLock::new(Current {
-                addr: node_urls.join(","),
-                client: None,
-                cluster: Some(client),
-                manager: Manager::Cluster(manager),
-                slow: Arc::default(),
-            }),
-            source: Source::Cluster {
-                nodes: node_urls.iter().map(|url| (*url).to_owned()).collect(),
+        let manager = manager(&client, connect_timeout, response_timeout).await?;
+        let current = Current {
+            addr: client.get_connection_info().addr().to_string(),
+            client: Some(client),
+            manager,
+            slow: Arc::default(),
+        };
+        Ok(Conn::new(
+            current,
+            Source::Direct,
+            (connect_timeout, response_timeout),
+        ))
+    }
+
+    /// Asks `sentinels` for their master's primary and connects to it.
+    pub(crate) async fn sentinel(
+        sentinels: Sentinels,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Conn, Error> {
+        let timeouts = (connect_timeout, response_timeout);
+        let found = sentinels.find(timeouts).await?;
+        let current = Current {
+            addr: found.addr,
+            client: Some(found.client),
+            manager: found.manager,
+            slow: Arc::default(),
+        };
+        Ok(Conn::new(
+            current,
+            Source::Sentinel(Box::new(sentinels)),
+            timeouts,
+        ))
+    }
+
+    /// Connects to a Redis Cluster: commands through `commands`, the hub's
+    /// sharded subscriptions through `pubsub` (which must speak RESP3).
+    pub(crate) async fn cluster(
+        commands: ClusterClient,
+        pubsub: ClusterClient,
+        seeds: String,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Conn, Error> {
+        let manager = commands.get_async_connection().await?;
+        let current = Current {
+            addr: seeds,
+            client: None,
+            manager: Manager::Cluster(manager),
+            slow: Arc::default(),
+        };
+        Ok(Conn::new(
+            current,
+            Source::Cluster {
+                commands: Box::new(commands),
+                pubsub: Box::new(pubsub),
             },
-            connect_timeout,
-            response_timeout,
-            resolving: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
-        })))
+            (connect_timeout, response_timeout),
+        ))
     }
 
     /// How many times [`resolve`](Conn::resolve) switched to a new primary:
@@ -204,11 +223,11 @@ impl Conn {
         matches!(self.0.source, Source::Cluster { .. })
     }
 
-    /// The cluster's seed nodes, for the hub's dedicated pub/sub
-    /// connection; `None` unless this is a cluster.
-    pub(crate) fn cluster_nodes(&self) -> Option<&[String]> {
+    /// The cluster client for the hub's dedicated pub/sub connection;
+    /// `None` unless this is a cluster.
+    pub(crate) fn cluster_pubsub(&self) -> Option<&ClusterClient> {
         match &self.0.source {
-            Source::Cluster { nodes } => Some(nodes),
+            Source::Cluster { pubsub, .. } => Some(pubsub),
             _ => None,
         }
     }
@@ -222,11 +241,12 @@ impl Conn {
     /// on the server (`WAIT`), opened on first use.
     pub(crate) async fn slow_manager(&self) -> RedisResult<Manager> {
         let current = self.current();
-        let (timeouts, client, cluster) = (
-            (self.0.connect_timeout, self.0.response_timeout),
-            current.client.clone(),
-            current.cluster.clone(),
-        );
+        let timeouts = (self.0.connect_timeout, self.0.response_timeout);
+        let cluster = match &self.0.source {
+            Source::Cluster { commands, .. } => Some(ClusterClient::clone(commands)),
+            _ => None,
+        };
+        let client = current.client.clone();
         current
             .slow
             .get_or_try_init(|| async move {
@@ -243,7 +263,7 @@ impl Conn {
     }
 
     /// The current primary's client, for the pub/sub connection; `None` on
-    /// a cluster (see [`Conn::cluster_nodes`]).
+    /// a cluster (see [`Conn::cluster_pubsub`]).
     pub(crate) fn client(&self) -> Option<redis::Client> {
         self.current().client
     }
@@ -265,7 +285,7 @@ impl Conn {
             || err.is_connection_dropped()
             || err.is_timeout()
             || err.code() == Some("READONLY");
-        if !moved || !matches!(self.0.source, Source::Sentinel { .. }) {
+        if !moved || !matches!(self.0.source, Source::Sentinel(_)) {
             return;
         }
         if self.0.resolving.swap(true, Ordering::AcqRel) {
@@ -283,21 +303,22 @@ impl Conn {
     /// In sentinel mode, asks where the primary is and switches to it if it
     /// moved. Returns whether it switched.
     pub(crate) async fn resolve(&self) -> Result<bool, Error> {
-        if !matches!(self.0.source, Source::Sentinel { .. }) {
+        let Source::Sentinel(sentinels) = &self.0.source else {
             return Ok(false);
-        }
-        let addr = primary_of(&self.0.source, self.0.connect_timeout).await?;
-        if addr == self.current().addr {
+        };
+        let current = self.current();
+        let timeouts = (self.0.connect_timeout, self.0.response_timeout);
+        let Some(found) = sentinels
+            .moved((&current.addr, &current.manager), timeouts)
+            .await?
+        else {
             return Ok(false);
-        }
-        let client = redis::Client::open(format!("redis://{addr}/"))?;
-        let manager = manager(&client, self.0.connect_timeout, self.0.response_timeout).await?;
-        tracing::info!(primary = %addr, "following a failover to the new primary");
+        };
+        tracing::info!(primary = %found.addr, "following a failover to the new primary");
         *self.0.current.write().unwrap_or_else(|p| p.into_inner()) = Current {
-            addr,
-            client: Some(client),
-            cluster: None,
-            manager,
+            addr: found.addr,
+            client: Some(found.client),
+            manager: found.manager,
             slow: Arc::default(),
         };
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
@@ -319,41 +340,4 @@ async fn manager(
     Ok(Manager::Single(
         client.get_connection_manager_with_config(config).await?,
     ))
-}
-
-/// `host:port` of the primary the first answering sentinel names.
-async fn primary_of(source: &Source, timeout: Duration) -> Result<String, Error> {
-    let Source::Sentinel { sentinels, master } = source else {
-        return Err(Error::Closed); // not reached: callers check the mode
-    };
-    let mut last = None;
-    for sentinel in sentinels {
-        let asked = tokio::time::timeout(timeout, async {
-            let mut conn = sentinel.get_multiplexed_async_connection().await?;
-            redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(master)
-                .query_async::<Option<(String, u16)>>(&mut conn)
-                .await
-        })
-        .await;
-        match asked {
-            Ok(Ok(Some((host, port)))) => return Ok(format!("{host}:{port}")),
-            Ok(Ok(None)) => {
-                last = Some(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "the sentinels do not know this master",
-                    master.clone(),
-                )))
-            }
-            Ok(Err(e)) => last = Some(e),
-            Err(_) => {
-                last = Some(redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "a sentinel did not answer in time",
-                )))
-            }
-        }
-    }
-    Err(last.map_or(Error::Closed, Error::Redis))
 }
