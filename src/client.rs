@@ -10,6 +10,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisResult};
 
 use crate::Error;
+use crate::access;
 use crate::background::{self, Work};
 use crate::conn::{self, Conn, Sentinels, Tls};
 use crate::hub::Hub;
@@ -337,6 +338,9 @@ impl ClientBuilder {
     ///   reached, authentication fails, or the TLS settings are invalid
     ///   (certificates for a `redis://` URL, a PEM that does not parse, a
     ///   certificate the server rejects).
+    /// - [`Error::NoPermission`] when the server's ACL denies this user a
+    ///   command, key or channel a lock needs (see
+    ///   [ACL users](crate#acl-users)).
     /// - [`Error::InvalidLease`] when a configured duration is zero or
     ///   larger than [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
     ///   than the lease minus its drift margin (see
@@ -380,6 +384,7 @@ impl ClientBuilder {
         }
         let timeouts = (self.connect_timeout, self.response_timeout);
         let conn = self.conn(timeouts).await?;
+        access::check(&conn, &self.prefix, self.replication.is_some()).await?;
         let config = Config {
             prefix: self.prefix,
             fence_ttl: self.fence_ttl,
@@ -515,7 +520,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Redis`] when the URL is malformed, the server cannot be
-    /// reached, or authentication fails.
+    /// reached, or authentication fails; [`Error::NoPermission`] when the
+    /// server's ACL denies the user something a lock needs.
     ///
     /// # Cancel safety
     ///

@@ -75,6 +75,23 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// The server's ACL denies this client's user something a lock needs: a
+    /// command (`EVALSHA`, `SUBSCRIBE`, one the scripts run, ...), a key
+    /// under the prefix (`~prefix:*`), or a channel under it
+    /// (`&prefix:*`). Found at connect where the server can say (`ACL
+    /// DRYRUN`, and a `PUBLISH` probe), else by the first command refused.
+    /// Grant the rule in the crate docs' [ACL users](crate#acl-users)
+    /// section.
+    #[error("the server's ACL denies this user {command}: {detail}")]
+    NoPermission {
+        /// What was denied: the command, e.g. `PUBLISH` or `SUBSCRIBE`
+        /// (`EVALSHA` when a script was refused and the server did not
+        /// say which of its commands).
+        command: String,
+        /// The server's words.
+        detail: String,
+    },
+
     /// The client's background machinery has shut down (the Tokio runtime
     /// is going away).
     #[error("the redbell client is closed")]
@@ -100,23 +117,62 @@ impl Error {
     }
 
     /// Maps an error from a script or command that touched `key`: the
-    /// server's `WRONGTYPE` becomes [`Error::WrongType`], the rest
-    /// [`Error::Redis`].
+    /// server's `WRONGTYPE` becomes [`Error::WrongType`], an ACL refusal
+    /// [`Error::NoPermission`], the rest [`Error::Redis`].
     pub(crate) fn from_redis(err: redis::RedisError, key: &str) -> Error {
         if err.code() == Some("WRONGTYPE") {
             Error::WrongType {
                 key: key.to_owned(),
             }
         } else {
-            Error::Redis(err)
+            Error::from(err)
         }
     }
 }
 
 impl From<redis::RedisError> for Error {
+    /// [`Error::NoPermission`] for an ACL refusal, else [`Error::Redis`].
     fn from(err: redis::RedisError) -> Self {
-        Error::Redis(err)
+        match denied(&err) {
+            Some(command) => Error::NoPermission {
+                command,
+                detail: err.detail().unwrap_or_default().to_owned(),
+            },
+            None => Error::Redis(err),
+        }
     }
+}
+
+/// When `err` is an ACL refusal, what was refused. A command refuses with
+/// `NOPERM`; a command inside a script, on Redis 7.0, with `ERR The user
+/// executing the script can't ...` (later servers say `NOPERM` there too).
+fn denied(err: &redis::RedisError) -> Option<String> {
+    let detail = err.detail().unwrap_or_default();
+    let refused = match err.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => {
+            detail.contains("user executing the script") || detail.contains("no permissions")
+        }
+        _ => false,
+    };
+    if !refused {
+        return None;
+    }
+    let lower = detail.to_ascii_lowercase();
+    // "... to run the 'publish' command", "... can't publish to the channel"
+    let named = lower
+        .split_once("run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(cmd, _)| cmd.to_ascii_uppercase());
+    Some(named.unwrap_or_else(|| {
+        if lower.contains("publish") || lower.contains("channel") {
+            "PUBLISH".to_owned()
+        } else if lower.contains("script") {
+            "EVALSHA".to_owned()
+        } else {
+            "a command".to_owned()
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -127,5 +183,35 @@ mod tests {
     fn bounds() {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<Error>();
+    }
+
+    /// The error a server reply `-CODE detail` becomes.
+    fn server(code: &str, detail: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{code} {detail}\r\n").as_bytes())
+            .and_then(redis::Value::extract_error)
+            .expect_err("an error reply")
+    }
+
+    #[test]
+    fn acl_refusals_are_no_permission() {
+        let e = Error::from(server(
+            "NOPERM",
+            "this user has no permissions to run the 'subscribe' command",
+        ));
+        assert!(
+            matches!(&e, Error::NoPermission { command, .. } if command == "SUBSCRIBE"),
+            "{e}"
+        );
+        let e = Error::from(server(
+            "ERR",
+            "The user executing the script can't publish to the channel mentioned in the command",
+        ));
+        assert!(
+            matches!(&e, Error::NoPermission { command, .. } if command == "PUBLISH"),
+            "{e}"
+        );
+        assert!(!e.is_retryable());
+        let e = Error::from(server("ERR", "unknown command 'FOO'"));
+        assert!(matches!(e, Error::Redis(_)), "{e}");
     }
 }

@@ -3,6 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 // Modules from the bottom up: each uses only those above it.
+mod access;
 mod acquire;
 mod admin;
 mod background;

@@ -98,6 +98,11 @@ async fn from_redis_client_uses_its_credentials_and_database() {
     );
     guard.unlock().await.expect("unlock");
     assert_woken("from_redis_client", hand_off(&a, &b).await);
+
+    // Without the password the same server refuses.
+    let plain = rr::Client::open(server.url_without_password()).expect("client");
+    let refused = Client::from_redis_client(plain).connect().await;
+    assert!(matches!(refused, Err(Error::Redis(_))), "{refused:?}");
 }
 
 /// A `ClusterClient` built by the application (RESP3): locks, unlocks and

@@ -23,16 +23,17 @@ use tokio::time::Instant;
 
 use super::pubsub::{self, Event, Sink, Stream};
 use super::registry::Shared;
+use crate::Error;
 use crate::conn::Conn;
 use crate::task::AbortOnDrop;
 
 /// Work for the control task.
 pub(super) enum Op {
-    Subscribe(String, oneshot::Sender<()>),
+    /// Answered once subscribed, or with the server's refusal (an ACL
+    /// without the channel: [`Error::NoPermission`]).
+    Subscribe(String, oneshot::Sender<Result<(), Error>>),
     /// The dispatcher of connection `generation` saw its stream end.
-    Disconnected {
-        generation: u64,
-    },
+    Disconnected { generation: u64 },
 }
 
 /// After a cluster's pub/sub connection was lost or a subscription dropped
@@ -116,8 +117,7 @@ impl Control {
                 op = ops.recv() => match op {
                     None => return, // the hub was dropped
                     Some(Op::Subscribe(channel, done)) => {
-                        self.subscribe(&channel).await;
-                        let _ = done.send(());
+                        let _ = done.send(self.subscribe(&channel).await);
                     }
                     Some(Op::Disconnected { generation }) => {
                         if generation == self.generation && self.conn.is_some() {
@@ -204,13 +204,17 @@ impl Control {
         }
     }
 
-    async fn subscribe(&mut self, channel: &str) {
+    /// Subscribes `channel` if a waiter still wants it. An error only for
+    /// a refusal that a reconnect would not cure (the ACL); anything else
+    /// counts as a lost connection, whose reconnect subscribes the channel
+    /// and wakes its waiters.
+    async fn subscribe(&mut self, channel: &str) -> Result<(), Error> {
         let Some(conn) = self.conn.as_mut() else {
-            return; // the reconnect will subscribe it and wake its waiters
+            return Ok(()); // the reconnect will subscribe it and wake its waiters
         };
         let wanted = matches!(self.shared.lock().get(channel), Some(e) if !e.subscribed);
         if !wanted {
-            return;
+            return Ok(());
         }
         match tokio::time::timeout(
             self.connect_timeout,
@@ -237,15 +241,24 @@ impl Control {
                     .await;
                 }
             }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "SUBSCRIBE failed; reconnecting");
-                self.disconnected();
-            }
+            Ok(Err(e)) => match Error::from(e) {
+                // Refused by the ACL: reconnecting would be refused again.
+                // The waiter that asked fails; the connection is fine.
+                denied @ Error::NoPermission { .. } => {
+                    tracing::warn!(error = %denied, channel, "SUBSCRIBE refused");
+                    return Err(denied);
+                }
+                e => {
+                    tracing::debug!(error = %e, "SUBSCRIBE failed; reconnecting");
+                    self.disconnected();
+                }
+            },
             Err(_) => {
                 tracing::debug!("SUBSCRIBE timed out; reconnecting");
                 self.disconnected();
             }
         }
+        Ok(())
     }
 
     /// Unsubscribes channels idle for longer than the linger. Their entries

@@ -175,6 +175,11 @@ impl Hub {
     /// registration's wake channel, or the pub/sub connection is down (the
     /// reconnect will then resubscribe and wake the waiter).
     ///
+    /// # Errors
+    ///
+    /// [`Error::NoPermission`] when the server refused the subscription
+    /// (the ACL denies the channel); [`Error::Closed`] when the hub is gone.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: the subscription is made by the control task either way,
@@ -184,6 +189,6 @@ impl Hub {
         self.ops
             .send(Op::Subscribe(registration.keys.channel.clone(), tx))
             .map_err(|_| Error::Closed)?;
-        rx.await.map_err(|_| Error::Closed)
+        rx.await.map_err(|_| Error::Closed)?
     }
 }

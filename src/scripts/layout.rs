@@ -86,7 +86,7 @@ pub(crate) async fn acquire(
                 key: foreign_key(conn, keys).await,
             });
         }
-        Err(e) => return Err(Error::Redis(e)),
+        Err(e) => return Err(Error::from(e)),
     };
     let outcome = match flag {
         1 => Acquire::Acquired {

@@ -27,7 +27,10 @@
 --   Returns 1 then. The granted member stays queued until it confirms and is
 --   remembered in `granted`. A head whose client receives nothing (PUBLISH
 --   counted 0 receivers), or whose earlier grant lapsed unconfirmed, is
---   dropped and the next one is tried.
+--   dropped and the next one is tried. A PUBLISH the server refuses (its ACL
+--   denies the channel; run under redis.pcall, so the caller's writes stand)
+--   takes the grant back and returns 0: the waiters attempt at the end of
+--   their bounded parks.
 local STANDBY_SLACK_MS = 100
 local function now()
   local t = redis.call('TIME')
@@ -69,7 +72,12 @@ local function grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
     if token and redis.call('GET', granted) ~= head then
       next_fence(fence, now_us, fence_ttl_ms)
       redis.call('SET', lock, token, 'PX', claim_ms)
-      if redis.call('PUBLISH', prefix .. cid, rest) > 0 then
+      local received = redis.pcall('PUBLISH', prefix .. cid, rest)
+      if type(received) == 'table' then
+        redis.call('DEL', lock)
+        return 0
+      end
+      if received > 0 then
         redis.call('SET', granted, head, 'PX', claim_ms * 4)
         -- The receiver may be frozen with its socket open: unless it
         -- confirms within the claim, its entry lapses with the claim. The
@@ -86,7 +94,7 @@ local function grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
             if i == 1 then
               redis.call('ZADD', expiry, 'XX', now_ms + window + STANDBY_SLACK_MS, m)
             end
-            redis.call('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
+            redis.pcall('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
           end
         end
         return 1

@@ -20,7 +20,8 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
   free = redis.call('ZCOUNT', KEYS[4], '(' .. now_ms, '+inf') == 0
 end
 if free or redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', KEYS[2], 'i')
+  -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
+  redis.pcall('PUBLISH', KEYS[2], 'i')
   return 1
 end
 return 0

@@ -18,6 +18,7 @@ if not expiry or tonumber(expiry) <= now_ms then
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', KEYS[2], 'r')
+  -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
+  redis.pcall('PUBLISH', KEYS[2], 'r')
 end
 return 1

@@ -53,7 +53,8 @@ else
     redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[3])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     if had_intent then
-      redis.call('PUBLISH', KEYS[5], 'g')
+      -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
+      redis.pcall('PUBLISH', KEYS[5], 'g')
     end
     return {1, fence}
   end

@@ -17,5 +17,6 @@ if v ~= ARGV[1] then
   return -1
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], 'w')
+-- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
+redis.pcall('PUBLISH', KEYS[2], 'w')
 return 1

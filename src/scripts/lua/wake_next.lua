@@ -21,7 +21,12 @@
 -- park no longer than window = twice the reservation, then attempt, so a frozen head (or two frozen
 -- in a row) costs the others one reservation, not a lease. Nothing is
 -- published when nobody waits.
--- Returns 1 if a waiter was woken, 0 if nobody waits.
+-- PUBLISH runs under redis.pcall: a server whose ACL denies the wake channel
+-- refuses it after the caller's DEL already happened (Redis does not roll a
+-- script back), so a refusal must not fail the script. It stops the wake-up
+-- instead: the queue is left as it is, and the waiters attempt at the end of
+-- their bounded parks. (The client checks the channel rights at connect.)
+-- Returns 1 if a waiter was woken, 0 if nobody waits (or PUBLISH was refused).
 local function wake_next(waiters, prefix, handoff, handoff_ms)
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -32,15 +37,22 @@ local function wake_next(waiters, prefix, handoff, handoff_ms)
       return 0
     end
     local sep = string.find(head, ':', 1, true)
-    if sep and redis.call('PUBLISH', prefix .. string.sub(head, 1, sep - 1),
-                          string.sub(head, sep + 1)) > 0 then
+    local received = 0
+    if sep then
+      received = redis.pcall('PUBLISH', prefix .. string.sub(head, 1, sep - 1),
+                             string.sub(head, sep + 1))
+      if type(received) == 'table' then
+        return 0
+      end
+    end
+    if received > 0 then
       redis.call('SET', handoff, head, 'PX', handoff_ms)
       redis.call('ZADD', waiters, 'XX', now_ms + tonumber(handoff_ms), head)
       for _, next in ipairs(redis.call('ZRANGE', waiters, 1, 2)) do
         local s = string.find(next, ':', 1, true)
         if s then
-          redis.call('PUBLISH', prefix .. string.sub(next, 1, s - 1),
-                     string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
+          redis.pcall('PUBLISH', prefix .. string.sub(next, 1, s - 1),
+                      string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
         end
       end
       return 1
