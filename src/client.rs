@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisResult};
+use redis::{
+    ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo,
+    RedisResult,
+};
 
 use crate::Error;
 use crate::access;
@@ -137,6 +140,9 @@ pub struct ClientBuilder {
     /// Certificates for `rediss://` connections. Default: none (the system's
     /// roots, no client certificate).
     tls: Option<Tls>,
+    /// Sentinel mode: the primary's credentials, database and protocol (the
+    /// address comes from the sentinels). Default: no credentials, db 0.
+    primary: RedisConnectionInfo,
     /// `WAIT` for this many replicas after each acquire and renewal.
     /// Default: off.
     replication: Option<Replication>,
@@ -329,6 +335,28 @@ impl ClientBuilder {
         self
     }
 
+    /// Sentinel mode: the credentials of the primary (and of the replicas
+    /// it may fail over to), as `AUTH username password` (`None`: the
+    /// `default` user, as `requirepass` wants). The sentinels' own
+    /// credentials go in their URLs (`redis://:password@host:port`).
+    /// Default: none. Ignored unless the client was made with
+    /// [`Client::sentinel_builder`].
+    pub fn primary_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        let mut settings = self.primary.set_password(password);
+        if let Some(username) = username {
+            settings = settings.set_username(username);
+        }
+        self.primary = settings;
+        self
+    }
+
+    /// Sentinel mode: the database number on the primary (default 0).
+    /// Ignored unless the client was made with [`Client::sentinel_builder`].
+    pub fn primary_db(mut self, db: i64) -> Self {
+        self.primary = self.primary.set_db(db);
+        self
+    }
+
     /// Connects to Redis and starts the client's background tasks. Must be
     /// called inside a Tokio runtime.
     ///
@@ -422,6 +450,7 @@ impl ClientBuilder {
         ClientBuilder {
             target,
             tls: None,
+            primary: RedisConnectionInfo::default(),
             replication: None,
             prefix: "redbell".to_owned(),
             lease: Duration::from_secs(30),
@@ -483,7 +512,9 @@ impl ClientBuilder {
                 } else {
                     "redis"
                 };
-                let primary = format!("{scheme}://primary.invalid:6379").into_connection_info()?;
+                let primary = format!("{scheme}://primary.invalid:6379")
+                    .into_connection_info()?
+                    .set_redis_settings(self.primary.clone());
                 let primary = conn::open(primary, tls)?.get_connection_info().clone();
                 let sentinels = Sentinels::new(clients, master.clone(), primary);
                 Conn::sentinel(sentinels, connect, response).await
@@ -539,9 +570,14 @@ impl Client {
     /// each reconnect and then wakes every waiter. Commands in flight during
     /// a failover fail with a retryable [`Error::Redis`].
     ///
-    /// The primary is connected to without credentials (sentinel URLs may
-    /// carry their own); with TLS when `ClientBuilder::tls` was given or
-    /// the sentinel URLs are `rediss://`.
+    /// The sentinel URLs carry the sentinels' own credentials; the
+    /// primary's (and its database) are set with
+    /// [`ClientBuilder::primary_auth`] and [`ClientBuilder::primary_db`] on
+    /// [`Client::sentinel_builder`]; the primary uses TLS when
+    /// `ClientBuilder::tls` was given or the sentinel URLs are `rediss://`.
+    /// A node a sentinel names is only used once it answers `ROLE` with
+    /// `master`; otherwise the next sentinel is asked (a stale sentinel,
+    /// not yet told of a failover, names a replica).
     ///
     /// # Errors
     ///

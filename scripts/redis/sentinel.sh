@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/redis/sentinel.sh start BASE_PORT
+# Usage: scripts/redis/sentinel.sh start BASE_PORT [--requirepass PASSWORD] [--sentinel-pass PASSWORD]
 #        scripts/redis/sentinel.sh stop  BASE_PORT
 #
 # A local Sentinel topology on loopback, for trying failovers by hand:
@@ -12,6 +12,14 @@
 # State (configs, pid files, logs, working dirs) lives in
 # <repo>/target/redis-sentinel/BASE/.
 #
+# --requirepass PASSWORD: the primary and the replica require PASSWORD
+#   (`requirepass`, and `masterauth` so that either can replicate from the
+#   other), and the sentinels authenticate to them with it
+#   (`sentinel auth-pass mymaster PASSWORD`).
+# --sentinel-pass PASSWORD: the sentinels require a password of their own
+#   (`requirepass` in their config, and `sentinel sentinel-pass` to talk to
+#   each other); the printed URLs carry it (redis://:PASSWORD@127.0.0.1:PORT).
+#
 # start: starts the five processes (redis-server, and `redis-server CONF
 #   --sentinel` for the sentinels: no separate redis-sentinel package needed),
 #   then waits until the replica's link is up and all three sentinels report
@@ -19,8 +27,9 @@
 #   and the replica (num-slaves 1), with no s_down/o_down flag. Prints the
 #   three sentinel URLs on stdout, one per line; everything else goes to
 #   stderr, so callers can do URLS=$(scripts/redis/sentinel.sh start 7000).
-#   A healthy topology of BASE that is already running is reused; one that
-#   failed over or lost a process is restarted.
+#   A healthy topology of BASE that is already running with the same
+#   passwords is reused; one that failed over, lost a process or was
+#   started with other passwords is restarted.
 # stop: stops exactly the processes whose pids are in the state directory
 #   (sentinels first, so they do not fail over while the servers go): SIGTERM,
 #   up to 5 s, then SIGKILL. A no-op when nothing is running.
@@ -35,12 +44,30 @@ root=$(cd "$here/../.." && pwd)
 . "$here/common.sh"
 
 usage() {
-    echo "usage: $0 start|stop BASE_PORT" >&2
+    echo "usage: $0 start|stop BASE_PORT [--requirepass PASSWORD] [--sentinel-pass PASSWORD]" >&2
     exit 2
 }
-[[ $# -eq 2 ]] || usage
+[[ $# -ge 2 ]] || usage
 action=$1
 base=$2
+shift 2
+server_pass=
+sentinel_pass=
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --requirepass)
+        [[ $# -ge 2 && -n $2 ]] || usage
+        server_pass=$2
+        shift 2
+        ;;
+    --sentinel-pass)
+        [[ $# -ge 2 && -n $2 ]] || usage
+        sentinel_pass=$2
+        shift 2
+        ;;
+    *) usage ;;
+    esac
+done
 if ! [[ $base =~ ^[0-9]+$ ]] || ((base < 1024 || base + 12 > 65535)); then
     echo "redbell: invalid base port '$base' (1024..65523)" >&2
     exit 2
@@ -65,6 +92,23 @@ pid_of() {
     cat "$dir/$1.pid" 2>/dev/null || true
 }
 
+# CMD... with redis-cli authenticating with the servers' password, if any
+# (redis-cli reads REDISCLI_AUTH).
+with_server_auth() {
+    if [[ -n $server_pass ]]; then REDISCLI_AUTH=$server_pass "$@"; else "$@"; fi
+}
+server_cli() {
+    with_server_auth redis_cli "$@"
+}
+sentinel_cli() {
+    if [[ -n $sentinel_pass ]]; then REDISCLI_AUTH=$sentinel_pass redis_cli "$@"; else redis_cli "$@"; fi
+}
+
+# What a running topology was started with, to reuse it only for the same.
+mode() {
+    printf 'requirepass=%s sentinel-pass=%s\n' "$server_pass" "$sentinel_pass"
+}
+
 
 
 stop_all() {
@@ -78,21 +122,21 @@ stop_all() {
 print_urls() {
     local port
     for port in "${sentinel_ports[@]}"; do
-        echo "redis://127.0.0.1:$port"
+        echo "redis://${sentinel_pass:+:$sentinel_pass@}127.0.0.1:$port"
     done
 }
 
 # One field of `SENTINEL MASTER mymaster` (a flat name/value list) on a sentinel.
 master_field() {
-    redis_cli "$1" sentinel master mymaster | awk -v f="$2" 'NR % 2 == 1 && $0 == f { getline; print; exit }'
+    sentinel_cli "$1" sentinel master mymaster | awk -v f="$2" 'NR % 2 == 1 && $0 == f { getline; print; exit }'
 }
 
 # Replica link up, and all three sentinels agree on a healthy master.
 healthy() {
     local port addr first=
-    [[ $(redis_cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] || return 1
+    [[ $(server_cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] || return 1
     for port in "${sentinel_ports[@]}"; do
-        addr=$(redis_cli "$port" sentinel get-master-addr-by-name mymaster | tr '\n' ':')
+        addr=$(sentinel_cli "$port" sentinel get-master-addr-by-name mymaster | tr '\n' ':')
         [[ -n $addr ]] || return 1
         [[ -z $first || $addr == "$first" ]] || return 1
         first=$addr
@@ -139,7 +183,7 @@ running=0
 for name in "${names[@]}"; do
     redis_alive "$(pid_of "$name")" && running=$((running + 1))
 done
-if ((running == ${#names[@]})); then
+if ((running == ${#names[@]})) && [[ $(cat "$dir/mode" 2>/dev/null) == "$(mode)" ]]; then
     for _ in $(seq 1 10); do
         if healthy; then
             echo "redbell: reusing the sentinel topology on base $base" >&2
@@ -150,8 +194,9 @@ if ((running == ${#names[@]})); then
     done
 fi
 if ((running > 0)); then
-    # Part of it is gone, or it failed over (the replica is the master now).
-    echo "redbell: the sentinel topology on base $base is not as started; restarting it" >&2
+    # Part of it is gone, it failed over (the replica is the master now), or
+    # it has other passwords.
+    echo "redbell: the sentinel topology on base $base is not as asked for; restarting it" >&2
     stop_all
 fi
 
@@ -167,13 +212,19 @@ done
 trap 'status=$?; if ((status != 0)); then stop_all || true; fi' EXIT
 
 
-redis_start primary "$primary_port" "$dir"
-redis_start replica "$replica_port" "$dir" --replicaof 127.0.0.1 "$primary_port"
+mode >"$dir/mode"
+auth=()
+if [[ -n $server_pass ]]; then
+    auth=(--requirepass "$server_pass" --masterauth "$server_pass")
+fi
+with_server_auth redis_start primary "$primary_port" "$dir" "${auth[@]}"
+with_server_auth redis_start replica "$replica_port" "$dir" "${auth[@]}" \
+    --replicaof 127.0.0.1 "$primary_port"
 
 # The sentinels learn the replica from the primary's INFO when they connect
 # (and then only every 10 s): start them once the replica is attached.
 for _ in $(seq 1 100); do
-    [[ $(redis_cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] && break
+    [[ $(server_cli "$replica_port" info replication | tr -d '\r' | grep '^master_link_status:') == master_link_status:up ]] && break
     sleep 0.1
 done
 
@@ -194,13 +245,19 @@ sentinel down-after-milliseconds mymaster 1000
 sentinel failover-timeout mymaster 10000
 sentinel parallel-syncs mymaster 1
 EOF
+    if [[ -n $server_pass ]]; then
+        echo "sentinel auth-pass mymaster \"$server_pass\"" >>"$conf"
+    fi
+    if [[ -n $sentinel_pass ]]; then
+        printf 'requirepass "%s"\nsentinel sentinel-pass "%s"\n' "$sentinel_pass" "$sentinel_pass" >>"$conf"
+    fi
     : >"$dir/$name.log"
     "$server" "$conf" --sentinel >&2
 done
 for i in 0 1 2; do
     name=sentinel-$i
     for _ in $(seq 1 100); do
-        redis_alive "$(pid_of "$name")" && redis_pong "${sentinel_ports[$i]}" && break
+        redis_alive "$(pid_of "$name")" && [[ $(sentinel_cli "${sentinel_ports[$i]}" ping) == PONG ]] && break
         sleep 0.1
     done
     echo "redbell: started $name pid $(pid_of "$name") on port ${sentinel_ports[$i]}" >&2

@@ -1,13 +1,19 @@
 //! Finding the primary through Redis Sentinel.
 //!
-//! The sentinels are asked in the order given; the first answer is used.
-//! The named node is connected to with the primary's own settings
-//! ([`Sentinels::primary`], of which only the address is taken from the
-//! sentinel: a `rediss://` template keeps its TLS parameters).
+//! The sentinels are asked in the order given. A sentinel's answer is only
+//! a claim: one that is partitioned away, just restarted, or not yet told of
+//! a failover names a node that is now a replica. So the named node is
+//! connected to, with the primary's own settings (credentials, database,
+//! protocol, TLS: [`Sentinels::primary`], which only the address is taken
+//! from the sentinel), and asked `ROLE`; a node that does not answer
+//! `master` sends us on to the next sentinel. A user whose ACL denies
+//! `ROLE` is asked `HELLO` instead (its `role` field); when neither can be
+//! asked, the sentinel is trusted, as before this check existed.
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, RedisError};
+use redis::aio::ConnectionLike;
+use redis::{ConnectionAddr, ConnectionInfo, RedisError, Value};
 
 use super::{Manager, manager};
 use crate::Error;
@@ -30,6 +36,16 @@ pub(crate) struct Found {
     pub(crate) addr: String,
     pub(crate) client: redis::Client,
     pub(crate) manager: Manager,
+}
+
+/// What a node says it is.
+#[derive(Debug, PartialEq, Eq)]
+enum Role {
+    Master,
+    /// `slave`, `sentinel`, or anything but `master`.
+    Other(String),
+    /// It could not be asked (ACL, an old server): trust the sentinel.
+    Unknown,
 }
 
 impl Sentinels {
@@ -78,16 +94,45 @@ impl Sentinels {
                 }
             };
             let addr = format!("{host}:{port}");
-            if current.is_some_and(|(current, _)| current == addr) {
-                return Ok(None);
+            if let Some((current_addr, current_manager)) = current
+                && addr == current_addr
+            {
+                // Still named: keep it unless it says it was demoted (an
+                // unreachable primary is the sentinels' to fail over).
+                match role(&mut current_manager.clone(), response).await {
+                    Ok(Role::Other(role)) => last = Some(not_primary(&addr, &role)),
+                    Ok(Role::Master | Role::Unknown) | Err(_) => return Ok(None),
+                }
+                continue;
             }
-            let client = redis::Client::open(self.primary_at(host, port))?;
-            let manager = manager(&client, connect, response).await?;
-            return Ok(Some(Found {
-                addr,
-                client,
-                manager,
-            }));
+            let client = match redis::Client::open(self.primary_at(host, port)) {
+                Ok(client) => client,
+                Err(e) => return Err(Error::Redis(e)), // the settings, not the node
+            };
+            let mut candidate = match manager(&client, connect, response).await {
+                Ok(m) => m,
+                Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                    return Err(Error::Redis(e)); // another node would refuse as well
+                }
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            match role(&mut candidate, response).await {
+                Ok(Role::Master | Role::Unknown) => {
+                    return Ok(Some(Found {
+                        addr,
+                        client,
+                        manager: candidate,
+                    }));
+                }
+                Ok(Role::Other(role)) => {
+                    tracing::info!(node = %addr, %role, "a sentinel named a node that is not the primary; asking the next");
+                    last = Some(not_primary(&addr, &role));
+                }
+                Err(e) => last = Some(e),
+            }
         }
         Err(last.map_or(Error::Closed, Error::Redis))
     }
@@ -138,5 +183,99 @@ impl Sentinels {
                 "a sentinel did not answer in time",
             ))),
         }
+    }
+}
+
+fn not_primary(addr: &str, role: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Client,
+        "the node a sentinel named is not the primary",
+        format!("{addr} answers ROLE with {role:?}"),
+    ))
+}
+
+/// What `conn`'s server says it is: `ROLE`, else `HELLO`'s `role` field.
+async fn role(conn: &mut Manager, timeout: Duration) -> Result<Role, RedisError> {
+    let asked = tokio::time::timeout(timeout, async {
+        match query(conn, redis::cmd("ROLE")).await {
+            Ok(Value::Array(items)) => Ok(items.first().and_then(text).map(Role::from)),
+            Ok(_) => Ok(None),
+            Err(e) if e.code().is_some() => {
+                // Denied by the ACL, or unknown: HELLO without a protocol
+                // version answers in the connection's protocol.
+                match query(conn, redis::cmd("HELLO")).await {
+                    Ok(reply) => Ok(field(&reply, "role").map(Role::from)),
+                    Err(e) if e.code().is_some() => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    match asked {
+        Ok(Ok(role)) => Ok(role.unwrap_or(Role::Unknown)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the node a sentinel named did not answer ROLE in time",
+        ))),
+    }
+}
+
+async fn query(conn: &mut Manager, cmd: redis::Cmd) -> Result<Value, RedisError> {
+    conn.req_packed_command(&cmd).await
+}
+
+impl From<String> for Role {
+    fn from(role: String) -> Role {
+        if role == "master" {
+            Role::Master
+        } else {
+            Role::Other(role)
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// `name`'s value in a map reply (RESP3) or a flat name/value array (RESP2).
+fn field(reply: &Value, name: &str) -> Option<String> {
+    match reply {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some(name))
+            .and_then(|(_, v)| text(v)),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|kv| text(&kv[0]).as_deref() == Some(name))
+            .and_then(|kv| kv.get(1).and_then(text)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_role_in_either_protocol() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = Value::Array(vec![
+            bulk("server"),
+            bulk("redis"),
+            bulk("role"),
+            bulk("replica"),
+        ]);
+        assert_eq!(field(&flat, "role").as_deref(), Some("replica"));
+        let map = Value::Map(vec![(bulk("role"), bulk("master"))]);
+        assert_eq!(field(&map, "role").map(Role::from), Some(Role::Master));
+        assert_eq!(field(&map, "mode"), None);
     }
 }

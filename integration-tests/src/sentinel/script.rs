@@ -22,13 +22,35 @@ impl ScriptTopology {
     ///
     /// When the script fails.
     pub async fn start(base: u16) -> (ScriptTopology, Vec<String>) {
+        Self::start_with(base, &[]).await
+    }
+
+    /// Runs `sentinel.sh start BASE OPTIONS...` (e.g. `--requirepass PW`);
+    /// the topology and the sentinel URLs the script printed.
+    ///
+    /// # Panics
+    ///
+    /// When the script fails.
+    pub async fn start_with(base: u16, options: &[&str]) -> (ScriptTopology, Vec<String>) {
         // Created first, so that a failed start is stopped too.
         let topo = ScriptTopology {
             base,
             stopped: false,
         };
-        let urls = run_redis_script("sentinel.sh", "start", base)
+        let mut cmd = redis_script("sentinel.sh", "start", base);
+        cmd.args(options);
+        let out = tokio::process::Command::from(cmd)
+            .output()
             .await
+            .expect("run sentinel.sh");
+        assert!(
+            out.status.success(),
+            "sentinel.sh start {base} {options:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let urls = String::from_utf8(out.stdout)
+            .expect("utf-8 output")
             .lines()
             .map(str::to_owned)
             .collect();
