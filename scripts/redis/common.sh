@@ -3,15 +3,15 @@
 # starting and stopping the redis-server processes they own. Every process
 # is a daemon with a pid file; nothing is ever killed by name.
 
-# Is PID a live (non-zombie) redis process? (An orphaned daemon may linger
-# as a zombie when PID 1 does not reap; that counts as gone.)
+# Is PID a live (non-zombie) redis (or valkey) process? (An orphaned daemon
+# may linger as a zombie when PID 1 does not reap; that counts as gone.)
 redis_alive() {
     local pid=$1 state
     [[ $pid =~ ^[0-9]+$ ]] || return 1
     [[ -r /proc/$pid/stat ]] || return 1
     state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
     [[ -n $state && $state != Z ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis"
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -Eq "redis|valkey"
 }
 
 # redis-cli against 127.0.0.1:PORT, errors silenced.
