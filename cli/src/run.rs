@@ -23,18 +23,22 @@
 //! is taken back before `redbell` exits.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::sys::signal::{SigSet, Signal, killpg};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
+
+mod child;
+mod signals;
+mod terminal;
+
+use child::{adopt_orphans, drain_group, reap_adopted, signal_group};
+use signals::Signals;
+use terminal::Terminal;
 
 /// Exit codes of `redbell run`, shown by `redbell run --help`.
 pub const EXIT_CODES: &str = "\
@@ -324,187 +328,5 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Sends `sig` to every process of `group`; a group already gone is fine.
-fn signal_group(group: Pid, sig: Signal) {
-    if group.as_raw() > 1 {
-        let _ = killpg(group, sig);
-    }
-}
-
-/// Whether any process of `group` remains, after reaping those of its
-/// members that were re-parented to us and have exited.
-fn group_alive(group: Pid) -> bool {
-    if group.as_raw() <= 1 {
-        return false;
-    }
-    loop {
-        match waitpid(Pid::from_raw(-group.as_raw()), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    !matches!(killpg(group, None), Err(Errno::ESRCH))
-}
-
-/// Waits for the command's process group to be empty: leftovers get SIGTERM
-/// at once (unless `killed` already), SIGKILL at `deadline`.
-async fn drain_group(group: Pid, deadline: Instant, killed: bool) {
-    if !group_alive(group) {
-        reap_adopted(None);
-        return;
-    }
-    if !killed {
-        eprintln!(
-            "redbell: the command left processes in its process group: sending them SIGTERM \
-             (SIGKILL after --kill-grace)"
-        );
-        signal_group(group, Signal::SIGTERM);
-    }
-    let mut kill_sent = killed;
-    let mut give_up = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        if !group_alive(group) {
-            break;
-        }
-        let now = Instant::now();
-        if !kill_sent && now >= deadline {
-            signal_group(group, Signal::SIGKILL);
-            kill_sent = true;
-        }
-        if kill_sent {
-            // SIGKILL cannot be ignored; what remains is a zombie some
-            // other parent has not reaped yet. Do not wait forever for it.
-            let end = *give_up.get_or_insert(now + Duration::from_secs(2));
-            if now >= end {
-                eprintln!("redbell: processes of the command's group could not be reaped");
-                break;
-            }
-        }
-    }
-    reap_adopted(None);
-}
-
-/// Makes `redbell` the reaper of its descendants' orphans (Linux), so a
-/// grandchild whose parent died is re-parented to us, not to PID 1, and
-/// `drain_group` sees (and reaps) it.
-fn adopt_orphans() {
-    #[cfg(target_os = "linux")]
-    {
-        let _ = nix::sys::prctl::set_child_subreaper(true);
-    }
-}
-
-/// Reaps adopted orphans that have exited, never the command itself (`skip`,
-/// which Tokio waits for).
-fn reap_adopted(skip: Option<i32>) {
-    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    for _ in 0..1024 {
-        let pid = match waitid(Id::All, peek) {
-            Ok(status) => match status.pid() {
-                Some(pid) => pid,
-                None => return,
-            },
-            Err(_) => return,
-        };
-        if Some(pid.as_raw()) == skip {
-            return;
-        }
-        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-    }
-}
-
-/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, received as a stream.
-struct Signals([(Signal, tokio::signal::unix::Signal); 4]);
-
-impl Signals {
-    fn install() -> Result<Signals, Failure> {
-        let one = |sig: Signal| {
-            signal(SignalKind::from_raw(sig as i32))
-                .map(|stream| (sig, stream))
-                .map_err(|e| {
-                    Failure::new(EX_FAILURE, format!("cannot install a {sig} handler: {e}"))
-                })
-        };
-        Ok(Signals([
-            one(Signal::SIGINT)?,
-            one(Signal::SIGTERM)?,
-            one(Signal::SIGHUP)?,
-            one(Signal::SIGQUIT)?,
-        ]))
-    }
-
-    /// The next signal received. Cancel safe.
-    async fn recv(&mut self) -> Signal {
-        let [(a, sa), (b, sb), (c, sc), (d, sd)] = &mut self.0;
-        tokio::select! {
-            Some(()) = sa.recv() => *a,
-            Some(()) = sb.recv() => *b,
-            Some(()) = sc.recv() => *c,
-            Some(()) = sd.recv() => *d,
-            else => std::future::pending().await,
-        }
-    }
-}
-
-/// The controlling terminal on stdin, while `redbell` is its foreground.
-struct Terminal {
-    /// Our own process group, which gets the terminal back.
-    ours: Pid,
-}
-
-impl Terminal {
-    /// `Some` when stdin is a terminal whose foreground group is ours.
-    fn foreground() -> Option<Terminal> {
-        let stdin = std::io::stdin();
-        if !stdin.is_terminal() {
-            return None;
-        }
-        let ours = nix::unistd::getpgrp();
-        (nix::unistd::tcgetpgrp(&stdin).ok()? == ours).then_some(Terminal { ours })
-    }
-
-    /// Makes `group` the terminal's foreground, and continues it in case it
-    /// tried to read the terminal before (and was stopped by SIGTTIN).
-    fn hand_to(self, group: Pid) -> Terminal {
-        if nix::unistd::tcsetpgrp(std::io::stdin(), group).is_ok() {
-            signal_group(group, Signal::SIGCONT);
-        }
-        self
-    }
-
-    /// Job control is not proxied: a command stopped with Ctrl-Z would
-    /// leave the terminal hung while the lock stays held, so continue it.
-    fn resume_if_stopped(&self, group: Pid) {
-        let stat = std::fs::read_to_string(format!("/proc/{group}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        if state == Some('T') {
-            eprintln!(
-                "redbell: the command was stopped; job control is not supported while it \
-                 holds a lock: continuing it (use Ctrl-C to end it)"
-            );
-            signal_group(group, Signal::SIGCONT);
-        }
-    }
-
-    /// Gives the terminal back to our group. We are a background group at
-    /// this point, so SIGTTOU is blocked (on this thread) for the call.
-    fn take_back(self) {
-        let stdin = std::io::stdin();
-        if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.ours) {
-            return;
-        }
-        let mut ttou = SigSet::empty();
-        ttou.add(Signal::SIGTTOU);
-        let blocked = ttou.thread_block().is_ok();
-        let _ = nix::unistd::tcsetpgrp(&stdin, self.ours);
-        if blocked {
-            let _ = ttou.thread_unblock();
-        }
     }
 }
