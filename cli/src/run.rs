@@ -33,6 +33,7 @@ use nix::unistd::Pid;
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
 mod child;
+mod duration;
 mod signals;
 mod terminal;
 
@@ -66,10 +67,11 @@ pub struct RunArgs {
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub nonblock: bool,
 
-    /// Wait at most DUR for the lock (`500ms`, `2s`, `1m`), then fail.
-    /// Without -n or -w, wait as long as it takes (woken by the release,
-    /// no polling).
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    /// Wait at most DUR for the lock, then fail. DUR is seconds (`10`,
+    /// `1.5`) or has units (`500ms`, `2s`, `1m`), as for every duration
+    /// here. Without -n or -w, wait as long as it takes (woken by the
+    /// release, no polling).
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = duration::parse)]
     pub wait: Option<Duration>,
 
     /// Exit code when the lock is held (-n) or the wait timed out (-w).
@@ -78,12 +80,12 @@ pub struct RunArgs {
 
     /// Lease of the lock, renewed every third of it while the command runs.
     /// If redbell dies or loses Redis, the lock frees itself after this long.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
 
     /// When the lease is lost, or the command leaves processes behind in its
     /// group: time between SIGTERM and SIGKILL to the group.
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
 
     /// Run CMD through `sh -c CMD` instead of a program given after `--`.
@@ -105,14 +107,6 @@ pub struct RunArgs {
     /// The program to run and its arguments (after `--`).
     #[arg(last = true, value_name = "CMD", required_unless_present = "shell")]
     pub argv: Vec<OsString>,
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_millis(10) || d > redbell::MAX_LEASE {
-        return Err("must be between 10ms and one year".into());
-    }
-    Ok(d)
 }
 
 /// Runs `redbell run`. Returns `Ok` when the command exited 0; any other
