@@ -43,9 +43,10 @@ enum Command {
     /// REDBELL_FENCE in its environment, renews the lease while it runs,
     /// forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to its group, and
     /// releases the lock when the command (and its whole group) has ended.
-    /// If the lease is lost meanwhile, the group gets SIGTERM, then SIGKILL
-    /// after --kill-grace, and redbell exits 75. Exits with the command's
-    /// own code otherwise.
+    /// If the lease is lost meanwhile, or cannot be renewed in time, the
+    /// group gets SIGTERM, then SIGKILL after --kill-grace, early enough to
+    /// be dead before the lease can expire, and redbell exits 75. Exits with
+    /// the command's own code otherwise.
     #[command(arg_required_else_help = true)]
     Run(run::RunArgs),
 

@@ -13,6 +13,10 @@
 //! command exits and leaves a background job behind — and the child's exit
 //! code is passed through.
 //!
+//! The group must be dead before the lease can expire on the server, when
+//! another host may take the lock: a lease that could not be renewed in time
+//! stops the group early enough for that (see `run/supervise.rs`).
+//!
 //! `redbell` makes itself a child subreaper (Linux), so orphaned
 //! grandchildren are re-parented to it and reaped by it: "no process of the
 //! group remains" then holds even where PID 1 does not reap.
@@ -28,17 +32,19 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
 mod child;
 mod duration;
+mod lease;
 mod signals;
+mod supervise;
 mod terminal;
 
-use child::{adopt_orphans, drain_group, reap_adopted, signal_group};
+use lease::Lease;
 use signals::Signals;
+use supervise::{Schedule, Supervisor};
 use terminal::Terminal;
 
 /// Exit codes of `redbell run`, shown by `redbell run --help`.
@@ -49,8 +55,9 @@ Exit codes:
   1        the lock is held elsewhere (-n) or the wait timed out (-w); see -E
   2        usage error: bad option, lock name or duration
   69       Redis could not be reached (one line on stderr)
-  75       the lease was lost while the command ran (the command's group got
-           SIGTERM, then SIGKILL after --kill-grace)
+  75       the lease was lost, or could not be renewed in time, while the
+           command ran: the command's group got SIGTERM, then SIGKILL after
+           --kill-grace, and was dead before the lease could expire
   126/127  the command could not be started (not executable / not found)
 
 Environment:
@@ -80,11 +87,17 @@ pub struct RunArgs {
 
     /// Lease of the lock, renewed every third of it while the command runs.
     /// If redbell dies or loses Redis, the lock frees itself after this long.
+    /// If the lease cannot be renewed, the command's group is stopped (see
+    /// --kill-grace) so that it is dead before the lease can expire, when
+    /// another host may take the lock.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
 
     /// When the lease is lost, or the command leaves processes behind in its
-    /// group: time between SIGTERM and SIGKILL to the group.
+    /// group: time between SIGTERM and SIGKILL to the group. At most a third
+    /// of --ttl: a longer grace is cut to that. When the lease cannot be
+    /// renewed, SIGTERM goes out this long plus a margin (a tenth of --ttl,
+    /// at most 1s) before the lease can expire.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
 
@@ -117,17 +130,17 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
     // Installed first: from here on these signals are ours to handle (the
     // lock is always released), not the default "die at once".
     let mut signals = Signals::install()?;
-    adopt_orphans();
+    child::adopt_orphans();
 
     let client = redbell::Client::builder(url)
         .default_lease(args.ttl)
-        .renew_every(args.ttl / 3)
         .connect()
         .await
         .map_err(|e| Failure::input(url, "cannot connect to Redis", &e))?;
 
     // Acquire.
-    let mutex = client.mutex(name);
+    // A fixed lease, renewed by `Lease` (which knows its deadline).
+    let mutex = client.mutex(name).with_lease(args.ttl);
     let started = Instant::now();
     if args.verbose && !args.nonblock {
         eprintln!("redbell: waiting for lock {name:?}");
@@ -175,94 +188,49 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         );
     }
 
-    // Spawn the command in its own process group.
-    let (program, mut command) = match &args.shell {
-        Some(script) => {
-            let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg(script);
-            (OsString::from("sh"), c)
-        }
-        None => {
-            // clap guarantees a non-empty argv when -c is absent.
-            let program = args.argv.first().cloned().unwrap_or_default();
-            let mut c = tokio::process::Command::new(&program);
-            c.args(&args.argv[1..]);
-            (program, c)
-        }
-    };
-    command
-        .env("REDBELL_NAME", name)
-        .env("REDBELL_TOKEN", guard.token())
-        .env("REDBELL_FENCE", guard.fence().to_string())
-        .process_group(0);
-    let terminal = Terminal::foreground();
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
+    // The lease counts from a confirmed renewal, before the command runs.
+    let lease = match Lease::confirm(&guard, args.ttl, url).await {
+        Ok(lease) => lease,
+        Err(failure) => {
             let _ = guard.unlock().await;
-            return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
+            return Err(failure);
         }
     };
-    // A spawned child has an id until it has been waited for.
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
-    let group = Pid::from_raw(pid);
+    let schedule = Schedule::new(args.ttl, args.kill_grace);
+    if args.verbose && schedule.grace < args.kill_grace {
+        eprintln!(
+            "redbell: --kill-grace cut to {}, a third of the lease",
+            humantime::format_duration(schedule.grace)
+        );
+    }
+
+    let terminal = Terminal::foreground();
+    let spawned = child::spawn(&args, guard.token(), guard.fence());
+    let (mut child, group) = match spawned {
+        Ok(spawned) => spawned,
+        Err(failure) => {
+            let _ = guard.unlock().await;
+            return Err(failure);
+        }
+    };
     let terminal = terminal.map(|t| t.hand_to(group));
 
-    // Supervise: wait for the command, forward signals, watch the lease.
-    let mut lost_at: Option<Instant> = None;
-    let mut killed = false;
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let status = loop {
-        let grace_end = lost_at.map(|t| t + args.kill_grace);
-        tokio::select! {
-            status = child.wait() => break status,
-            sig = signals.recv() => {
-                if args.verbose {
-                    eprintln!("redbell: forwarding {sig} to the command's process group");
-                }
-                signal_group(group, sig);
-            }
-            () = guard.lost(), if lost_at.is_none() => {
-                eprintln!(
-                    "redbell: lost the lease on lock {name:?}: sending SIGTERM to the command's \
-                     process group (SIGKILL after {})",
-                    humantime::format_duration(args.kill_grace)
-                );
-                signal_group(group, Signal::SIGTERM);
-                lost_at = Some(Instant::now());
-            }
-            () = sleep_until(grace_end), if grace_end.is_some() && !killed => {
-                eprintln!("redbell: the command outlived --kill-grace: sending SIGKILL to its process group");
-                signal_group(group, Signal::SIGKILL);
-                killed = true;
-            }
-            _ = tick.tick() => {
-                reap_adopted(Some(pid));
-                if let Some(terminal) = &terminal {
-                    terminal.resume_if_stopped(group);
-                }
-            }
-        }
+    let supervisor = Supervisor {
+        name,
+        group,
+        lease: &lease,
+        schedule,
+        verbose: args.verbose,
     };
-
-    // The command is gone; so must be the rest of its group, before the
-    // lock is released.
-    let deadline = lost_at.map_or(Instant::now() + args.kill_grace, |t| t + args.kill_grace);
-    drain_group(group, deadline, killed).await;
+    let outcome = supervisor
+        .supervise(&mut child, &guard, &mut signals, terminal.as_ref())
+        .await;
+    // The command and its whole group are gone, and renewal has stopped.
     if let Some(terminal) = terminal {
         terminal.take_back();
     }
 
-    let mut lost = lost_at.is_some() || guard.is_lost();
+    let mut lost = outcome.lost;
     let held = acquired.elapsed();
     match guard.unlock().await {
         Ok(()) => {
@@ -289,7 +257,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
     let code = if lost {
         EX_TEMPFAIL
     } else {
-        match status {
+        match outcome.status {
             Ok(status) => exit_code(status),
             Err(e) => {
                 eprintln!("redbell: could not wait for the command: {e}");
@@ -316,11 +284,4 @@ fn exit_code(status: ExitStatus) -> u8 {
 
 fn signal_exit_code(sig: Signal) -> u8 {
     u8::try_from(128 + sig as i32).unwrap_or(EX_FAILURE)
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
-    }
 }

@@ -1,15 +1,21 @@
-//! `redbell run`'s safety options and their input. Bare numbers in
-//! duration options are seconds.
+//! `redbell run` never lets its command run beside the lock's next holder:
+//! not when it is cut off from Redis (the group is dead before the lease can
+//! expire on the server). Also: bare numbers in duration options are
+//! seconds.
 //!
 //! Each fault test failed on the code before its fix; the numbers are in
 //! the test's comment. Needs `REDIS_URL` and the built binary, as `cli.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redbell_integration_tests::{lock_key, log_output, redbell_binary, redis_url};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("run-safety-{what}"))
@@ -80,6 +86,160 @@ fn wait_for_file(path: &Path, limit: Duration) -> String {
         assert!(Instant::now() < end, "{} did not appear", path.display());
         thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A TCP proxy to the test Redis that can be partitioned: forwarding stops
+/// in both directions while every socket stays open, as when a network
+/// drops packets.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let target = redis_addr();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let listener = runtime
+            .block_on(TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let port = listener.local_addr().expect("local addr").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let flag = cut.clone();
+        runtime.spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let (from_client, to_client) = client.into_split();
+                let (from_server, to_server) = server.into_split();
+                tokio::spawn(pump(from_client, to_server, flag.clone()));
+                tokio::spawn(pump(from_server, to_client, flag.clone()));
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            _runtime: runtime,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn partition(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to`, dropping what it reads while `cut` is set.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    cut: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if cut.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `host:port` of the test Redis (`redis://[auth@]host:port[/db]`).
+fn redis_addr() -> String {
+    let url = redis_url();
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+/// The nanosecond timestamps of the lines `TAG <ns>` in `text`.
+fn stamps(text: &str, tag: &str) -> Vec<i128> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+        .collect()
+}
+
+/// The holder is cut off from Redis and its command ignores SIGTERM. The
+/// command must be dead before the lease can expire on the server, i.e.
+/// before the next holder's command starts.
+///
+/// Before the fix (SIGTERM at the local deadline, SIGKILL --kill-grace =
+/// 5 s later): the old command wrote its last line 4.92 s after the new
+/// holder's first.
+#[test]
+fn a_partitioned_holder_stops_its_command_before_the_lease_expires() {
+    let name = unique("partition");
+    let dir = scratch();
+    let file = dir.join("lines");
+    let proxy = Proxy::start();
+    let holder = redbell(&[
+        "--url",
+        &proxy.url(),
+        "run",
+        "--ttl",
+        "3s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        r#"trap "" TERM; while :; do echo A $(date +%s%N) >> "$OUT"; sleep 0.05; done"#,
+    ])
+    .env("OUT", &file)
+    .spawn()
+    .expect("redbell starts");
+    wait_for_file(&file, Duration::from_secs(20));
+
+    proxy.partition();
+    let cut = Instant::now();
+    let next = redbell(&[
+        "run",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        r#"echo B $(date +%s%N) >> "$OUT""#,
+    ])
+    .env("OUT", &file)
+    .spawn()
+    .expect("redbell starts");
+    let out = finish(next, Duration::from_secs(30), "the next holder");
+    assert_eq!(code(&out), 0);
+    eprintln!(
+        "the next holder ran {:?} after the partition",
+        cut.elapsed()
+    );
+    let out = finish(holder, Duration::from_secs(30), "the cut-off holder");
+    assert_eq!(code(&out), 75, "a lost lease exits 75");
+
+    let text = std::fs::read_to_string(&file).expect("the lines");
+    let a = stamps(&text, "A ");
+    let b = stamps(&text, "B ");
+    let (Some(&last_a), Some(&first_b)) = (a.iter().max(), b.first()) else {
+        panic!("both commands must have written: {text}");
+    };
+    let gap_ms = (first_b - last_a) as f64 / 1e6;
+    eprintln!("the old command's last line came {gap_ms:.1} ms before the new holder's first");
+    assert!(
+        last_a < first_b,
+        "both commands ran at once for {:.3} s",
+        -gap_ms / 1e3
+    );
+    del(&name);
 }
 
 /// Bare numbers are seconds (as flock(1)), decimals allowed; units still work.

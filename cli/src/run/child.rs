@@ -1,12 +1,59 @@
 //! The command's process group: signals to it, whether anything of it
 //! remains, and reaping what `redbell` adopted (it is the group's subreaper).
 
-use std::time::{Duration, Instant};
+use std::ffi::OsString;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
+
+use super::RunArgs;
+use crate::fail::Failure;
+
+/// Starts the command in a process group of its own, with `REDBELL_NAME`,
+/// `REDBELL_TOKEN` and `REDBELL_FENCE` in its environment. Returns it and
+/// its group; fails with 127 when the program is not found, 126 when it
+/// cannot be executed.
+pub(super) fn spawn(
+    args: &RunArgs,
+    token: &str,
+    fence: u64,
+) -> Result<(tokio::process::Child, Pid), Failure> {
+    let (program, mut command) = match &args.shell {
+        Some(script) => {
+            let mut c = tokio::process::Command::new("sh");
+            c.arg("-c").arg(script);
+            (OsString::from("sh"), c)
+        }
+        None => {
+            // clap guarantees a non-empty argv when -c is absent.
+            let program = args.argv.first().cloned().unwrap_or_default();
+            let mut c = tokio::process::Command::new(&program);
+            c.args(args.argv.get(1..).unwrap_or_default());
+            (program, c)
+        }
+    };
+    command
+        .env("REDBELL_NAME", &args.name)
+        .env("REDBELL_TOKEN", token)
+        .env("REDBELL_FENCE", fence.to_string())
+        .process_group(0);
+    let child = command.spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        Failure::new(code, format!("cannot run {program:?}: {e}"))
+    })?;
+    // A spawned child has an id until it has been waited for.
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .unwrap_or(0);
+    Ok((child, Pid::from_raw(pid)))
+}
 
 /// Sends `sig` to every process of `group`; a group already gone is fine.
 pub(super) fn signal_group(group: Pid, sig: Signal) {
@@ -30,48 +77,9 @@ pub(super) fn group_alive(group: Pid) -> bool {
     !matches!(killpg(group, None), Err(Errno::ESRCH))
 }
 
-/// Waits for the command's process group to be empty: leftovers get SIGTERM
-/// at once (unless `killed` already), SIGKILL at `deadline`.
-pub(super) async fn drain_group(group: Pid, deadline: Instant, killed: bool) {
-    if !group_alive(group) {
-        reap_adopted(None);
-        return;
-    }
-    if !killed {
-        eprintln!(
-            "redbell: the command left processes in its process group: sending them SIGTERM \
-             (SIGKILL after --kill-grace)"
-        );
-        signal_group(group, Signal::SIGTERM);
-    }
-    let mut kill_sent = killed;
-    let mut give_up = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        if !group_alive(group) {
-            break;
-        }
-        let now = Instant::now();
-        if !kill_sent && now >= deadline {
-            signal_group(group, Signal::SIGKILL);
-            kill_sent = true;
-        }
-        if kill_sent {
-            // SIGKILL cannot be ignored; what remains is a zombie some
-            // other parent has not reaped yet. Do not wait forever for it.
-            let end = *give_up.get_or_insert(now + Duration::from_secs(2));
-            if now >= end {
-                eprintln!("redbell: processes of the command's group could not be reaped");
-                break;
-            }
-        }
-    }
-    reap_adopted(None);
-}
-
 /// Makes `redbell` the reaper of its descendants' orphans (Linux), so a
 /// grandchild whose parent died is re-parented to us, not to PID 1, and
-/// `drain_group` sees (and reaps) it.
+/// the supervisor sees (and reaps) it.
 pub(super) fn adopt_orphans() {
     #[cfg(target_os = "linux")]
     {
