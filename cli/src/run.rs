@@ -57,7 +57,8 @@ Exit codes:
   69       Redis could not be reached (one line on stderr)
   75       the lease was lost, or could not be renewed in time, while the
            command ran: the command's group got SIGTERM, then SIGKILL after
-           --kill-grace, and was dead before the lease could expire
+           --kill-grace, and was dead before the lease could expire; or the
+           command outlived --max-hold and was stopped the same way
   126/127  the command could not be started (not executable / not found)
 
 Environment:
@@ -100,6 +101,11 @@ pub struct RunArgs {
     /// at most 1s) before the lease can expire.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
+
+    /// Hold the lock at most DUR: then stop the command as for a lost lease
+    /// (SIGTERM to its group, SIGKILL after --kill-grace) and exit 75.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse_positive)]
+    pub max_hold: Option<Duration>,
 
     /// Run CMD through `sh -c CMD` instead of a program given after `--`.
     #[arg(
@@ -220,6 +226,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         group,
         lease: &lease,
         schedule,
+        max_hold_end: args.max_hold.map(|d| acquired + d),
         verbose: args.verbose,
     };
     let outcome = supervisor

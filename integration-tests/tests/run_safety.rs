@@ -1,7 +1,7 @@
 //! `redbell run` never lets its command run beside the lock's next holder:
 //! not when it is cut off from Redis (the group is dead before the lease can
-//! expire on the server). Also: bare numbers in duration options are
-//! seconds.
+//! expire on the server), not past `--max-hold`. Also: bare numbers in
+//! duration options are seconds.
 //!
 //! Each fault test failed on the code before its fix; the numbers are in
 //! the test's comment. Needs `REDIS_URL` and the built binary, as `cli.rs`.
@@ -25,6 +25,14 @@ fn redis() -> redis::Connection {
     redis::Client::open(redis_url())
         .and_then(|c| c.get_connection())
         .expect("the test Redis is reachable")
+}
+
+fn exists(name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(lock_key(name))
+        .query::<i64>(&mut redis())
+        .expect("EXISTS")
+        == 1
 }
 
 fn del(name: &str) {
@@ -242,9 +250,35 @@ fn a_partitioned_holder_stops_its_command_before_the_lease_expires() {
     del(&name);
 }
 
+/// `--max-hold 1s` ends a command that would hold the lock for 30 s: it is
+/// stopped as for a lost lease, and redbell exits 75.
+///
+/// Before the fix: exit 2 (no such option).
+#[test]
+fn max_hold_stops_the_command_and_exits_75() {
+    let name = unique("max-hold");
+    let started = Instant::now();
+    let child = redbell(&["run", "--max-hold", "1s", &name, "--", "sleep", "30"])
+        .spawn()
+        .expect("redbell starts");
+    let out = finish(child, Duration::from_secs(20), "run --max-hold 1s");
+    let took = started.elapsed();
+    assert_eq!(code(&out), 75, "past --max-hold is a lost lease");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "--max-hold 1s ended the run after {took:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--max-hold"),
+        "no explanation"
+    );
+    assert!(!exists(&name), "the lock is released");
+}
+
 /// Bare numbers are seconds (as flock(1)), decimals allowed; units still work.
 ///
 /// Before the fix: `-w 1`, `-w 0.3` and `--ttl 2` were usage errors (exit 2).
+/// (`--max-hold 1.5` is checked too, but the option is newer.)
 #[test]
 fn bare_numbers_are_seconds() {
     let name = unique("seconds");
@@ -278,6 +312,8 @@ fn bare_numbers_are_seconds() {
         "2",
         "--kill-grace",
         "0.5",
+        "--max-hold",
+        "1.5",
         &name,
         "-c",
         r#"echo ran > "$OUT"; sleep 0.5"#,

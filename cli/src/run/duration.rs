@@ -26,6 +26,15 @@ pub(super) fn parse_ttl(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Parses `--max-hold`: a duration over zero.
+pub(super) fn parse_positive(s: &str) -> Result<Duration, String> {
+    let d = parse(s)?;
+    if d.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(d)
+}
+
 /// `123`, `1.5`, `.25` as seconds, exactly; digits past the nanosecond
 /// round up (never down to zero). `None` for anything else (`.`, `1.2.3`)
 /// or an overflow.
@@ -98,5 +107,7 @@ mod tests {
         assert!(parse_ttl("0").is_err());
         assert!(parse_ttl("0.005").is_err());
         assert_eq!(parse_ttl("0.01"), Ok(Duration::from_millis(10)));
+        assert!(parse_positive("0").is_err());
+        assert_eq!(parse_positive("1.5"), Ok(Duration::from_millis(1500)));
     }
 }

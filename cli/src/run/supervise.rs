@@ -56,8 +56,8 @@ impl Schedule {
 #[derive(Debug)]
 pub(super) struct Outcome {
     pub(super) status: io::Result<ExitStatus>,
-    /// The lease was lost, or could not be renewed in time: the group was
-    /// stopped for it.
+    /// The lease was lost, could not be renewed in time, or outlived
+    /// `--max-hold`: the group was stopped for it.
     pub(super) lost: bool,
 }
 
@@ -69,6 +69,8 @@ pub(super) struct Supervisor<'a> {
     pub(super) group: Pid,
     pub(super) lease: &'a Lease,
     pub(super) schedule: Schedule,
+    /// `--max-hold` after the acquisition.
+    pub(super) max_hold_end: Option<Instant>,
     pub(super) verbose: bool,
 }
 
@@ -151,6 +153,16 @@ impl Supervisor<'_> {
                         );
                         stop = Some(self.terminate());
                     }
+                }
+                () = sleep_until(self.max_hold_end), if stop.is_none() => {
+                    lost = true;
+                    eprintln!(
+                        "redbell: held lock {:?} for --max-hold: stopping the command as for a \
+                         lost lease: SIGTERM to its process group, SIGKILL after {}",
+                        self.name,
+                        humantime::format_duration(grace)
+                    );
+                    stop = Some(self.terminate());
                 }
                 () = sleep_until(kill_at), if stop.is_some_and(|s| s.killed.is_none()) => {
                     if let Some(s) = stop.as_mut()
