@@ -55,10 +55,17 @@ enum Command {
 
     /// Break a lock as an operator (--force): delete it, wake the next waiter
     Unlock(unlock::UnlockArgs),
+
+    /// Internal: the guardian `run` starts beside its command
+    #[command(name = run::GUARD_SUBCOMMAND, hide = true)]
+    Guard,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Guard = cli.command {
+        return run::guard(); // no runtime: it only reads its stdin
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -74,6 +81,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.url, args).await,
             Command::Status(args) => status::run(&cli.url, &args).await,
             Command::Unlock(args) => unlock::run(&cli.url, &args).await,
+            Command::Guard => Ok(()),
         }
     });
     match result {

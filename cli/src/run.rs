@@ -17,6 +17,9 @@
 //! another host may take the lock: a lease that could not be renewed in time
 //! stops the group early enough for that (see `run/supervise.rs`).
 //!
+//! Should `redbell` die first (SIGKILL, the OOM killer), a guardian process
+//! kills the command's group (see `run/guardian.rs`).
+//!
 //! `redbell` makes itself a child subreaper (Linux), so orphaned
 //! grandchildren are re-parented to it and reaped by it: "no process of the
 //! group remains" then holds even where PID 1 does not reap.
@@ -37,18 +40,32 @@ use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
 mod child;
 mod duration;
+mod guardian;
 mod lease;
 mod signals;
 mod supervise;
 mod terminal;
 
+use guardian::Guardian;
+pub use guardian::{SUBCOMMAND as GUARD_SUBCOMMAND, serve as guard};
 use lease::Lease;
 use signals::Signals;
 use supervise::{Schedule, Supervisor};
 use terminal::Terminal;
 
-/// Exit codes of `redbell run`, shown by `redbell run --help`.
-pub const EXIT_CODES: &str = "\
+/// The guarantees, exit codes and environment of `redbell run`, shown by
+/// `redbell run --help`.
+pub const AFTER_HELP: &str = "\
+The command's process group:
+  The command and everything it starts stay in its own process group, which
+  gets the forwarded signals, and SIGTERM/SIGKILL when the lease is lost.
+  The group is dead before the lease can expire on the server. If redbell
+  itself dies (even by SIGKILL or the OOM killer), a guardian process
+  (`redbell __guard`, started beside the command) kills the group at once.
+  What escapes: a process that leaves the group (setsid, setpgid, as some
+  daemons do), and everything if the guardian is killed together with
+  redbell (e.g. a SIGKILL to every process of the user).
+
 Exit codes:
   N        the command's own exit code (0 when it succeeded)
   128+N    the command was killed by signal N (e.g. 137 for SIGKILL, 143 for SIGTERM)
@@ -69,7 +86,7 @@ Environment:
 
 /// Options of `redbell run`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = EXIT_CODES)]
+#[command(after_long_help = AFTER_HELP)]
 pub struct RunArgs {
     /// Fail at once if the lock is held, instead of waiting for it.
     #[arg(short = 'n', long, conflicts_with = "wait")]
@@ -144,8 +161,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::input(url, "cannot connect to Redis", &e))?;
 
-    // Acquire.
-    // A fixed lease, renewed by `Lease` (which knows its deadline).
+    // Acquire, with a fixed lease: `Lease` renews it (and knows its deadline).
     let mutex = client.mutex(name).with_lease(args.ttl);
     let started = Instant::now();
     if args.verbose && !args.nonblock {
@@ -210,11 +226,20 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         );
     }
 
+    // The guardian kills the command's group should redbell die first.
+    let guardian = match Guardian::start() {
+        Ok(guardian) => guardian,
+        Err(failure) => {
+            let _ = guard.unlock().await;
+            return Err(failure);
+        }
+    };
     let terminal = Terminal::foreground();
-    let spawned = child::spawn(&args, guard.token(), guard.fence());
+    let spawned = child::spawn(&args, guard.token(), guard.fence(), &guardian);
     let (mut child, group) = match spawned {
         Ok(spawned) => spawned,
         Err(failure) => {
+            guardian.dismiss();
             let _ = guard.unlock().await;
             return Err(failure);
         }
@@ -233,6 +258,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         .supervise(&mut child, &guard, &mut signals, terminal.as_ref())
         .await;
     // The command and its whole group are gone, and renewal has stopped.
+    guardian.dismiss();
     if let Some(terminal) = terminal {
         terminal.take_back();
     }

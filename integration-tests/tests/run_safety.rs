@@ -1,6 +1,7 @@
 //! `redbell run` never lets its command run beside the lock's next holder:
 //! not when it is cut off from Redis (the group is dead before the lease can
-//! expire on the server), not past `--max-hold`. Also: bare numbers in
+//! expire on the server), not when `redbell` itself is SIGKILLed (its
+//! guardian kills the group), not past `--max-hold`. Also: bare numbers in
 //! duration options are seconds.
 //!
 //! Each fault test failed on the code before its fix; the numbers are in
@@ -93,6 +94,17 @@ fn wait_for_file(path: &Path, limit: Duration) -> String {
         }
         assert!(Instant::now() < end, "{} did not appear", path.display());
         thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether `pid` is gone: no such process, or a zombie (dead, only not
+/// reaped yet by whoever inherited it).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
     }
 }
 
@@ -246,6 +258,61 @@ fn a_partitioned_holder_stops_its_command_before_the_lease_expires() {
         last_a < first_b,
         "both commands ran at once for {:.3} s",
         -gap_ms / 1e3
+    );
+    del(&name);
+}
+
+/// `redbell` is SIGKILLed (as by the OOM killer) while its command runs:
+/// the command and its whole group must be gone within a second.
+///
+/// Before the fix: the shell and its `sleep` were still running 1 s after
+/// redbell's death (and a second `redbell run` would have run beside them
+/// once the 2 s lease expired).
+#[test]
+fn a_sigkilled_redbell_takes_its_command_group_with_it() {
+    let name = unique("sigkill");
+    let dir = scratch();
+    let pid_file = dir.join("pids");
+    let mut holder = redbell(&[
+        "run",
+        "--ttl",
+        "2s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        r#"sleep 60 & echo "$$ $!" > "$PIDS"; wait"#,
+    ])
+    .env("PIDS", &pid_file)
+    .spawn()
+    .expect("redbell starts");
+    let text = wait_for_file(&pid_file, Duration::from_secs(20));
+    let pids: Vec<i32> = text
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pids.len(), 2, "{text:?}");
+    assert!(pids.iter().all(|&p| !gone(p)), "the command runs");
+
+    holder.kill().expect("SIGKILL redbell");
+    holder.wait().expect("reap redbell");
+    let killed = Instant::now();
+    while !pids.iter().all(|&p| gone(p)) && killed.elapsed() < Duration::from_secs(1) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let survivors: Vec<i32> = pids.iter().copied().filter(|&p| !gone(p)).collect();
+    for &pid in &survivors {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        survivors.is_empty(),
+        "still running 1 s after redbell's death: {survivors:?} (sh, sleep: {pids:?})"
+    );
+    eprintln!(
+        "the command's group was gone {:?} after redbell",
+        killed.elapsed()
     );
     del(&name);
 }

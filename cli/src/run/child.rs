@@ -9,16 +9,19 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use super::RunArgs;
+use super::guardian::Guardian;
 use crate::fail::Failure;
 
 /// Starts the command in a process group of its own, with `REDBELL_NAME`,
 /// `REDBELL_TOKEN` and `REDBELL_FENCE` in its environment. Returns it and
 /// its group; fails with 127 when the program is not found, 126 when it
-/// cannot be executed.
+/// cannot be executed. `guardian` learns of the group before the command
+/// runs.
 pub(super) fn spawn(
     args: &RunArgs,
     token: &str,
     fence: u64,
+    guardian: &Guardian,
 ) -> Result<(tokio::process::Child, Pid), Failure> {
     let (program, mut command) = match &args.shell {
         Some(script) => {
@@ -39,6 +42,7 @@ pub(super) fn spawn(
         .env("REDBELL_TOKEN", token)
         .env("REDBELL_FENCE", fence.to_string())
         .process_group(0);
+    guardian.enroll(&mut command);
     let child = command.spawn().map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127
