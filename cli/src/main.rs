@@ -43,9 +43,10 @@ enum Command {
     /// REDBELL_FENCE in its environment, renews the lease while it runs,
     /// forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to its group, and
     /// releases the lock when the command (and its whole group) has ended.
-    /// If the lease is lost meanwhile, the group gets SIGTERM, then SIGKILL
-    /// after --kill-grace, and redbell exits 75. Exits with the command's
-    /// own code otherwise.
+    /// If the lease is lost meanwhile, or cannot be renewed in time, the
+    /// group gets SIGTERM, then SIGKILL after --kill-grace, early enough to
+    /// be dead before the lease can expire, and redbell exits 75. Exits with
+    /// the command's own code otherwise.
     #[command(arg_required_else_help = true)]
     Run(run::RunArgs),
 
@@ -54,10 +55,17 @@ enum Command {
 
     /// Break a lock as an operator (--force): delete it, wake the next waiter
     Unlock(unlock::UnlockArgs),
+
+    /// Internal: the guardian `run` starts beside its command
+    #[command(name = run::GUARD_SUBCOMMAND, hide = true)]
+    Guard,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Guard = cli.command {
+        return run::guard(); // no runtime: it only reads its stdin
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,6 +81,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.url, args).await,
             Command::Status(args) => status::run(&cli.url, &args).await,
             Command::Unlock(args) => unlock::run(&cli.url, &args).await,
+            Command::Guard => Ok(()),
         }
     });
     match result {

@@ -375,10 +375,11 @@ fn a_lost_lease_terminates_then_kills_the_group() {
         (trap '' TERM; exec sleep 60) &
         echo "$$ $!" > "$PIDS"
         while :; do sleep 0.05; done"#;
+    // --ttl 3s: the grace is at most a third of the lease.
     let child = redbell(&[
         "run",
         "--ttl",
-        "1s",
+        "3s",
         "--kill-grace",
         "700ms",
         &name,
@@ -617,7 +618,9 @@ fn help_explains_options_exit_codes_and_environment() {
         "--conflict-exit-code",
         "--ttl",
         "--kill-grace",
+        "--max-hold",
         "--verbose",
+        "guardian",
         "REDBELL_NAME",
         "REDBELL_TOKEN",
         "REDBELL_FENCE",
