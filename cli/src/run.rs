@@ -149,7 +149,6 @@ pub struct RunArgs {
 /// outcome of a command that ran ends the process here with its exit code,
 /// after the lock was released and the command's group is gone.
 pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
-    let name = args.name.as_str();
     // Installed first: from here on these signals are ours to handle (the
     // lock is always released), not the default "die at once".
     let mut signals = Signals::install()?;
@@ -160,7 +159,28 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         .connect()
         .await
         .map_err(|e| Failure::input(url, "cannot connect to Redis", &e))?;
+    let outcome = hold_and_run(&client, url, &args, &mut signals).await;
+    // Releases still queued (an acquire cancelled by a signal or by -w's
+    // deadline while in flight) must reach Redis before the process ends.
+    if let Err(e) = client.shutdown().await {
+        eprintln!("redbell: pending releases did not finish ({e}); their leases free them");
+    }
+    match outcome? {
+        0 => Ok(()),
+        // Everything is cleaned up: the lock is released, the group gone.
+        code => std::process::exit(i32::from(code)),
+    }
+}
 
+/// Acquires, runs the command under the lock and releases it; returns
+/// redbell's exit code.
+async fn hold_and_run(
+    client: &redbell::Client,
+    url: &str,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let name = args.name.as_str();
     // Acquire, with a fixed lease: `Lease` renews it (and knows its deadline).
     let mutex = client.mutex(name).with_lease(args.ttl);
     let started = Instant::now();
@@ -235,7 +255,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         }
     };
     let terminal = Terminal::foreground();
-    let spawned = child::spawn(&args, guard.token(), guard.fence(), &guardian);
+    let spawned = child::spawn(args, guard.token(), guard.fence(), &guardian);
     let (mut child, group) = match spawned {
         Ok(spawned) => spawned,
         Err(failure) => {
@@ -255,7 +275,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         verbose: args.verbose,
     };
     let outcome = supervisor
-        .supervise(&mut child, &guard, &mut signals, terminal.as_ref())
+        .supervise(&mut child, &guard, signals, terminal.as_ref())
         .await;
     // The command and its whole group are gone, and renewal has stopped.
     guardian.dismiss();
@@ -287,7 +307,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         ),
     }
 
-    let code = if lost {
+    Ok(if lost {
         EX_TEMPFAIL
     } else {
         match outcome.status {
@@ -297,13 +317,7 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
                 EX_FAILURE
             }
         }
-    };
-    if code == 0 {
-        Ok(())
-    } else {
-        // Everything is cleaned up: the lock is released, the group gone.
-        std::process::exit(i32::from(code))
-    }
+    })
 }
 
 /// The command's exit code, or 128 + the signal that killed it.
