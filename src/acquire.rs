@@ -236,7 +236,7 @@ impl Acquirer {
         let hub = &self.client.0.hub;
         // Joining the hub is local; the first attempt is the whole cost of an
         // uncontended lock: one round trip, no SUBSCRIBE.
-        let token = new_token();
+        let token = new_token(keys.kind);
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let waiter = registration.waiter();
         let member = registration.member().to_owned();
@@ -309,7 +309,7 @@ impl Acquirer {
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
         Ok(self
-            .attempt(&keys, &new_token(), lease_ms, None)
+            .attempt(&keys, &new_token(keys.kind), lease_ms, None)
             .await?
             .ok())
     }
@@ -374,7 +374,7 @@ impl Acquirer {
                 in_flight.token = None;
                 Ok(Err(pttl_ms.map(Duration::from_millis)))
             }
-            Err(e @ Error::WrongType { .. }) => {
+            Err(e @ (Error::WrongType { .. } | Error::KindConflict { .. })) => {
                 in_flight.token = None; // the script wrote nothing
                 Err(e)
             }
@@ -396,9 +396,10 @@ impl Acquirer {
     }
 }
 
-/// A fresh random owner token: 32 hex digits.
-fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+/// A fresh random owner token: the kind's tag letter (see
+/// [`Kind::token_tag`]), then 32 hex digits.
+fn new_token(kind: Kind) -> String {
+    format!("{}{}", kind.token_tag(), uuid::Uuid::new_v4().simple())
 }
 
 /// Releases an acquire attempt's token in the background if the attempt's
@@ -425,10 +426,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_unique_hex() {
-        let (a, b) = (new_token(), new_token());
+    fn tokens_are_unique_and_tagged_with_their_kind() {
+        let (a, b) = (new_token(Kind::Plain), new_token(Kind::Plain));
         assert_ne!(a, b);
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(a.len(), 33);
+        assert!(a.starts_with('m'));
+        assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()));
+        for kind in [Kind::Fair, Kind::Read, Kind::Write] {
+            assert!(new_token(kind).starts_with(kind.token_tag()));
+        }
     }
 }

@@ -56,6 +56,20 @@ pub enum Error {
         key: String,
     },
 
+    /// The lock name is in use as another kind of lock: a [`Mutex`],
+    /// [`FairMutex`] and [`RwLock`] on one name would not wake each other's
+    /// waiters (and a `Mutex` beside readers would not exclude them), so
+    /// the attempt is refused. Nothing was written. One name, one kind.
+    ///
+    /// [`Mutex`]: crate::Mutex
+    /// [`FairMutex`]: crate::FairMutex
+    /// [`RwLock`]: crate::RwLock
+    #[error("lock {name:?} is in use as another kind of lock (Mutex, FairMutex or RwLock)")]
+    KindConflict {
+        /// The lock's name.
+        name: String,
+    },
+
     /// Redis answered with an error, or could not be reached (connection
     /// refused or dropped, authentication failed, ...). The source error is
     /// kept.

@@ -42,6 +42,20 @@ pub(crate) enum Kind {
     Write,
 }
 
+impl Kind {
+    /// The letter an owner token of this kind opens with, so the scripts
+    /// can tell a lock name used as another kind of lock (and refuse it with
+    /// [`Error::KindConflict`]).
+    pub(crate) fn token_tag(self) -> char {
+        match self {
+            Kind::Plain => 'm',
+            Kind::Fair => 'q',
+            Kind::Write => 'w',
+            Kind::Read => 'r',
+        }
+    }
+}
+
 /// The Redis names of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {

@@ -242,12 +242,13 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
         let mut call = redis::cmd("EVAL");
         call.arg(source);
         if script == "acquire" {
-            call.arg(4)
+            call.arg(5)
                 .arg(&lock)
                 .arg(format!("{lock}:fence"))
                 .arg(format!("{lock}:waiters"))
                 .arg(format!("{lock}:handoff"))
-                .arg("tok")
+                .arg(format!("{lock}:readers"))
+                .arg("mtok")
                 .arg(30_000)
                 .arg(60_000)
                 .arg("client:1")
@@ -260,7 +261,7 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
                 .arg(format!("{lock}:writers"))
                 .arg(format!("{lock}:fence"))
                 .arg(format!("{lock}:rw"))
-                .arg("tok")
+                .arg("wtok")
                 .arg(30_000)
                 .arg(60_000)
                 .arg("client:1")
@@ -436,4 +437,63 @@ async fn forward(down: TcpStream, up: TcpStream, cut: Arc<AtomicBool>) {
         }
     }
     drop(down_w);
+}
+
+/// One name, one kind: a Mutex, FairMutex or RwLock attempt on a name in
+/// use as another kind is refused at once with `KindConflict`. Before the
+/// fix, a Mutex on a name held by readers got the lock beside them (two
+/// kinds of holders at once), and a waiter of one kind parked behind a
+/// holder of another, whose release never woke it, for the holder's lease.
+#[tokio::test]
+async fn a_name_in_use_as_another_kind_of_lock_is_refused() {
+    let url = redis_url();
+    let c = client(&url).await;
+    let conflict = |r: Result<(), redbell::Error>, what: &str| {
+        assert!(
+            matches!(r, Err(redbell::Error::KindConflict { .. })),
+            "{what}: {r:?}"
+        );
+    };
+
+    // Readers hold: a Mutex and a FairMutex must not get in beside them.
+    let name = unique("kinds-readers");
+    let reader = c.rwlock(&name).read().await.unwrap();
+    let r = c.mutex(&name).try_lock().await.map(drop);
+    conflict(r, "mutex beside readers");
+    let r = c.fair_mutex(&name).try_lock().await.map(drop);
+    conflict(r, "fair mutex beside readers");
+    reader.unlock().await.unwrap();
+
+    // A Mutex holds: waiting as another kind fails at once, not after the
+    // holder's lease.
+    let name = unique("kinds-mutex");
+    let held = c.mutex(&name).lock().await.unwrap();
+    for (what, attempt) in [
+        ("fair mutex", c.fair_mutex(&name).lock().await.map(drop)),
+        ("rwlock writer", c.rwlock(&name).write().await.map(drop)),
+        ("rwlock reader", c.rwlock(&name).read().await.map(drop)),
+    ] {
+        conflict(attempt, what);
+    }
+    held.unlock().await.unwrap();
+
+    // A FairMutex holds: a plain Mutex waiter is refused.
+    let name = unique("kinds-fair");
+    let held = c.fair_mutex(&name).lock().await.unwrap();
+    let r = timeout(Duration::from_secs(5), c.mutex(&name).lock())
+        .await
+        .expect("the mutex attempt returned at once")
+        .map(drop);
+    conflict(r, "mutex behind a fair holder");
+    held.unlock().await.unwrap();
+
+    // A writer holds: a Mutex is refused.
+    let name = unique("kinds-writer");
+    let held = c.rwlock(&name).write().await.unwrap();
+    let r = c.mutex(&name).try_lock().await.map(drop);
+    conflict(r, "mutex behind a writer");
+    held.unlock().await.unwrap();
+
+    // The same kind on a free name after another kind was used: fine.
+    c.mutex(&name).lock().await.unwrap().unlock().await.unwrap();
 }

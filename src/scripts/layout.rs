@@ -65,10 +65,11 @@ pub(crate) async fn acquire(
         }
     }
     match keys.kind {
-        Kind::Plain => invocation.key(&keys.handoff),
+        Kind::Plain => invocation.key(&keys.handoff).key(&keys.readers),
         Kind::Fair => invocation
             .key(&keys.expiry)
             .key(&keys.handoff)
+            .key(&keys.readers)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS),
         Kind::Read => invocation.arg(park_ms),
@@ -84,6 +85,11 @@ pub(crate) async fn acquire(
         Err(e) if e.code() == Some("WRONGTYPE") => {
             return Err(Error::WrongType {
                 key: foreign_key(conn, keys).await,
+            });
+        }
+        Err(e) if e.code() == Some("WRONGKIND") => {
+            return Err(Error::KindConflict {
+                name: keys.name.clone(),
             });
         }
         Err(e) => return Err(Error::Redis(e)),
@@ -108,6 +114,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.fence, "string"),
             (&keys.waiters, "zset"),
             (&keys.handoff, "string"),
+            (&keys.readers, "zset"),
         ],
         Kind::Fair => vec![
             (&keys.lock, "string"),
@@ -115,6 +122,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.waiters, "zset"),
             (&keys.expiry, "zset"),
             (&keys.handoff, "string"),
+            (&keys.readers, "zset"),
         ],
         Kind::Read | Kind::Write => vec![
             (&keys.writer, "string"),

@@ -7,6 +7,7 @@
 -- KEYS[2]  fence key     P:{N}:fence    string: integer fencing counter
 -- KEYS[3]  waiter queue  P:{N}:waiters  sorted set: member -> expiry (server ms)
 -- KEYS[4]  hand-off      P:{N}:handoff  string: the woken member, short PX
+-- KEYS[5]  readers       P:{N}:readers  an RwLock's read holds (checked only)
 -- ARGV[1]  token         this acquisition's random owner token
 -- ARGV[2]  lease_ms      lease in milliseconds (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key in milliseconds (> 0)
@@ -26,6 +27,9 @@
 --               waiter; pttl = the remaining ms of the holder's lease (-1:
 --               no expiry), or of the hand-off reservation. The member, if
 --               any, is queued with expiry now + (pttl or park_ms) + grace_ms.
+--   error WRONGKIND  the name is in use as a FairMutex or RwLock (the lock
+--                    key holds a token of that kind, or live readers hold
+--                    it); nothing is written
 --   error WRONGTYPE  the lock key exists but is not a string
 --   error WRONGTYPE  the fence key is not a string, or the waiter queue not
 --                    a sorted set (no lock key is left either way)
@@ -34,6 +38,22 @@ local function queue_error(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
 
+local function other_kind(token, mine)
+  -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
+  -- writer), r (RwLock reader). A token of another kind means the name is
+  -- in use as another kind of lock, whose waiters this one would never
+  -- wake (tokens of older clients, plain hex, are not judged).
+  local tag = string.sub(token, 1, 1)
+  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+end
+local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
+
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local t = redis.call('TIME')
+  if redis.call('ZCOUNT', KEYS[5], tonumber(t[1]) * 1000, '+inf') > 0 then
+    return redis.error_reply(KIND_ERROR)
+  end
+end
 local handoff = redis.call('GET', KEYS[4])
 if (not handoff or handoff == ARGV[4])
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -58,6 +78,9 @@ end
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
   return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
+end
+if holder and other_kind(holder, 'm') then
+  return redis.error_reply(KIND_ERROR)
 end
 if holder == ARGV[1] then
   -- A re-sent attempt (its first run's reply was lost) finds its own token:
