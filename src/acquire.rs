@@ -141,6 +141,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::Error;
 use crate::client::Client;
@@ -148,6 +149,7 @@ use crate::guard::Held;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::Lease;
 use crate::scripts::{self, Acquire, Queue};
+use crate::stats::{Counters, Outcome};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
 /// waiter retries (and refreshes its entry) when that PTTL ends, so this
@@ -172,6 +174,8 @@ pub(crate) struct Acquirer {
     /// Renewal stops once a guard has been held this long. Default: the
     /// client's (none unless set).
     max_hold: Option<Duration>,
+    /// The protocol (also the `kind` of the figures).
+    kind: Kind,
 }
 
 impl Acquirer {
@@ -189,6 +193,7 @@ impl Acquirer {
             lease: None,
             replication,
             max_hold,
+            kind,
         }
     }
 
@@ -229,6 +234,40 @@ impl Acquirer {
 
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Held, Error> {
+        self.observed(self.wait()).await
+    }
+
+    /// Runs one acquisition (`lock` or `lock_timeout`), counting how it
+    /// ended (a drop before the end counts as cancelled) and tracing it as
+    /// a `redbell.acquire` span at debug level (lock, kind, outcome, fence,
+    /// wait in µs).
+    async fn observed(
+        &self,
+        acquisition: impl Future<Output = Result<Held, Error>>,
+    ) -> Result<Held, Error> {
+        let span = tracing::debug_span!(
+            "redbell.acquire",
+            lock = %self.name(),
+            kind = ?self.kind,
+            outcome = tracing::field::Empty,
+            fence = tracing::field::Empty,
+            waited_us = tracing::field::Empty,
+        );
+        let mut tally = Tally::new(self, span.clone());
+        let result = acquisition.instrument(span).await;
+        tally.end(match &result {
+            Ok(held) => {
+                tally.span.record("fence", held.fence);
+                Outcome::Acquired
+            }
+            Err(Error::Timeout) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        });
+        result
+    }
+
+    /// The wait loop itself.
+    async fn wait(&self) -> Result<Held, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -245,6 +284,8 @@ impl Acquirer {
             grace_ms: QUEUE_GRACE_MS,
             park_ms: millis(config.max_park),
         };
+        // Counts this waiter in the `waiters` gauge from its first park on.
+        let mut parked = None;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
@@ -267,6 +308,9 @@ impl Acquirer {
                 hub.subscribe(&registration).await?;
                 subscribed = true;
                 continue;
+            }
+            if parked.is_none() {
+                parked = Some(Parked::new(&self.client.0.counters));
             }
             // Capped so a foreign key with an absurd expiry cannot overflow
             // the clock; a day-long park still costs nothing.
@@ -296,15 +340,31 @@ impl Acquirer {
             return self.try_lock().await?.ok_or(Error::Timeout);
         }
         match Instant::now().checked_add(timeout) {
-            Some(deadline) => tokio::time::timeout_at(deadline, self.lock())
+            Some(deadline) => {
+                self.observed(async {
+                    tokio::time::timeout_at(deadline, self.wait())
+                        .await
+                        .unwrap_or(Err(Error::Timeout))
+                })
                 .await
-                .unwrap_or(Err(Error::Timeout)),
+            }
             None => self.lock().await, // a deadline past the end of time
         }
     }
 
     /// One attempt that never waits, queues or subscribes.
     pub(crate) async fn try_lock(&self) -> Result<Option<Held>, Error> {
+        let mut tally = Tally::new(self, tracing::Span::none());
+        let result = self.try_once().await;
+        tally.end(match &result {
+            Ok(Some(_)) => Outcome::Acquired,
+            Ok(None) => Outcome::Busy,
+            Err(_) => Outcome::Error,
+        });
+        result
+    }
+
+    async fn try_once(&self) -> Result<Option<Held>, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -349,6 +409,8 @@ impl Acquirer {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
+                lease.observe(inner.counters.clone(), &keys.name);
+                inner.counters.guards(1);
                 let renewal = self.lease.is_none().then(|| {
                     inner.renewer.register(
                         keys.clone(),
@@ -368,6 +430,7 @@ impl Acquirer {
                     renewal,
                     released: false,
                     replication: self.replication,
+                    acquired_at: Instant::now(),
                 }))
             }
             Ok((Acquire::Held { pttl_ms }, _)) => {
@@ -393,6 +456,63 @@ impl Acquirer {
         self.keys
             .clone()
             .map_err(|(name, reason)| Error::InvalidName { name, reason })
+    }
+}
+
+/// Counts one acquisition's outcome when it ends, or as cancelled when its
+/// future is dropped first.
+struct Tally<'a> {
+    counters: &'a Counters,
+    kind: Kind,
+    started: Instant,
+    span: tracing::Span,
+    ended: bool,
+}
+
+impl<'a> Tally<'a> {
+    fn new(acquirer: &'a Acquirer, span: tracing::Span) -> Tally<'a> {
+        Tally {
+            counters: &acquirer.client.0.counters,
+            kind: acquirer.kind,
+            started: Instant::now(),
+            span,
+            ended: false,
+        }
+    }
+
+    fn end(&mut self, outcome: Outcome) {
+        self.ended = true;
+        let waited = self.started.elapsed();
+        self.counters.acquisition(self.kind, outcome, waited);
+        self.span.record("outcome", format_args!("{outcome:?}"));
+        self.span.record(
+            "waited_us",
+            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(Outcome::Cancelled);
+        }
+    }
+}
+
+/// Counts a waiter in the client's `waiters` gauge while it lives.
+struct Parked<'a>(&'a Counters);
+
+impl<'a> Parked<'a> {
+    fn new(counters: &'a Counters) -> Parked<'a> {
+        counters.waiters(1);
+        Parked(counters)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.waiters(-1);
     }
 }
 

@@ -12,6 +12,7 @@ use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, validate_name};
 use crate::lease::{Renewer, drift};
+use crate::stats::{Counters, Stats};
 
 /// A connection to one Redis server, shared by every lock made from it.
 ///
@@ -75,6 +76,9 @@ pub(crate) struct Inner {
     /// This client's id in waiter queues and wake channel names.
     pub(crate) id: String,
     pub(crate) config: Config,
+    /// What the client did, for [`Client::stats`] (and the `metrics`
+    /// feature); shared with the hub, the renewer and the worker.
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// Settings fixed when the client is built.
@@ -351,7 +355,8 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             max_hold: self.max_hold,
         };
-        let background = background::start(conn.clone());
+        let counters = Arc::new(Counters::default());
+        let background = background::start(conn.clone(), counters.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
         let hub = Hub::start(
             conn.clone(),
@@ -360,9 +365,10 @@ impl ClientBuilder {
             self.probe_interval,
             background.clone(),
             id.clone(),
+            counters.clone(),
         )
         .await?;
-        let renewer = Renewer::start(conn.clone(), self.lease, renew_every);
+        let renewer = Renewer::start(conn.clone(), self.lease, renew_every, counters.clone());
         Ok(Client(Arc::new(Inner {
             conn,
             hub,
@@ -370,11 +376,22 @@ impl ClientBuilder {
             background,
             id,
             config,
+            counters,
         })))
     }
 }
 
 impl Client {
+    /// A snapshot of what this client did: acquisitions by outcome,
+    /// releases by what they found, lost leases by cause, renewals, pub/sub
+    /// reconnects, wake-ups, and the waiters and guards of the moment. Cheap
+    /// (a few relaxed atomic loads), with no exporter and no Redis command.
+    /// With the `metrics` feature the same figures also go to the `metrics`
+    /// facade; see [`Stats`].
+    pub fn stats(&self) -> Stats {
+        self.0.counters.snapshot()
+    }
+
     /// Connects to the Redis server at `url` (`redis://[:password@]host:port[/db]`)
     /// with the default settings; see [`Client::builder`] for the others.
     /// Must be called inside a Tokio runtime.

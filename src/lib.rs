@@ -2,22 +2,33 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-// Modules from the bottom up: each uses only those above it.
-mod acquire;
-mod admin;
-mod background;
-mod client;
-mod conn;
+// The modules from the bottom up: each uses only those above it. (The
+// comments keep rustfmt from sorting them.)
+// The vocabulary everyone shares.
 mod error;
-mod fair;
-mod guard;
-mod hub;
 mod keys;
-mod lease;
-mod mutex;
-mod rwlock;
-mod scripts;
 mod task;
+// Talking to Redis.
+mod conn;
+mod scripts;
+// What the client counts.
+mod stats;
+// The client's background machinery.
+mod background;
+mod hub;
+mod lease;
+// The client.
+mod client;
+// What a guard is made of.
+mod guard;
+// The acquisition engine and the wait protocol.
+mod acquire;
+// The handles, each with its `impl Client` constructor.
+mod mutex;
+// Handles built on the ones above.
+mod admin;
+mod fair;
+mod rwlock;
 
 pub use admin::LockStatus;
 pub use client::{Client, ClientBuilder};
@@ -30,3 +41,4 @@ pub use mutex::{Mutex, MutexGuard};
 pub use redis;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
+pub use stats::Stats;

@@ -15,6 +15,7 @@
 //! it re-checks its sharded subscriptions once more when the cluster has
 //! settled (see [`CLUSTER_RECHECK`]).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +45,13 @@ pub(super) enum Op {
 /// wakes every waiter again: those dropped meanwhile re-queue.
 const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
 
+/// Reconnect attempts within [`STORM_WINDOW`] that make a storm worth a
+/// warning.
+const STORM: usize = 5;
+
+/// The window in which [`STORM`] reconnects are counted.
+const STORM_WINDOW: Duration = Duration::from_secs(10);
+
 /// The live pub/sub connection: the sink and the dispatcher reading it.
 struct Connection {
     sink: Sink,
@@ -69,6 +77,10 @@ pub(super) struct Control {
     epoch: u64,
     /// Counts connections, so a late report from an old dispatcher is ignored.
     generation: u64,
+    /// Reconnect attempts within the last [`STORM_WINDOW`].
+    recent: VecDeque<Instant>,
+    /// When the last reconnect-storm warning went out.
+    warned_storm: Option<Instant>,
     /// `None` while disconnected.
     conn: Option<Connection>,
     /// Cluster only: when to start over once more, set by every successful
@@ -95,6 +107,8 @@ impl Control {
             probe,
             next_probe: Instant::now() + probe,
             generation: 0,
+            recent: VecDeque::new(),
+            warned_storm: None,
             conn: None,
             recheck: None,
         }
@@ -291,7 +305,35 @@ impl Control {
         }
     }
 
+    /// Notes a reconnect attempt, and warns (once per [`STORM_WINDOW`]) when
+    /// [`STORM`] of them fall within one window: something keeps dropping
+    /// the connection (a proxy, a missing channel right, a flapping node),
+    /// and every reconnect wakes every waiter.
+    fn note_reconnect(&mut self) {
+        let now = Instant::now();
+        self.recent.push_back(now);
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > STORM_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        let quiet = self
+            .warned_storm
+            .is_none_or(|t| now.duration_since(t) > STORM_WINDOW);
+        if self.recent.len() >= STORM && quiet {
+            self.warned_storm = Some(now);
+            tracing::warn!(
+                reconnects = self.recent.len(),
+                within = ?STORM_WINDOW,
+                "the pub/sub connection keeps reconnecting; every reconnect wakes every waiter"
+            );
+        }
+    }
+
     async fn try_reconnect(&mut self, backoff: &mut Duration, next: &mut Instant) {
+        self.note_reconnect();
         // After a failover the primary has moved: ask first (sentinel mode).
         if let Err(e) = self.primary.resolve().await {
             tracing::debug!(error = %e, "could not resolve the primary");
@@ -326,7 +368,8 @@ impl Control {
                 if self.primary.is_cluster() {
                     self.recheck = Some(Instant::now() + CLUSTER_RECHECK);
                 }
-                tracing::debug!(
+                self.shared.counters.hub_reconnect();
+                tracing::info!(
                     channels = wanted.len(),
                     "pub/sub reconnected; waking every waiter"
                 );
