@@ -28,6 +28,8 @@ test:
 	  cargo test --workspace --all-targets --no-fail-fast && \
 	  cargo test --workspace --doc && \
 	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
+	  echo "== example metrics (the metrics feature, scraped over loopback)" && \
+	  cargo build -p redbell --example metrics --features metrics && ./target/debug/examples/metrics && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \
 	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
 	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
@@ -57,6 +59,7 @@ bench:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p redbell --all-targets --features metrics -- -D warnings
 
 doc:
 	RUSTDOCFLAGS='-D warnings' cargo doc --no-deps
