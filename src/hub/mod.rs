@@ -6,6 +6,7 @@
 mod connection;
 mod pubsub;
 mod registry;
+mod shards;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

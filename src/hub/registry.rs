@@ -43,7 +43,9 @@ pub(super) struct Entry {
     /// When `waiters` last became empty; `None` while it is not.
     pub(super) idle_since: Option<Instant>,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
-    /// the control task; cleared for every entry when the connection drops.
+    /// the control task; cleared for every entry when the connection drops,
+    /// and on a cluster for the entries of one shard when that shard's
+    /// subscription is lost.
     pub(super) subscribed: bool,
 }
 
@@ -120,6 +122,16 @@ impl Shared {
     /// waiter between two parks returns from its next park at once.
     pub(super) fn wake_all(&self) {
         for entry in self.lock().values() {
+            for (waiter, _) in entry.waiters.values() {
+                waiter.notify.notify_one();
+            }
+        }
+    }
+
+    /// Wakes the waiters of `channel` only (as [`wake_all`](Self::wake_all)
+    /// does for every channel): its subscription was lost or renewed.
+    pub(super) fn wake_channel(&self, channel: &str) {
+        if let Some(entry) = self.lock().get(channel) {
             for (waiter, _) in entry.waiters.values() {
                 waiter.notify.notify_one();
             }
