@@ -19,7 +19,7 @@ mod rwlock;
 mod scripts;
 mod task;
 
-pub use admin::LockStatus;
+pub use admin::{Hold, LockInfo, LockKind, LockStatus};
 pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use fair::FairMutex;
