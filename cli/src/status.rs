@@ -21,11 +21,12 @@ by readers (STATE shared) has one line per reader.
 
 With --json, one object per lock and line:
   {\"name\":\"jobs\",\"kind\":\"mutex\",\"held\":true,\"holder\":\"m6f1c...\",\"owner\":\"web1:4242\",
-   \"ttl_ms\":29871,\"fence\":1719...,\"waiters\":2,\"readers\":[]}
+   \"ttl_ms\":29871,\"fence\":1719...,\"waiters\":2}
 holder, owner, ttl_ms and fence are null when unknown (ttl_ms is also null for
 a key without expiry); kind is null for a lock not in use (or a holder token
 of no known kind). holder is the exclusive holder (a read-write lock's
-writer); readers lists the read holds: {\"token\":...,\"owner\":...,\"ttl_ms\":...}.
+writer). A lock with read holds also has readers, a list of
+{\"token\":...,\"owner\":...,\"ttl_ms\":...}, soonest expiry first.
 
 Exit codes: 0 success, 2 usage error (e.g. an invalid lock name), 69 Redis
 unreachable, 1 any other failure.")]
@@ -85,6 +86,8 @@ struct Json<'a> {
     ttl_ms: Option<u64>,
     fence: Option<u64>,
     waiters: u64,
+    /// Only for a lock with read holds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     readers: Vec<JsonReader<'a>>,
 }
 
