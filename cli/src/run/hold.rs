@@ -141,11 +141,14 @@ impl Held {
         let name = each!(&guard, g => g.name().to_owned());
         let token = each!(&guard, g => g.token().to_owned());
         let released = each!(guard, g => g.unlock().await);
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            client.clear_owner_note(&name, &token),
-        )
-        .await;
+        // Not while Redis fails: the note expires with the lease anyway.
+        if !matches!(released, Err(redbell::Error::Redis(_))) {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.clear_owner_note(&name, &token),
+            )
+            .await;
+        }
         released
     }
 }
