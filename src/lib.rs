@@ -30,7 +30,7 @@ mod admin;
 mod fair;
 mod rwlock;
 
-pub use admin::LockStatus;
+pub use admin::{Hold, LockInfo, LockKind, LockStatus};
 pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use fair::FairMutex;

@@ -75,8 +75,16 @@ impl fmt::Display for Failure {
     }
 }
 
-/// The URL with any password replaced by `***`, for messages.
-pub fn redact(url: &str) -> String {
+/// The URL (or comma-separated URLs) with any password replaced by `***`,
+/// for messages.
+pub fn redact(urls: &str) -> String {
+    urls.split(',')
+        .map(redact_one)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn redact_one(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme + 3 => {
             let userinfo = &url[scheme + 3..at];

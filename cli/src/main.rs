@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod connect;
 mod fail;
 mod run;
 mod status;
@@ -16,19 +17,14 @@ mod unlock;
 /// Exit codes: 0 success, 1 failure (e.g. `run` found the lock held), 2
 /// usage error, 69 Redis unreachable, 75 `run` lost its lease; `run`
 /// otherwise exits with its command's code (128+N when a signal N killed
-/// it). Environment: REDIS_URL when --url is absent.
+/// it). Environment: REDIS_URL when --url is absent. Redis is one server
+/// (--url), a Redis Cluster (--cluster) or the primary Redis Sentinel names
+/// (--sentinel with --master).
 #[derive(Debug, Parser)]
 #[command(name = "redbell", version)]
 struct Cli {
-    /// Redis server URL (`redis://[:password@]host:port[/db]`).
-    #[arg(
-        long,
-        global = true,
-        env = "REDIS_URL",
-        hide_env_values = true,
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    url: String,
+    #[command(flatten)]
+    global: connect::GlobalArgs,
 
     #[command(subcommand)]
     command: Command,
@@ -78,9 +74,9 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run::run(&cli.url, args).await,
-            Command::Status(args) => status::run(&cli.url, &args).await,
-            Command::Unlock(args) => unlock::run(&cli.url, &args).await,
+            Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Status(args) => status::run(&cli.global, &args).await,
+            Command::Unlock(args) => unlock::run(&cli.global, &args).await,
             Command::Guard => Ok(()),
         }
     });

@@ -36,11 +36,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
 mod child;
 mod duration;
 mod guardian;
+mod hold;
 mod lease;
 mod signals;
 mod supervise;
@@ -84,9 +86,10 @@ Environment:
   acquisition's owner token, the lock key's value) and REDBELL_FENCE (the
   fencing token: strictly greater than every earlier one for this lock).";
 
-/// Options of `redbell run`.
+/// Options of `redbell run`. Everything after CMD's first word is CMD's
+/// (`--` may still come first).
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = AFTER_HELP)]
+#[command(after_long_help = AFTER_HELP, trailing_var_arg = true)]
 pub struct RunArgs {
     /// Fail at once if the lock is held, instead of waiting for it.
     #[arg(short = 'n', long, conflicts_with = "wait")]
@@ -124,7 +127,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = duration::parse_positive)]
     pub max_hold: Option<Duration>,
 
-    /// Run CMD through `sh -c CMD` instead of a program given after `--`.
+    /// Take the read side of the read-write lock NAME: shared with the other
+    /// -s holders, excluded by an -x holder (and held back while one waits).
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair"])]
+    pub shared: bool,
+
+    /// Take the write side of the read-write lock NAME: excludes the -s
+    /// holders and the other -x holders. (Without -s, -x or --fair, NAME is
+    /// a plain mutex; a name is one kind of lock at a time.)
+    #[arg(short = 'x', long, conflicts_with = "fair")]
+    pub exclusive: bool,
+
+    /// Take the fair mutex NAME: waiters get it in the order they came.
+    #[arg(long)]
+    pub fair: bool,
+
+    /// Run CMD through `sh -c CMD` instead of a program given after NAME.
     #[arg(
         short = 'c',
         long = "command",
@@ -140,26 +158,23 @@ pub struct RunArgs {
     /// Name of the lock.
     pub name: String,
 
-    /// The program to run and its arguments (after `--`).
-    #[arg(last = true, value_name = "CMD", required_unless_present = "shell")]
+    /// The program to run and its arguments. Options after it are its own;
+    /// put `--` before a program whose name starts with `-`.
+    #[arg(value_name = "CMD", required_unless_present = "shell")]
     pub argv: Vec<OsString>,
 }
 
 /// Runs `redbell run`. Returns `Ok` when the command exited 0; any other
 /// outcome of a command that ran ends the process here with its exit code,
 /// after the lock was released and the command's group is gone.
-pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
+pub async fn run(global: &GlobalArgs, args: RunArgs) -> Result<(), Failure> {
     // Installed first: from here on these signals are ours to handle (the
     // lock is always released), not the default "die at once".
     let mut signals = Signals::install()?;
     child::adopt_orphans();
 
-    let client = redbell::Client::builder(url)
-        .default_lease(args.ttl)
-        .connect()
-        .await
-        .map_err(|e| Failure::input(url, "cannot connect to Redis", &e))?;
-    let outcome = hold_and_run(&client, url, &args, &mut signals).await;
+    let client = connect(global).await?;
+    let outcome = hold_and_run(&client, &global.target(), &args, &mut signals).await;
     // Releases still queued (an acquire cancelled by a signal or by -w's
     // deadline while in flight) must reach Redis before the process ends.
     if let Err(e) = client.shutdown().await {
@@ -182,48 +197,36 @@ async fn hold_and_run(
 ) -> Result<u8, Failure> {
     let name = args.name.as_str();
     // Acquire, with a fixed lease: `Lease` renews it (and knows its deadline).
-    let mutex = client.mutex(name).with_lease(args.ttl);
+    let what = hold::what(args);
     let started = Instant::now();
     if args.verbose && !args.nonblock {
-        eprintln!("redbell: waiting for lock {name:?}");
+        eprintln!("redbell: waiting for {what} {name:?}");
     }
-    let acquire = async {
-        if args.nonblock {
-            mutex.try_lock().await
-        } else if let Some(wait) = args.wait {
-            match mutex.lock_timeout(wait).await {
-                Ok(guard) => Ok(Some(guard)),
-                Err(redbell::Error::Timeout) => Ok(None),
-                Err(e) => Err(e),
-            }
-        } else {
-            mutex.lock().await.map(Some)
-        }
-    };
+    let acquire = hold::acquire(client, args);
     let guard = tokio::select! {
         acquired = acquire => acquired
-            .map_err(|e| Failure::input(url, &format!("cannot lock {name:?}"), &e))?,
+            .map_err(|e| Failure::input(url, &format!("cannot take {what} {name:?}"), &e))?,
         sig = signals.recv() => {
             return Err(Failure::new(
                 signal_exit_code(sig),
-                format!("{sig} while waiting for lock {name:?}; not run"),
+                format!("{sig} while waiting for {what} {name:?}; not run"),
             ));
         }
     };
     let Some(guard) = guard else {
         let message = match args.wait {
             Some(wait) if !args.nonblock => format!(
-                "timed out after {} waiting for lock {name:?}",
+                "timed out after {} waiting for {what} {name:?}",
                 humantime::format_duration(wait)
             ),
-            _ => format!("lock {name:?} is held elsewhere"),
+            _ => format!("{what} {name:?} is held elsewhere"),
         };
         return Err(Failure::new(args.conflict_exit_code, message));
     };
     let acquired = Instant::now();
     if args.verbose {
         eprintln!(
-            "redbell: acquired lock {name:?} after {:.3}s (fence {}, token {})",
+            "redbell: acquired {what} {name:?} after {:.3}s (fence {}, token {})",
             (acquired - started).as_secs_f64(),
             guard.fence(),
             guard.token()
@@ -238,6 +241,8 @@ async fn hold_and_run(
             return Err(failure);
         }
     };
+    // Who holds it, for `redbell status`: `host:pid`, as long as the lease.
+    guard.note_owner(args.ttl).await;
     let schedule = Schedule::new(args.ttl, args.kill_grace);
     if args.verbose && schedule.grace < args.kill_grace {
         eprintln!(

@@ -309,3 +309,78 @@ pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))
 }
+
+/// The raw snapshot of `inspect.lua`, for a lock of any kind.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    /// The token in `P:{N}` ("" = none).
+    pub(crate) holder: String,
+    /// Its PTTL (-2: none, -1: no expiry).
+    pub(crate) pttl: i64,
+    /// The last fence ("" = none).
+    pub(crate) fence: String,
+    /// Live entries of the Mutex queue, the FairMutex queue, the RwLock
+    /// writer intents.
+    pub(crate) waiters: u64,
+    pub(crate) fair: u64,
+    pub(crate) intents: u64,
+    /// The holder's owner note ("" = none).
+    pub(crate) note: String,
+    /// Live read holds: token, remaining ms, note ("" = none).
+    pub(crate) readers: Vec<(String, u64, String)>,
+}
+
+/// Reads every kind's state of the lock `keys` names (any kind's keys: the
+/// base name is what counts) in one atomic call; `owners` is the owner-note
+/// hash.
+pub(crate) async fn inspect(conn: &Conn, keys: &LockKeys, owners: &str) -> Result<Snapshot, Error> {
+    let base = &keys.writer;
+    type Reply = (String, i64, String, u64, u64, u64, String, Vec<String>);
+    let (holder, pttl, fence, waiters, fair, intents, note, flat): Reply = Call::new(&INSPECT)
+        .key(base)
+        .key(&keys.fence)
+        .key(format!("{base}:waiters"))
+        .key(format!("{base}:fifo:expiry"))
+        .key(&keys.readers)
+        .key(format!("{base}:writers"))
+        .key(owners)
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, base))?;
+    let readers = flat
+        .chunks_exact(3)
+        .map(|r| (r[0].clone(), r[1].parse().unwrap_or(0), r[2].clone()))
+        .collect();
+    Ok(Snapshot {
+        holder,
+        pttl,
+        fence,
+        waiters,
+        fair,
+        intents,
+        note,
+        readers,
+    })
+}
+
+/// Breaks the lock whatever its kind and moves it on as a release would;
+/// returns `[kind, removed tokens...]` (kind "" when nothing was held).
+pub(crate) async fn break_lock(conn: &Conn, keys: &LockKeys) -> Result<Vec<String>, Error> {
+    let base = &keys.writer;
+    Call::new(&BREAK_LOCK)
+        .key(base)
+        .key(format!("{base}:waiters"))
+        .key(&keys.handoff)
+        .key(&keys.fence)
+        .key(format!("{base}:fifo"))
+        .key(format!("{base}:fifo:expiry"))
+        .key(&keys.readers)
+        .key(format!("{base}:rw"))
+        .arg(&keys.wake_prefix)
+        .arg(HANDOFF_MS)
+        .arg(CLAIM_MS)
+        .arg(keys.fence_ttl_ms)
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, base))
+}

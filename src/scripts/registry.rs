@@ -22,6 +22,13 @@ const FORCE_RELEASE_LUA: &str = concat!(
     include_str!("lua/wake_next.lua"),
     include_str!("lua/force_release.lua")
 );
+/// Every kind of lock: `status`'s and `force_release`'s counterparts.
+const INSPECT_LUA: &str = include_str!("lua/inspect.lua");
+const BREAK_LOCK_LUA: &str = concat!(
+    include_str!("lua/wake_next.lua"),
+    include_str!("lua/fair_common.lua"),
+    include_str!("lua/break_lock.lua")
+);
 
 /// `fair_common.lua` defines the functions the fair scripts call.
 const FAIR_ACQUIRE_LUA: &str = concat!(
@@ -99,9 +106,11 @@ pub(crate) static RW_READ_RELEASE: Lua = Lua::new("rw_read_release", RW_READ_REL
 pub(crate) static RW_WRITE_RELEASE: Lua = Lua::new("rw_write_release", RW_WRITE_RELEASE_LUA);
 pub(crate) static RW_READ_EXTEND: Lua = Lua::new("rw_read_extend", RW_READ_EXTEND_LUA);
 pub(crate) static RW_PASS: Lua = Lua::new("rw_pass", RW_PASS_LUA);
+pub(crate) static INSPECT: Lua = Lua::new("inspect", INSPECT_LUA);
+pub(crate) static BREAK_LOCK: Lua = Lua::new("break_lock", BREAK_LOCK_LUA);
 
 /// Every script, in the order [`scripts()`] lists them.
-static ALL: [&Lua; 15] = [
+static ALL: [&Lua; 17] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -117,6 +126,8 @@ static ALL: [&Lua; 15] = [
     &RW_WRITE_RELEASE,
     &RW_READ_EXTEND,
     &RW_PASS,
+    &INSPECT,
+    &BREAK_LOCK,
 ];
 
 /// One of the Lua scripts redbell runs on the server.

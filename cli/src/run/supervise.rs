@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use redbell::MutexGuard;
 
 use super::child::{group_alive, reap_adopted, signal_group};
+use super::hold::Held;
 use super::lease::Lease;
 use super::signals::Signals;
 use super::terminal::Terminal;
@@ -87,7 +87,7 @@ impl Supervisor<'_> {
     pub(super) async fn supervise(
         &self,
         child: &mut tokio::process::Child,
-        guard: &MutexGuard,
+        guard: &Held,
         signals: &mut Signals,
         terminal: Option<&Terminal>,
     ) -> Outcome {
