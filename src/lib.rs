@@ -17,9 +17,10 @@ mod lease;
 mod mutex;
 mod rwlock;
 mod scripts;
+mod semaphore;
 mod task;
 
-pub use admin::LockStatus;
+pub use admin::{LockStatus, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use fair::FairMutex;
@@ -30,3 +31,4 @@ pub use mutex::{Mutex, MutexGuard};
 pub use redis;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
+pub use semaphore::{Permit, Semaphore};
