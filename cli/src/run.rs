@@ -41,6 +41,7 @@ use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 mod child;
 mod duration;
 mod guardian;
+mod held;
 mod lease;
 mod signals;
 mod supervise;
@@ -48,6 +49,7 @@ mod terminal;
 
 use guardian::Guardian;
 pub use guardian::{SUBCOMMAND as GUARD_SUBCOMMAND, serve as guard};
+use held::Held;
 use lease::Lease;
 use signals::Signals;
 use supervise::{Schedule, Supervisor};
@@ -133,6 +135,13 @@ pub struct RunArgs {
     )]
     pub shell: Option<String>,
 
+    /// Hold one of N permits of the semaphore NAME instead of the lock NAME:
+    /// up to N commands run at once across all hosts (consul lock's -n).
+    /// Waiters are served in arrival order. Every holder must give the same
+    /// N; another count is refused (exit 2) while the semaphore is in use.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub permits: Option<u32>,
+
     /// Log the wait, acquire, hold and release times to stderr.
     #[arg(short, long)]
     pub verbose: bool,
@@ -182,22 +191,25 @@ async fn hold_and_run(
 ) -> Result<u8, Failure> {
     let name = args.name.as_str();
     // Acquire, with a fixed lease: `Lease` renews it (and knows its deadline).
-    let mutex = client.mutex(name).with_lease(args.ttl);
     let started = Instant::now();
     if args.verbose && !args.nonblock {
         eprintln!("redbell: waiting for lock {name:?}");
     }
     let acquire = async {
-        if args.nonblock {
-            mutex.try_lock().await
-        } else if let Some(wait) = args.wait {
-            match mutex.lock_timeout(wait).await {
-                Ok(guard) => Ok(Some(guard)),
-                Err(redbell::Error::Timeout) => Ok(None),
-                Err(e) => Err(e),
+        let acquired = match args.permits {
+            None => acquire_lock(&client.mutex(name).with_lease(args.ttl), args)
+                .await
+                .map(|g| g.map(Held::Lock)),
+            Some(permits) => {
+                let semaphore = client.semaphore(name, permits).with_lease(args.ttl);
+                acquire_permit(&semaphore, args)
+                    .await
+                    .map(|p| p.map(Held::Permit))
             }
-        } else {
-            mutex.lock().await.map(Some)
+        };
+        match acquired {
+            Err(redbell::Error::Timeout) => Ok(None),
+            other => other,
         }
     };
     let guard = tokio::select! {
@@ -216,7 +228,10 @@ async fn hold_and_run(
                 "timed out after {} waiting for lock {name:?}",
                 humantime::format_duration(wait)
             ),
-            _ => format!("lock {name:?} is held elsewhere"),
+            _ => match args.permits {
+                Some(n) => format!("all {n} permits of {name:?} are held or owed elsewhere"),
+                None => format!("lock {name:?} is held elsewhere"),
+            },
         };
         return Err(Failure::new(args.conflict_exit_code, message));
     };
@@ -318,6 +333,34 @@ async fn hold_and_run(
             }
         }
     })
+}
+
+/// Takes the lock as -n and -w say; a -w timeout is `Error::Timeout`.
+async fn acquire_lock(
+    mutex: &redbell::Mutex,
+    args: &RunArgs,
+) -> Result<Option<redbell::MutexGuard>, redbell::Error> {
+    if args.nonblock {
+        mutex.try_lock().await
+    } else if let Some(wait) = args.wait {
+        mutex.lock_timeout(wait).await.map(Some)
+    } else {
+        mutex.lock().await.map(Some)
+    }
+}
+
+/// Takes a permit as -n and -w say; a -w timeout is `Error::Timeout`.
+async fn acquire_permit(
+    semaphore: &redbell::Semaphore,
+    args: &RunArgs,
+) -> Result<Option<redbell::Permit>, redbell::Error> {
+    if args.nonblock {
+        semaphore.try_acquire().await
+    } else if let Some(wait) = args.wait {
+        semaphore.acquire_timeout(wait).await.map(Some)
+    } else {
+        semaphore.acquire().await.map(Some)
+    }
 }
 
 /// The command's exit code, or 128 + the signal that killed it.

@@ -12,7 +12,7 @@
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
-use redbell::MutexGuard;
+use super::held::Held;
 
 use crate::fail::{EX_TEMPFAIL, EX_UNAVAILABLE, Failure};
 
@@ -38,11 +38,7 @@ impl Lease {
     /// acquire's own reply does not tell when its request was sent (a wait
     /// for the lock makes many attempts), so the deadline starts from a
     /// first renewal, before the command runs.
-    pub(super) async fn confirm(
-        guard: &MutexGuard,
-        ttl: Duration,
-        url: &str,
-    ) -> Result<Lease, Failure> {
+    pub(super) async fn confirm(guard: &Held, ttl: Duration, url: &str) -> Result<Lease, Failure> {
         let name = guard.name();
         let sent = Instant::now();
         match tokio::time::timeout(ttl / 3, guard.extend(ttl)).await {
@@ -88,7 +84,7 @@ impl Lease {
     /// attempt, moving [`deadline`](Lease::deadline) on each success.
     /// Resolves only when the lock is known lost: a renewal found it gone
     /// or taken. Drop it to stop renewing.
-    pub(super) async fn keep_renewed(&self, guard: &MutexGuard) {
+    pub(super) async fn keep_renewed(&self, guard: &Held) {
         let every = self.ttl / 3;
         let attempt = self.ttl / 6;
         let retry = self.ttl / 20;

@@ -12,9 +12,9 @@ use std::io;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use super::held::Held;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use redbell::MutexGuard;
 
 use super::child::{group_alive, reap_adopted, signal_group};
 use super::lease::Lease;
@@ -87,7 +87,7 @@ impl Supervisor<'_> {
     pub(super) async fn supervise(
         &self,
         child: &mut tokio::process::Child,
-        guard: &MutexGuard,
+        guard: &Held,
         signals: &mut Signals,
         terminal: Option<&Terminal>,
     ) -> Outcome {
