@@ -1,6 +1,7 @@
 //! The acquisition engine every lock type shares, and the wait protocol.
-//! [`Mutex`](crate::Mutex), [`FairMutex`](crate::FairMutex) and
-//! [`RwLock`](crate::RwLock) are thin handles over an [`Acquirer`]; the
+//! [`Mutex`](crate::Mutex), [`FairMutex`](crate::FairMutex),
+//! [`RwLock`](crate::RwLock) and [`Semaphore`](crate::Semaphore) are thin
+//! handles over an [`Acquirer`]; the
 //! lock's [`Kind`] picks the scripts (`scripts/layout.rs`). The parts: the
 //! waiter's loop here; its registration and wake-ups in the [hub](crate::hub)
 //! (one subscription per lock per client, the client's wake channel for that
@@ -127,6 +128,28 @@
 //! While we are away, releases find no receiver on our channels and skip
 //! our members.
 //!
+//! ## Semaphores: several permits, the same wake-ups
+//!
+//! A [`Semaphore`](crate::Semaphore) runs the same loop over other scripts
+//! (`sem_*.lua`; the data model is in `sem_common.lua`). Its holders are a
+//! sorted set of permit tokens scored by their lease expiry in server time;
+//! its queue is FIFO by arrival (a second sorted set holds each entry's
+//! expiry, as for the fair mutex). With `free` permits not held, the first
+//! `free` queued waiters are *owed* one: a caller at rank `r` takes a permit
+//! iff `r < free`, and a newcomer counts as the back of the queue, so it
+//! never takes a permit a waiter is owed. Whatever frees permits (a
+//! release, expired holders reclaimed by any script, an owed waiter that
+//! left or lapsed) wakes the waiters newly owed, one PUBLISH each, on their
+//! clients' channels, with the same standby to the next two in line as the
+//! plain mutex: a woken member's entry is cut to
+//! [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS), the standbys attempt
+//! after twice that, and their attempt prunes a frozen woken member. As for
+//! the fair mutex a waiter queues only once its wake channel is subscribed
+//! (a wake-up published before would reach nobody and cost it its place).
+//! A parked waiter parks until the earliest holder's lease ends at the
+//! latest: that is when a crashed holder's permit comes back, and the first
+//! attempt after it reclaims the permit and wakes whoever it is owed to.
+//!
 //! ## The timings
 //!
 //! Beside the loop: [`QUEUE_GRACE_MS`] (how long a queue entry outlives the
@@ -211,6 +234,15 @@ impl Acquirer {
         self
     }
 
+    /// Sets a semaphore's permit count (checked by the first call that
+    /// needs the keys).
+    pub(crate) fn with_permits(mut self, permits: u32) -> Acquirer {
+        if let Ok(keys) = &mut self.keys {
+            Arc::make_mut(keys).permits = permits;
+        }
+        self
+    }
+
     pub(crate) fn with_lease(mut self, lease: Duration) -> Acquirer {
         self.lease = Some(lease);
         self
@@ -219,6 +251,11 @@ impl Acquirer {
     pub(crate) fn with_max_hold(mut self, hold: Duration) -> Acquirer {
         self.max_hold = Some(hold);
         self
+    }
+
+    /// A semaphore's permit count (0 for the other kinds).
+    pub(crate) fn permits(&self) -> u32 {
+        self.keys.as_ref().map_or(0, |keys| keys.permits)
     }
 
     pub(crate) fn lease(&self) -> Option<Duration> {
@@ -293,7 +330,9 @@ impl Acquirer {
             // A fair waiter joins the queue only once it can be told of its
             // grant: a grant published before its SUBSCRIBE was confirmed
             // would reach nobody and cost it its place.
-            let queue = (subscribed || keys.kind != Kind::Fair).then_some(queue);
+            // The same for a semaphore waiter, whose place is FIFO too.
+            let queue =
+                (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)).then_some(queue);
             registration.queued();
             let pttl = match self.attempt(&keys, &token, lease_ms, queue).await? {
                 Ok(held) => {
@@ -437,7 +476,11 @@ impl Acquirer {
                 in_flight.token = None;
                 Ok(Err(pttl_ms.map(Duration::from_millis)))
             }
-            Err(e @ (Error::WrongType { .. } | Error::KindConflict { .. })) => {
+            Err(
+                e @ (Error::WrongType { .. }
+                | Error::KindConflict { .. }
+                | Error::PermitsMismatch { .. }),
+            ) => {
                 in_flight.token = None; // the script wrote nothing
                 Err(e)
             }
@@ -453,9 +496,18 @@ impl Acquirer {
     }
 
     fn keys(&self) -> Result<Arc<LockKeys>, Error> {
-        self.keys
+        let keys = self
+            .keys
             .clone()
-            .map_err(|(name, reason)| Error::InvalidName { name, reason })
+            .map_err(|(name, reason)| Error::InvalidName { name, reason })?;
+        if keys.kind == Kind::Semaphore && keys.permits == 0 {
+            return Err(Error::InvalidPermits {
+                name: keys.name.chars().take(64).collect(),
+                permits: 0,
+                reason: "a semaphore needs at least one permit",
+            });
+        }
+        Ok(keys)
     }
 }
 

@@ -25,7 +25,57 @@ pub struct LockStatus {
     pub waiters: u64,
 }
 
+/// A snapshot of one [`Semaphore`](crate::Semaphore), taken atomically on
+/// the server by [`Client::semaphore_status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreStatus {
+    /// The semaphore's name.
+    pub name: String,
+    /// The permit count stored in Redis; `None` when none is (nobody held
+    /// or waited for it lately).
+    pub permits: Option<u32>,
+    /// Each live holder's permit token and remaining lease, the earliest to
+    /// expire first.
+    pub holders: Vec<(String, Duration)>,
+    /// Waiters queued for a permit, across all clients (entries not yet
+    /// expired).
+    pub waiters: u64,
+    /// The last fence handed out for this name; `None` if none is
+    /// remembered.
+    pub fence: Option<u64>,
+}
+
 impl Client {
+    /// Reads the state of the semaphore `name`: permit count, live holders
+    /// with their remaining leases, queued waiters and last fence, in one
+    /// atomic script call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
+    /// semaphore's keys hold foreign data, [`Error::Redis`] when Redis
+    /// fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn semaphore_status(&self, name: &str) -> Result<SemaphoreStatus, Error> {
+        let keys = self.keys(name, Kind::Semaphore)?;
+        let (permits, fence, waiters, holders) =
+            scripts::semaphore_status(&self.0.conn, &keys).await?;
+        Ok(SemaphoreStatus {
+            name: keys.name,
+            permits: permits.parse().ok(),
+            holders: holders
+                .into_iter()
+                .map(|(token, ms)| (token, Duration::from_millis(ms)))
+                .collect(),
+            waiters,
+            fence: fence.parse().ok(),
+        })
+    }
+
     /// Reads the state of the lock `name`: holder, remaining lease, last
     /// fence and queued waiters, in one atomic script call.
     ///

@@ -89,6 +89,32 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// The semaphore exists in Redis with another permit count than this
+    /// handle asks for (another client made it with a different `permits`).
+    /// Nothing was written: the count is never resized silently. It can
+    /// change only once no holder and no waiter remains and the stored count
+    /// has expired with them (at most a lease after the last one left).
+    #[error("semaphore {name:?} has {stored} permits in Redis, this handle asks for {asked}")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The permit count stored in Redis.
+        stored: u32,
+        /// The permit count this handle was made with.
+        asked: u32,
+    },
+
+    /// A semaphore was made with zero permits: nobody could ever acquire it.
+    #[error("invalid permit count {permits} for semaphore {name:?}: {reason}")]
+    InvalidPermits {
+        /// The semaphore's name (cut to its first 64 characters).
+        name: String,
+        /// The offending count.
+        permits: u32,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
     /// The client's background machinery has shut down (the Tokio runtime
     /// is going away).
     #[error("the redbell client is closed")]

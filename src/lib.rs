@@ -25,12 +25,13 @@ mod guard;
 mod acquire;
 // The handles, each with its `impl Client` constructor.
 mod mutex;
+mod semaphore;
 // Handles built on the ones above.
 mod admin;
 mod fair;
 mod rwlock;
 
-pub use admin::{Hold, LockInfo, LockKind, LockStatus};
+pub use admin::{Hold, LockInfo, LockKind, LockStatus, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use fair::FairMutex;
@@ -41,4 +42,5 @@ pub use mutex::{Mutex, MutexGuard};
 pub use redis;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
+pub use semaphore::{Permit, Semaphore};
 pub use stats::Stats;

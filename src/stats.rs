@@ -4,7 +4,8 @@
 //! the application's exporter (Prometheus, StatsD, ...) publishes it; without
 //! the feature that part compiles to nothing.
 //!
-//! Metric names (all labelled `kind` = `mutex`, `fair`, `read`, `write`
+//! Metric names (all labelled `kind` = `mutex`, `fair`, `read`, `write`,
+//! `semaphore`
 //! where it applies):
 //!
 //! | metric | type | labels |
@@ -173,6 +174,7 @@ fn kind_label(kind: Kind) -> &'static str {
         Kind::Fair => "fair",
         Kind::Read => "read",
         Kind::Write => "write",
+        Kind::Semaphore => "semaphore",
     }
 }
 

@@ -43,6 +43,9 @@
 //!    200 ms lease; another client is already waiting; the time from the
 //!    lease's expiry to its `lock()` returning, over 20 runs.
 //!
+//! 7. **Semaphore**: 16 workers share a 4-permit `client.semaphore()`;
+//!    acquisitions/s, wait and commands per acquisition (`bench/semaphore.rs`).
+//!
 //! # Redis commands
 //!
 //! Counted with `CONFIG RESETSTAT` and `INFO commandstats`, so run the
@@ -68,6 +71,7 @@ mod lock;
 mod plan;
 mod report;
 mod results;
+mod semaphore;
 mod stats;
 mod verdict;
 mod worker;
@@ -235,6 +239,22 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
                 .await?,
             );
         }
+        let sem_n = if args.quick { 20 } else { 200 };
+        eprintln!("bench: semaphore, 4 permits, 16 workers, N={sem_n} each");
+        let semaphore = semaphore::run(
+            url,
+            &format!("bench-{run}-semaphore"),
+            4,
+            16,
+            sem_n,
+            args.hold,
+        )
+        .await?;
+        eprintln!(
+            "bench:   {:.0} acquisitions/s, wait p99 {} µs",
+            semaphore.acquisitions_per_s,
+            semaphore.wait_us.p99.unwrap_or(0)
+        );
         Ok::<_, Failure>(Results {
             date: plan::utc_now(),
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -253,6 +273,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             scaling,
             uncontended,
             takeover,
+            semaphore,
         })
     }
     .await;

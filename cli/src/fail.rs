@@ -61,7 +61,10 @@ impl Failure {
     /// invalid lock name or duration is a usage error (`2`).
     pub fn input(url: &str, what: &str, err: &redbell::Error) -> Failure {
         match err {
-            redbell::Error::InvalidName { .. } | redbell::Error::InvalidLease { .. } => {
+            redbell::Error::InvalidName { .. }
+            | redbell::Error::InvalidLease { .. }
+            | redbell::Error::InvalidPermits { .. }
+            | redbell::Error::PermitsMismatch { .. } => {
                 Failure::new(EX_USAGE, format!("{what}: {err}"))
             }
             other => Failure::lock(url, what, other),

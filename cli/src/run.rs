@@ -151,6 +151,18 @@ pub struct RunArgs {
     )]
     pub shell: Option<String>,
 
+    /// Hold one of N permits of the semaphore NAME instead of the lock NAME:
+    /// up to N commands run at once across all hosts (consul lock's -n).
+    /// Waiters are served in arrival order. Every holder must give the same
+    /// N; another count is refused (exit 2) while the semaphore is in use.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with_all = ["shared", "exclusive", "fair"]
+    )]
+    pub permits: Option<u32>,
+
     /// Log the wait, acquire, hold and release times to stderr.
     #[arg(short, long)]
     pub verbose: bool,

@@ -28,12 +28,22 @@ of no known kind). holder is the exclusive holder (a read-write lock's
 writer). A lock with read holds also has readers, a list of
 {\"token\":...,\"owner\":...,\"ttl_ms\":...}, soonest expiry first.
 
+With --semaphore, the names are semaphores: one line each with NAME, PERMITS
+(the stored count, - when none is), HELD (live holders), WAITERS, FENCE and
+HOLDERS (each holder's token and remaining lease). With --json:
+  {\"name\":\"uploads\",\"permits\":4,\"holders\":[{\"token\":\"6f1c...\",\"ttl_ms\":29871}],\"waiters\":2,\"fence\":1719...}
+
 Exit codes: 0 success, 2 usage error (e.g. an invalid lock name), 69 Redis
 unreachable, 1 any other failure.")]
 pub struct StatusArgs {
     /// Print one JSON object per lock and line.
     #[arg(long)]
     pub json: bool,
+
+    /// The names are semaphores (`redbell run --permits N`): show their
+    /// holders and waiters.
+    #[arg(long)]
+    pub semaphore: bool,
 
     /// Names of the locks.
     #[arg(required = true, value_name = "NAME")]
@@ -44,6 +54,9 @@ pub struct StatusArgs {
 pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> {
     let client = connect(global).await?;
     let target = global.target();
+    if args.semaphore {
+        return semaphores(&client, &target, args).await;
+    }
     let mut rows = Vec::with_capacity(args.names.len());
     for name in &args.names {
         let info = client
@@ -57,7 +70,10 @@ pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> 
         }
     }
     if !args.json {
-        print_table(&rows);
+        let header = [
+            "NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS", "KIND", "OWNER",
+        ];
+        print_table(header, &rows);
     }
     Ok(())
 }
@@ -73,6 +89,56 @@ fn kind_name(kind: Option<LockKind>) -> Option<&'static str> {
 
 fn millis(ttl: Option<Duration>) -> Option<u64> {
     ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `redbell status --semaphore`.
+async fn semaphores(client: &redbell::Client, url: &str, args: &StatusArgs) -> Result<(), Failure> {
+    let mut rows = Vec::with_capacity(args.names.len());
+    for name in &args.names {
+        let s = client
+            .semaphore_status(name)
+            .await
+            .map_err(|e| Failure::input(url, &format!("cannot read semaphore {name:?}"), &e))?;
+        if args.json {
+            let holders: Vec<_> = s
+                .holders
+                .iter()
+                .map(|(token, ttl)| serde_json::json!({"token": token, "ttl_ms": millis(Some(*ttl))}))
+                .collect();
+            let line = serde_json::json!({
+                "name": s.name,
+                "permits": s.permits,
+                "holders": holders,
+                "waiters": s.waiters,
+                "fence": s.fence,
+            });
+            println!("{line}");
+        } else {
+            let dash = || "-".to_owned();
+            let holders: Vec<String> = s
+                .holders
+                .iter()
+                .map(|(token, ttl)| format!("{token}({})", seconds(*ttl)))
+                .collect();
+            rows.push([
+                s.name.clone(),
+                s.permits.map_or_else(dash, |p| p.to_string()),
+                s.holders.len().to_string(),
+                s.waiters.to_string(),
+                s.fence.map_or_else(dash, |f| f.to_string()),
+                if holders.is_empty() {
+                    dash()
+                } else {
+                    holders.join(",")
+                },
+            ]);
+        }
+    }
+    if !args.json {
+        let header = ["NAME", "PERMITS", "HELD", "WAITERS", "FENCE", "HOLDERS"];
+        print_table(header, &rows);
+    }
+    Ok(())
 }
 
 /// One line of `--json` output.
@@ -158,12 +224,9 @@ fn seconds(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
 }
 
-fn print_table(rows: &[[String; 8]]) {
-    let header = [
-        "NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS", "KIND", "OWNER",
-    ]
-    .map(str::to_owned);
-    let mut widths = [0usize; 8];
+fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let header = header.map(str::to_owned);
+    let mut widths = [0usize; N];
     for r in std::iter::once(&header).chain(rows) {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());

@@ -15,7 +15,8 @@ mod layout;
 mod registry;
 
 pub(crate) use layout::{
-    Queue, acquire, break_lock, extend, force_release, inspect, pass, release, status,
+    Queue, acquire, break_lock, extend, force_release, inspect, pass, release, semaphore_status,
+    status,
 };
 pub use registry::{ScriptInfo, scripts};
 
@@ -67,7 +68,7 @@ mod tests {
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let all = scripts();
-        assert_eq!(all.len(), 17);
+        assert_eq!(all.len(), 22);
         for s in &all {
             // Shared code (wake_next) may come first; the operation's own
             // header must still open a line.
@@ -83,7 +84,7 @@ mod tests {
         let mut shas: Vec<_> = all.iter().map(|s| s.sha1).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 17);
+        assert_eq!(shas.len(), 22);
     }
 
     #[test]

@@ -51,6 +51,23 @@ const RW_WRITE_RELEASE_LUA: &str = include_str!("lua/rw_write_release.lua");
 const RW_READ_EXTEND_LUA: &str = include_str!("lua/rw_read_extend.lua");
 const RW_PASS_LUA: &str = include_str!("lua/rw_pass.lua");
 
+/// `sem_common.lua` defines the functions the semaphore scripts that move
+/// the queue call.
+const SEM_ACQUIRE_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_acquire.lua")
+);
+const SEM_RELEASE_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_release.lua")
+);
+const SEM_PASS_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_pass.lua")
+);
+const SEM_EXTEND_LUA: &str = include_str!("lua/sem_extend.lua");
+const SEM_STATUS_LUA: &str = include_str!("lua/sem_status.lua");
+
 /// One embedded script: its name (the file's), its source (with any
 /// shared code prepended) and, once first used, its SHA1.
 pub(crate) struct Lua {
@@ -109,8 +126,14 @@ pub(crate) static RW_PASS: Lua = Lua::new("rw_pass", RW_PASS_LUA);
 pub(crate) static INSPECT: Lua = Lua::new("inspect", INSPECT_LUA);
 pub(crate) static BREAK_LOCK: Lua = Lua::new("break_lock", BREAK_LOCK_LUA);
 
+pub(crate) static SEM_ACQUIRE: Lua = Lua::new("sem_acquire", SEM_ACQUIRE_LUA);
+pub(crate) static SEM_RELEASE: Lua = Lua::new("sem_release", SEM_RELEASE_LUA);
+pub(crate) static SEM_PASS: Lua = Lua::new("sem_pass", SEM_PASS_LUA);
+pub(crate) static SEM_EXTEND: Lua = Lua::new("sem_extend", SEM_EXTEND_LUA);
+pub(crate) static SEM_STATUS: Lua = Lua::new("sem_status", SEM_STATUS_LUA);
+
 /// Every script, in the order [`scripts()`] lists them.
-static ALL: [&Lua; 17] = [
+static ALL: [&Lua; 22] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -128,6 +151,11 @@ static ALL: [&Lua; 17] = [
     &RW_PASS,
     &INSPECT,
     &BREAK_LOCK,
+    &SEM_ACQUIRE,
+    &SEM_RELEASE,
+    &SEM_PASS,
+    &SEM_EXTEND,
+    &SEM_STATUS,
 ];
 
 /// One of the Lua scripts redbell runs on the server.

@@ -170,6 +170,27 @@ pub fn markdown(r: &Results) -> String {
             t.max_us.map_or("–".into(), fmt_us),
         );
     }
+    let m = &r.semaphore;
+    let _ = writeln!(
+        s,
+        "\n## 7. Semaphore ({} permits, {} workers, each with its own client, in one process)\n",
+        m.permits, m.workers
+    );
+    let _ = writeln!(
+        s,
+        "| acquisitions | acquisitions/s | wait p50 | wait p99 | round trips / acq. | all cmds / acq. |\n|---|---|---|---|---|---|"
+    );
+    let per = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
+    let _ = writeln!(
+        s,
+        "| {} | {:.0} | {} | {} | {} | {} |",
+        m.acquisitions,
+        m.acquisitions_per_s,
+        m.wait_us.p50.map_or("–".into(), fmt_us),
+        m.wait_us.p99.map_or("–".into(), fmt_us),
+        per(m.round_trips_per_acquisition),
+        per(m.commands_per_acquisition),
+    );
     s.push_str(NOTES);
     if r.cluster.is_some() {
         s.push_str(CLUSTER_NOTES);

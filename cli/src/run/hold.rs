@@ -1,10 +1,12 @@
 //! What `redbell run` holds: the Mutex (by default), the FairMutex
-//! (`--fair`), or a read (`-s`) or write (`-x`) hold of the RwLock; and
-//! the owner note (`host:pid`) that `redbell status` shows beside it.
+//! (`--fair`), a read (`-s`) or write (`-x`) hold of the RwLock, or one
+//! permit of a semaphore (`--permits N`); and the owner note (`host:pid`)
+//! that `redbell status` shows beside it. All are renewed, released and
+//! reported the same way.
 
 use std::time::Duration;
 
-use redbell::{Client, MutexGuard, ReadGuard, WriteGuard};
+use redbell::{Client, MutexGuard, Permit, ReadGuard, WriteGuard};
 
 use super::RunArgs;
 
@@ -14,6 +16,7 @@ enum Guard {
     Mutex(MutexGuard),
     Read(ReadGuard),
     Write(WriteGuard),
+    Permit(Permit),
 }
 
 /// Calls `$method` on whichever guard `$guard` holds.
@@ -23,6 +26,7 @@ macro_rules! each {
             Guard::Mutex($g) => $call,
             Guard::Read($g) => $call,
             Guard::Write($g) => $call,
+            Guard::Permit($g) => $call,
         }
     };
 }
@@ -38,7 +42,9 @@ pub(super) struct Held {
 
 /// Which lock `args` asks for, for messages: "lock", "fair lock", ...
 pub(super) fn what(args: &RunArgs) -> &'static str {
-    if args.shared {
+    if args.permits.is_some() {
+        "a permit of semaphore"
+    } else if args.shared {
         "read lock"
     } else if args.exclusive {
         "write lock"
@@ -74,7 +80,16 @@ pub(super) async fn acquire(
             guard.map($variant)
         }};
     }
-    let guard = if args.shared {
+    let guard = if let Some(permits) = args.permits {
+        let semaphore = client.semaphore(name, permits).with_lease(args.ttl);
+        take!(
+            semaphore,
+            acquire,
+            acquire_timeout,
+            try_acquire,
+            Guard::Permit
+        )
+    } else if args.shared {
         let rw = client.rwlock(name).with_lease(args.ttl);
         take!(rw, read, read_timeout, try_read, Guard::Read)
     } else if args.exclusive {
