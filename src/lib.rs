@@ -8,6 +8,7 @@ mod admin;
 mod background;
 mod client;
 mod conn;
+mod election;
 mod error;
 mod fair;
 mod guard;
@@ -21,6 +22,7 @@ mod task;
 
 pub use admin::LockStatus;
 pub use client::{Client, ClientBuilder};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::Error;
 pub use fair::FairMutex;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN};

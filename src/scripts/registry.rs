@@ -44,6 +44,10 @@ const RW_WRITE_RELEASE_LUA: &str = include_str!("lua/rw_write_release.lua");
 const RW_READ_EXTEND_LUA: &str = include_str!("lua/rw_read_extend.lua");
 const RW_PASS_LUA: &str = include_str!("lua/rw_pass.lua");
 
+const ELECT_LEADER_LUA: &str = include_str!("lua/elect_leader.lua");
+const ELECT_PROCLAIM_LUA: &str = include_str!("lua/elect_proclaim.lua");
+const ELECT_RESIGN_LUA: &str = include_str!("lua/elect_resign.lua");
+
 /// One embedded script: its name (the file's), its source (with any
 /// shared code prepended) and, once first used, its SHA1.
 pub(crate) struct Lua {
@@ -99,9 +103,12 @@ pub(crate) static RW_READ_RELEASE: Lua = Lua::new("rw_read_release", RW_READ_REL
 pub(crate) static RW_WRITE_RELEASE: Lua = Lua::new("rw_write_release", RW_WRITE_RELEASE_LUA);
 pub(crate) static RW_READ_EXTEND: Lua = Lua::new("rw_read_extend", RW_READ_EXTEND_LUA);
 pub(crate) static RW_PASS: Lua = Lua::new("rw_pass", RW_PASS_LUA);
+pub(crate) static ELECT_LEADER: Lua = Lua::new("elect_leader", ELECT_LEADER_LUA);
+pub(crate) static ELECT_PROCLAIM: Lua = Lua::new("elect_proclaim", ELECT_PROCLAIM_LUA);
+pub(crate) static ELECT_RESIGN: Lua = Lua::new("elect_resign", ELECT_RESIGN_LUA);
 
 /// Every script, in the order [`scripts()`] lists them.
-static ALL: [&Lua; 15] = [
+static ALL: [&Lua; 18] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -117,6 +124,9 @@ static ALL: [&Lua; 15] = [
     &RW_WRITE_RELEASE,
     &RW_READ_EXTEND,
     &RW_PASS,
+    &ELECT_LEADER,
+    &ELECT_PROCLAIM,
+    &ELECT_RESIGN,
 ];
 
 /// One of the Lua scripts redbell runs on the server.
