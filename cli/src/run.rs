@@ -38,11 +38,11 @@ use nix::sys::signal::Signal;
 
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
-mod child;
-mod duration;
+pub(crate) mod child;
+pub(crate) mod duration;
 mod guardian;
 mod lease;
-mod signals;
+pub(crate) mod signals;
 mod supervise;
 mod terminal;
 
