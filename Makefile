@@ -27,7 +27,7 @@ test:
 	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast && \
 	  cargo test --workspace --doc && \
-	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
+	  for ex in quickstart watchdog fencing rwlock leader; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \
 	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
 	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
