@@ -27,7 +27,7 @@ test:
 	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast && \
 	  cargo test --workspace --doc && \
-	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
+	  for ex in quickstart watchdog fencing rwlock leader; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== example metrics (the metrics feature, scraped over loopback)" && \
 	  cargo build -p redbell --example metrics --features metrics && ./target/debug/examples/metrics && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \

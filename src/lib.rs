@@ -28,11 +28,13 @@ mod mutex;
 mod semaphore;
 // Handles built on the ones above.
 mod admin;
+mod election;
 mod fair;
 mod rwlock;
 
 pub use admin::{Hold, LockInfo, LockKind, LockStatus, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::Error;
 pub use fair::FairMutex;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN};

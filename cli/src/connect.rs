@@ -72,6 +72,14 @@ impl GlobalArgs {
 
 /// Connects to the Redis the global options name, with their prefix.
 pub async fn connect(global: &GlobalArgs) -> Result<Client, Failure> {
+    connect_with(global, |builder| builder).await
+}
+
+/// As [`connect`], with more settings made by `configure`.
+pub async fn connect_with(
+    global: &GlobalArgs,
+    configure: impl FnOnce(redbell::ClientBuilder) -> redbell::ClientBuilder,
+) -> Result<Client, Failure> {
     let target = global.target();
     let urls = |list: &[String]| -> Result<Vec<String>, Failure> {
         let urls: Vec<String> = list
@@ -97,11 +105,14 @@ pub async fn connect(global: &GlobalArgs) -> Result<Client, Failure> {
     } else {
         Client::builder(&global.url)
     };
-    builder.prefix(&global.prefix).connect().await.map_err(|e| {
-        let what = match e {
-            redbell::Error::InvalidName { .. } => "invalid --prefix",
-            _ => "cannot connect to Redis",
-        };
-        Failure::input(&target, what, &e)
-    })
+    configure(builder.prefix(&global.prefix))
+        .connect()
+        .await
+        .map_err(|e| {
+            let what = match e {
+                redbell::Error::InvalidName { .. } => "invalid --prefix",
+                _ => "cannot connect to Redis",
+            };
+            Failure::input(&target, what, &e)
+        })
 }

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod connect;
+mod elect;
 mod fail;
+mod leader;
 mod run;
 mod status;
 mod unlock;
@@ -52,6 +54,20 @@ enum Command {
     /// Break a lock as an operator (--force): delete it, wake the next waiter
     Unlock(unlock::UnlockArgs),
 
+    /// Run a command only while leading an election
+    ///
+    /// Campaigns in the election NAME (waiting, event-driven, until the
+    /// leader resigns or its lease runs out), runs CMD in its own process
+    /// group with REDBELL_NAME, REDBELL_TERM and REDBELL_VALUE in its
+    /// environment, and resigns when the command has ended; with --requeue,
+    /// campaigns again. If the leadership is lost, the group gets SIGTERM,
+    /// then SIGKILL after --kill-grace, and redbell exits 75.
+    #[command(arg_required_else_help = true)]
+    Elect(elect::ElectArgs),
+
+    /// Show the leader of an election; --watch prints each change
+    Leader(leader::LeaderArgs),
+
     /// Internal: the guardian `run` starts beside its command
     #[command(name = run::GUARD_SUBCOMMAND, hide = true)]
     Guard,
@@ -77,6 +93,8 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.global, args).await,
             Command::Status(args) => status::run(&cli.global, &args).await,
             Command::Unlock(args) => unlock::run(&cli.global, &args).await,
+            Command::Elect(args) => elect::run(&cli.global, args).await,
+            Command::Leader(args) => leader::run(&cli.global, &args).await,
             Command::Guard => Ok(()),
         }
     });

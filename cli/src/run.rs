@@ -39,12 +39,12 @@ use nix::sys::signal::Signal;
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
-mod child;
-mod duration;
+pub(crate) mod child;
+pub(crate) mod duration;
 mod guardian;
 mod hold;
 mod lease;
-mod signals;
+pub(crate) mod signals;
 mod supervise;
 mod terminal;
 

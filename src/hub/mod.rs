@@ -4,7 +4,8 @@
 //! explained where its loop runs, in `acquire.rs`.
 
 mod connection;
-mod pubsub;
+/// Also used by the election's observers, which subscribe on their own.
+pub(crate) mod pubsub;
 mod registry;
 mod shards;
 

@@ -67,6 +67,9 @@ const SEM_PASS_LUA: &str = concat!(
 );
 const SEM_EXTEND_LUA: &str = include_str!("lua/sem_extend.lua");
 const SEM_STATUS_LUA: &str = include_str!("lua/sem_status.lua");
+const ELECT_LEADER_LUA: &str = include_str!("lua/elect_leader.lua");
+const ELECT_PROCLAIM_LUA: &str = include_str!("lua/elect_proclaim.lua");
+const ELECT_RESIGN_LUA: &str = include_str!("lua/elect_resign.lua");
 
 /// One embedded script: its name (the file's), its source (with any
 /// shared code prepended) and, once first used, its SHA1.
@@ -132,8 +135,12 @@ pub(crate) static SEM_PASS: Lua = Lua::new("sem_pass", SEM_PASS_LUA);
 pub(crate) static SEM_EXTEND: Lua = Lua::new("sem_extend", SEM_EXTEND_LUA);
 pub(crate) static SEM_STATUS: Lua = Lua::new("sem_status", SEM_STATUS_LUA);
 
+pub(crate) static ELECT_LEADER: Lua = Lua::new("elect_leader", ELECT_LEADER_LUA);
+pub(crate) static ELECT_PROCLAIM: Lua = Lua::new("elect_proclaim", ELECT_PROCLAIM_LUA);
+pub(crate) static ELECT_RESIGN: Lua = Lua::new("elect_resign", ELECT_RESIGN_LUA);
+
 /// Every script, in the order [`scripts()`] lists them.
-static ALL: [&Lua; 22] = [
+static ALL: [&Lua; 25] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -156,6 +163,9 @@ static ALL: [&Lua; 22] = [
     &SEM_PASS,
     &SEM_EXTEND,
     &SEM_STATUS,
+    &ELECT_LEADER,
+    &ELECT_PROCLAIM,
+    &ELECT_RESIGN,
 ];
 
 /// One of the Lua scripts redbell runs on the server.

@@ -60,7 +60,7 @@ pub(super) fn spawn(
 }
 
 /// Sends `sig` to every process of `group`; a group already gone is fine.
-pub(super) fn signal_group(group: Pid, sig: Signal) {
+pub(crate) fn signal_group(group: Pid, sig: Signal) {
     if group.as_raw() > 1 {
         let _ = killpg(group, sig);
     }
@@ -68,7 +68,7 @@ pub(super) fn signal_group(group: Pid, sig: Signal) {
 
 /// Whether any process of `group` remains, after reaping those of its
 /// members that were re-parented to us and have exited.
-pub(super) fn group_alive(group: Pid) -> bool {
+pub(crate) fn group_alive(group: Pid) -> bool {
     if group.as_raw() <= 1 {
         return false;
     }
@@ -84,7 +84,7 @@ pub(super) fn group_alive(group: Pid) -> bool {
 /// Makes `redbell` the reaper of its descendants' orphans (Linux), so a
 /// grandchild whose parent died is re-parented to us, not to PID 1, and
 /// the supervisor sees (and reaps) it.
-pub(super) fn adopt_orphans() {
+pub(crate) fn adopt_orphans() {
     #[cfg(target_os = "linux")]
     {
         let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -93,7 +93,7 @@ pub(super) fn adopt_orphans() {
 
 /// Reaps adopted orphans that have exited, never the command itself (`skip`,
 /// which Tokio waits for).
-pub(super) fn reap_adopted(skip: Option<i32>) {
+pub(crate) fn reap_adopted(skip: Option<i32>) {
     let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     for _ in 0..1024 {
         let pid = match waitid(Id::All, peek) {

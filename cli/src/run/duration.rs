@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 /// Parses `-w`, `--kill-grace`: a bare number of seconds, or with units.
-pub(super) fn parse(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.starts_with(|c: char| c.is_ascii_digit() || c == '.')
         && s.chars().all(|c| c.is_ascii_digit() || c == '.')
@@ -18,7 +18,7 @@ pub(super) fn parse(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses `--ttl`: a duration between 10 ms and [`redbell::MAX_LEASE`].
-pub(super) fn parse_ttl(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_ttl(s: &str) -> Result<Duration, String> {
     let d = parse(s)?;
     if d < Duration::from_millis(10) || d > redbell::MAX_LEASE {
         return Err("must be between 10ms and one year".into());

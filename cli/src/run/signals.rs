@@ -7,10 +7,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT, received as a stream.
-pub(super) struct Signals([(Signal, tokio::signal::unix::Signal); 4]);
+pub(crate) struct Signals([(Signal, tokio::signal::unix::Signal); 4]);
 
 impl Signals {
-    pub(super) fn install() -> Result<Signals, Failure> {
+    pub(crate) fn install() -> Result<Signals, Failure> {
         let one = |sig: Signal| {
             signal(SignalKind::from_raw(sig as i32))
                 .map(|stream| (sig, stream))
@@ -27,7 +27,7 @@ impl Signals {
     }
 
     /// The next signal received. Cancel safe.
-    pub(super) async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         let [(a, sa), (b, sb), (c, sc), (d, sd)] = &mut self.0;
         tokio::select! {
             Some(()) = sa.recv() => *a,
