@@ -105,6 +105,12 @@
 //!   take later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
+//! - **A waiting writer of a read-write lock that froze** keeps its intent,
+//!   which holds new readers back: the release that woke it (a writer's, or
+//!   the last reader's) cuts every waiting writer's intent to
+//!   [`INTENT_WINDOW_MS`](crate::keys::INTENT_WINDOW_MS); a live writer
+//!   attempts at once and renews its own, a frozen one's lapses, and the
+//!   readers get in.
 //! - **An attempt during a hand-off reservation** parks until the
 //!   reservation ends (the acquire script answers its PTTL), not for a
 //!   lease.

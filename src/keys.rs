@@ -32,6 +32,11 @@ pub(crate) const CLAIM_MS: u64 = 500;
 /// froze costs the others that window, not a lease.
 pub(crate) const SEM_RESERVE_MS: u64 = 250;
 
+/// How long a read-write lock's release leaves the intents of the writers it
+/// woke: a live writer attempts at once (renewing its intent), so only a
+/// frozen one's intent lapses, and new readers are held back no longer.
+pub(crate) const INTENT_WINDOW_MS: u64 = 500;
+
 /// Which protocol a lock follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

@@ -497,3 +497,55 @@ async fn a_name_in_use_as_another_kind_of_lock_is_refused() {
     // The same kind on a free name after another kind was used: fine.
     c.mutex(&name).lock().await.unwrap().unlock().await.unwrap();
 }
+
+/// Before the fix, a waiting writer that froze held new readers back until
+/// its intent expired: the holder's remaining lease plus a grace period (the
+/// test timed out at 10 s). Now the release that woke it cuts its intent to
+/// a short window, and the reader gets in within a second.
+#[tokio::test]
+async fn a_frozen_waiting_writer_does_not_hold_readers_back() {
+    let url = redis_url();
+    let name = unique("rw-frozen-writer");
+    let conn = raw(&url).await;
+    let holder = client(&url).await;
+    let writer = holder
+        .rwlock(&name)
+        .with_lease(Duration::from_secs(30))
+        .write()
+        .await
+        .unwrap();
+
+    let side = Side::start();
+    let frozen_client = side.client(&url).await;
+    let waiting = frozen_client.rwlock(&name);
+    let _frozen_writer = side.spawn(async move {
+        let _c = frozen_client;
+        waiting.write().await.map(std::mem::forget)
+    });
+    wait_for_members(
+        &conn,
+        &redbell_integration_tests::intents_key(&name),
+        1,
+        Duration::from_millis(5),
+    )
+    .await;
+    let live = client(&url).await;
+    let rw = live.rwlock(&name);
+    let reader = tokio::spawn(async move { rw.read().await });
+    tokio::time::sleep(Duration::from_millis(100)).await; // the reader parks
+
+    let _frozen = side.freeze().await;
+    let released = Instant::now();
+    writer.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the reader got in within 10 s")
+        .unwrap()
+        .unwrap();
+    let waited = released.elapsed();
+    assert!(
+        waited < BOUND,
+        "the reader got in {waited:?} after the writer's release"
+    );
+    got.unlock().await.unwrap();
+}

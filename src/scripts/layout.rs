@@ -7,7 +7,9 @@ use super::registry::*;
 use super::{Acquire, Owned, owned};
 use crate::Error;
 use crate::conn::Conn;
-use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, Replication, SEM_RESERVE_MS, hash_slot};
+use crate::keys::{
+    CLAIM_MS, HANDOFF_MS, INTENT_WINDOW_MS, Kind, LockKeys, Replication, SEM_RESERVE_MS, hash_slot,
+};
 
 /// How a waiting caller is queued by a failed acquire.
 #[derive(Debug, Clone, Copy)]
@@ -192,7 +194,12 @@ pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result
     };
     match keys.kind {
         Kind::Read | Kind::Write => {
-            invocation.key(&keys.lock).key(&keys.channel).arg(token);
+            invocation
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .key(&keys.waiters)
+                .arg(token)
+                .arg(INTENT_WINDOW_MS);
         }
         Kind::Plain | Kind::Fair | Kind::Semaphore => move_queue_on(&mut invocation, keys, token),
     };
