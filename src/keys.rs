@@ -80,8 +80,8 @@ pub(crate) struct LockKeys {
     pub(crate) waiters: String,
     /// `P:{N}:fifo:expiry` (fair: member -> expiry).
     pub(crate) expiry: String,
-    /// `P:{N}:handoff`: the member a release just woke (plain), or the
-    /// member last granted the lock (fair).
+    /// `P:{N}:handoff`: the member last granted the lock (fair). The plain
+    /// mutex keeps its hand-off reservation in the lock key itself.
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.
     pub(crate) wake_prefix: String,
