@@ -51,6 +51,7 @@ fn color(strategy: &str) -> RGBColor {
         "redbell fair" => COLORS[1],
         "rslock" => COLORS[2],
         "poll 10ms" => COLORS[3],
+        "redbell cluster" => RGBColor(0x8c, 0x56, 0x4b),
         _ => COLORS[4],
     }
 }
@@ -211,7 +212,7 @@ fn uncontended(r: &Results, area: &Area<'_>) -> DrawResult {
             .margin(8)
             .x_label_area_size(20)
             .y_label_area_size(110)
-            .build_cartesian_2d(0f64..max * 1.35, 0f64..n as f64)?;
+            .build_cartesian_2d(0f64..max * 1.7, 0f64..n as f64)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -284,8 +285,8 @@ fn scaling(r: &Results, area: &Area<'_>) -> DrawResult {
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
-    for (i, name) in strategies.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    for name in &strategies {
+        let color = color(name);
         let pts = points(name);
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
