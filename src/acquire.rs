@@ -67,6 +67,24 @@
 //! whatever the number of waiting clients, and within a client exactly one
 //! waiter (the one named) attempts: local single flight comes for free.
 //!
+//! ## The hand-off reservation, and the lean paths
+//!
+//! While a plain release's wake-up travels, the lock key itself holds the
+//! reservation `m:<member>` with the reservation's expiry
+//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS)): every other attempt's
+//! `SET NX` fails on it (and queues), the woken waiter's attempt finds its
+//! own member there and overwrites it with its token and lease. `status`
+//! reports a reserved lock as free. So the acquire's first command, `SET
+//! NX GET`, both takes a free lock and reads a held one's value; one
+//! `EXISTS` of the readers and the queue rules out, on a free lock, live
+//! RwLock readers (a Mutex must not be taken beside them) and a queue entry
+//! to remove. The release reads the queue's head (`ZRANGE 0 2 WITHSCORES`)
+//! in the same script as its `DEL`: empty means nobody waits, so no `TIME`,
+//! no pruning and no PUBLISH; scripts run atomically, so an attempt that
+//! queued before the release is seen by it, and one after it finds the
+//! lock free. An uncontended lock+unlock is 9 commands in all (two script
+//! calls); each script's header says what its commands buy.
+//!
 //! ## Passing a wake-up on
 //!
 //! A waiter can be gone by the time its wake-up arrives, or leave right
@@ -93,15 +111,17 @@
 //!   counts 0 receivers, and the release drops it and wakes the next one, in
 //!   the same script.
 //! - **A woken waiter that freezes** (SIGSTOP, a GC or VM pause, a dead host
-//!   whose socket stays open) still counts as a receiver. So the release
-//!   also cuts the woken member's queue expiry to the end of its hand-off
-//!   reservation, and sends the **next two in line a standby** message
+//!   whose socket stays open) still counts as a receiver. So the plain
+//!   release also takes the woken member out of the queue (a live one's
+//!   attempt takes the reservation, or queues it again if it came too
+//!   late; the fair one cuts its entry's expiry to the end of the claim),
+//!   and sends the **next two in line a standby** message
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
-//!   first live standby waiter takes it. Expired members are pruned by the
-//!   next release (plain) or attempt (fair), so the frozen member does not
+//!   first live standby waiter takes it. The frozen member is out of the
+//!   queue (plain) or pruned by the next attempt (fair), so it does not
 //!   take later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.

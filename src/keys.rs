@@ -104,8 +104,8 @@ pub(crate) struct LockKeys {
     /// A semaphore's permit count as this handle asks for it; 0 for the
     /// other kinds (and for a semaphore of zero permits, which is refused).
     pub(crate) permits: u32,
-    /// `P:{N}:handoff`: the member a release just woke (plain), or the
-    /// member last granted the lock (fair).
+    /// `P:{N}:handoff`: the member last granted the lock (fair). The plain
+    /// mutex keeps its hand-off reservation in the lock key itself.
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.
     pub(crate) wake_prefix: String,

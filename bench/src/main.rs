@@ -50,7 +50,7 @@ enum Command {
     /// invariant breaks, 69 if Redis is unreachable.
     Demo(demo::DemoArgs),
 
-    /// Measure redbell against the sleep-poll recipe and report
+    /// Measure redbell against rslock and the sleep-poll recipe and report
     ///
     /// Floor latencies, hand-off on one lock (2, 8, 32 workers over 2
     /// processes), waiter scaling (1 to 1,000 waiters), uncontended

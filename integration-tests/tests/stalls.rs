@@ -242,11 +242,10 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
         let mut call = redis::cmd("EVAL");
         call.arg(source);
         if script == "acquire" {
-            call.arg(5)
+            call.arg(4)
                 .arg(&lock)
                 .arg(format!("{lock}:fence"))
                 .arg(format!("{lock}:waiters"))
-                .arg(format!("{lock}:handoff"))
                 .arg(format!("{lock}:readers"))
                 .arg("mtok")
                 .arg(30_000)

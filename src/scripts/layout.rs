@@ -86,7 +86,7 @@ pub(crate) async fn acquire(
     }
     match keys.kind {
         Kind::Semaphore => &mut invocation,
-        Kind::Plain => invocation.key(&keys.handoff).key(&keys.readers),
+        Kind::Plain => invocation.key(&keys.readers),
         Kind::Fair => invocation
             .key(&keys.expiry)
             .key(&keys.handoff)
@@ -141,7 +141,6 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.lock, "string"),
             (&keys.fence, "string"),
             (&keys.waiters, "zset"),
-            (&keys.handoff, "string"),
             (&keys.readers, "zset"),
         ],
         Kind::Fair => vec![
@@ -267,7 +266,6 @@ fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
         _ => invocation
             .key(&keys.lock)
             .key(&keys.waiters)
-            .key(&keys.handoff)
             .arg(who)
             .arg(&keys.wake_prefix)
             .arg(HANDOFF_MS),
@@ -416,7 +414,6 @@ pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String
     Call::new(&FORCE_RELEASE)
         .key(&keys.lock)
         .key(&keys.waiters)
-        .key(&keys.handoff)
         .arg(&keys.wake_prefix)
         .arg(HANDOFF_MS)
         .invoke(conn)

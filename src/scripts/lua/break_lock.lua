@@ -6,7 +6,8 @@
 --
 -- KEYS[1]  lock key     P:{N}              owner token: Mutex, FairMutex, RwLock writer
 -- KEYS[2]  waiters      P:{N}:waiters      Mutex queue
--- KEYS[3]  hand-off     P:{N}:handoff      Mutex: member woken; FairMutex: member granted
+-- KEYS[3]  hand-off     P:{N}:handoff      FairMutex: the member granted (a Mutex
+--                                          keeps its reservation in the lock key)
 -- KEYS[4]  fence key    P:{N}:fence
 -- KEYS[5]  fair queue   P:{N}:fifo
 -- KEYS[6]  fair expiry  P:{N}:fifo:expiry
@@ -52,5 +53,8 @@ if tag == 'q' then
   grant_next(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[3], ARGV[1], ARGV[3], ARGV[4], now_us, '')
   return {'fair', holder}
 end
-wake_next(KEYS[2], ARGV[1], KEYS[3], ARGV[2])
+if string.sub(holder, 1, 2) == 'm:' then
+  return {''} -- only reserved for a woken waiter: nothing is held
+end
+wake_next(KEYS[1], KEYS[2], ARGV[1], ARGV[2], redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES'))
 return {'mutex', holder}

@@ -27,6 +27,11 @@ local function note(token)
 end
 local holder = redis.call('GET', KEYS[1]) or ''
 local pttl = redis.call('PTTL', KEYS[1])
+if string.sub(holder, 1, 2) == 'm:' then
+  -- A Mutex reserved for the waiter its release just woke: free, for a
+  -- moment, to nobody else; shown as free.
+  holder, pttl = '', -2
+end
 local fence = redis.call('GET', KEYS[2]) or ''
 local live = '(' .. now_ms
 local waiters = redis.call('ZCOUNT', KEYS[3], live, '+inf')
