@@ -40,7 +40,8 @@ demo:
 # random, printed) and SOAK_TOPOLOGY (only `single` for now) pass through
 # the environment. Report: target/soak/report.json.
 soak:
-	$(WITH_REDIS) cargo run --release -p redbell-bench -- soak
+	cargo build --release -p redbell-bench -p redbell-cli
+	$(WITH_REDIS) ./target/release/redbell-bench soak
 
 bench:
 	@set -euo pipefail; \

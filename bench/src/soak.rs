@@ -8,9 +8,10 @@
 //!
 //! 1. The seed (`--seed` / `SOAK_SEED`, random by default) is printed first:
 //!    passing it again replays the same fault schedule (`plan.rs`).
-//! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers)
-//!    start as copies of this executable (`soak-worker`, `worker.rs`), one
-//!    lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
+//! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers,
+//!    `RwLock` readers on the writers' lock, and two `redbell run` workers,
+//!    `runner.rs`) start as copies of this executable (`soak-worker`,
+//!    `worker.rs`), one lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
 //!    lease renewed by the library. Each critical section writes the
 //!    guard's fence to a fence-checked store (a Lua script on the key
 //!    `soak:{LOCK}:store`) on entry, holds a few ms, and writes again on
@@ -30,8 +31,7 @@
 //! # Not covered yet
 //!
 //! Redis restarts, Sentinel failovers, Cluster topologies, network faults
-//! through a proxy (partitions, half-open connections), `redbell run`
-//! workers and `RwLock` readers.
+//! through a proxy (partitions, half-open connections).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -45,12 +45,14 @@ mod checker;
 mod faults;
 mod plan;
 mod report;
+mod runner;
 mod worker;
 
+pub use runner::{StoreArgs, store};
 pub use worker::{WorkerArgs, run as worker};
 
 use faults::Pool;
-use plan::{LEASE, WORKERS_PER_KIND, WorkerKind};
+use plan::{LEASE, WorkerKind};
 use report::Report;
 
 /// How long after the leases the soak waits for the lock keys to expire:
@@ -111,10 +113,10 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::redis(url, "cannot connect to Redis", &e))?;
 
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.name());
+    let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.lock_part());
     let mut pool = Pool::new(url, &dir, args.hold_ms)?;
     for kind in WorkerKind::ALL {
-        for _ in 0..WORKERS_PER_KIND {
+        for _ in 0..kind.workers() {
             pool.spawn(kind, &lock_of(kind))?;
         }
     }
@@ -138,8 +140,9 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
     tokio::time::sleep(LEASE + KEY_GRACE).await;
     let mut keys_left = Vec::new();
     let mut fence_keys = Vec::new();
-    for kind in WorkerKind::ALL {
-        let lock = lock_of(kind);
+    let mut locks: Vec<String> = WorkerKind::ALL.iter().map(|&k| lock_of(k)).collect();
+    locks.dedup();
+    for lock in locks {
         let found: Vec<String> = scan(&mut conn, &format!("redbell:{{{lock}}}*"))
             .await
             .map_err(|e| Failure::redis(url, "SCAN", &e))?;

@@ -101,6 +101,21 @@ pub struct Fault {
     pub until_us: Option<u64>,
 }
 
+/// The kind of the workers that hold a lock shared (`RwLock` readers).
+pub const READER: &str = "rw-read";
+
+/// The kind of the `redbell run` workers.
+pub const RUN: &str = "run";
+
+/// How long after its command's last record `redbell run` may still be
+/// releasing, and how long before the hold a killed connection may still
+/// be the one its release meets.
+const RUN_RELEASE_US: u64 = 500_000;
+
+/// How far back before a gap the holds that may have ended into it are
+/// looked for.
+const LOOK_BACK_US: u64 = 30_000_000;
+
 /// The free-wait bound without a holder fault, and the slack added to the
 /// lease after one.
 pub const FREE_WAIT_BOUND_US: u64 = 1_000_000;
@@ -136,6 +151,9 @@ pub struct Verdict {
 #[derive(Debug, Clone)]
 struct Hold {
     worker: String,
+    kind: String,
+    /// A reader's hold (readers may overlap each other).
+    shared: bool,
     start: u64,
     end: u64,
     write: Option<(u64, u64, String)>,
@@ -170,6 +188,13 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 f.until_us.unwrap_or(u64::MAX),
             ))
         })
+        .collect();
+    // `redbell run` releases after its command exits, and does not retry a
+    // release that met a killed connection: the lock frees at its lease.
+    let conn_faults: Vec<u64> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::ClientKillNormal)
+        .map(|f| f.at_us)
         .collect();
     let stopped_in = |worker: &str, a: u64, b: u64| -> Vec<(u64, u64)> {
         stops
@@ -212,7 +237,9 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         if let Some(w) = find(Event::Wait) {
             let lock_err = recs.iter().find(|r| {
                 r.event == Event::Error
-                    && r.outcome.as_deref().is_some_and(|o| o.starts_with("lock:"))
+                    && r.outcome
+                        .as_deref()
+                        .is_some_and(|o| o.starts_with("lock:") || o.starts_with("run:"))
             });
             let end = acquired
                 .and_then(|a| a.end_us)
@@ -248,6 +275,8 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 .unwrap_or(start);
             holds.entry(lock.clone()).or_default().push(Hold {
                 worker: worker.to_string(),
+                kind: recs[0].kind.clone(),
+                shared: recs[0].kind == READER,
                 start,
                 end,
                 write,
@@ -288,7 +317,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         let mut active: Vec<&Hold> = Vec::new();
         for h in hs.iter() {
             active.retain(|a| a.end > h.start);
-            for a in &active {
+            for a in active.iter().filter(|a| !(a.shared && h.shared)) {
                 let stopped = |x: &Hold| {
                     stopped_in(&x.worker, x.start, x.end)
                         .into_iter()
@@ -328,8 +357,20 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         for list in by_worker.values_mut() {
             list.sort_by_key(|w| w.start);
         }
+        // Whether a fault hit a holder whose lock may have sat taken in
+        // Redis (up to its lease) into the gap before `gap_end`.
+        let hit = |x: &Hold, gap_end: u64| {
+            killed
+                .get(x.worker.as_str())
+                .is_some_and(|&k| k >= x.start && k <= gap_end)
+                || !stopped_in(&x.worker, x.start, gap_end).is_empty()
+                || (x.kind == RUN
+                    && conn_faults
+                        .iter()
+                        .any(|&t| t + RUN_RELEASE_US >= x.start && t <= x.end + RUN_RELEASE_US))
+        };
         let mut last: Option<&Hold> = None;
-        for h in hs.iter() {
+        for (i, h) in hs.iter().enumerate() {
             let Some(prev) = last else {
                 last = Some(h);
                 continue;
@@ -351,10 +392,14 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     }
                     free = free.max(gap_end.saturating_sub(from));
                 }
-                let holder_fault = killed
-                    .get(prev.worker.as_str())
-                    .is_some_and(|&k| k >= prev.start && k <= gap_end)
-                    || !stopped_in(&prev.worker, prev.start, gap_end).is_empty();
+                // Any hold that ended within a lease of the gap counts
+                // (readers share the lock: the last to let go may not be
+                // the one hit).
+                let holder_fault = hs[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|x| x.start + LOOK_BACK_US >= gap_start)
+                    .any(|x| x.end + lease_us >= gap_start && hit(x, gap_end));
                 let bound = if holder_fault {
                     v.longest_free_wait_after_fault_us =
                         v.longest_free_wait_after_fault_us.max(free);
@@ -526,6 +571,35 @@ mod tests {
                 .any(|x| x.bound.starts_with("lock free") && x.start_us == 1_000)
         );
         assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
+    }
+
+    fn as_kind(mut r: Vec<Record>, kind: &str) -> Vec<Record> {
+        for x in &mut r {
+            x.kind = kind.into();
+        }
+        r
+    }
+
+    #[test]
+    fn readers_may_overlap_each_other_but_not_a_writer() {
+        let mut r = as_kind(section("a", 1, 10, 0, 10, 1_000, "accepted"), READER);
+        r.extend(as_kind(
+            section("b", 1, 10, 5, 500, 2_000, "accepted"),
+            READER,
+        ));
+        let v = check(&r, &[], LEASE);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        r.extend(as_kind(
+            section("c", 1, 11, 5, 1_500, 2_500, "accepted"),
+            "rw-write",
+        ));
+        let v = check(&r, &[], LEASE);
+        assert_eq!(v.overlaps_unexplained, 1);
+        assert!(
+            v.violations[0].detail.contains("b and c"),
+            "{:?}",
+            v.violations
+        );
     }
 
     #[test]

@@ -73,6 +73,7 @@ impl Pool {
             .arg(&self.stop_file)
             .args(["--hold-ms", &self.hold_ms.to_string()])
             .stdin(std::process::Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| Failure::new(EX_FAILURE, format!("cannot start worker {id}: {e}")))?;
@@ -125,7 +126,7 @@ impl Pool {
                 fault.worker = Some(id.clone());
                 if planned.kind == FaultKind::Sigkill {
                     let mut w = self.workers.remove(i);
-                    let _ = w.child.start_kill();
+                    signal(&w.child, "KILL");
                     let _ = w.child.wait().await;
                     // Dead by now: anything it logged came before this.
                     fault.at_us = now_us();
@@ -192,7 +193,7 @@ impl Pool {
                 }
                 Ok(_) => {}
                 Err(_) => {
-                    let _ = w.child.start_kill();
+                    signal(&w.child, "KILL");
                     let _ = w.child.wait().await;
                     late.push(w.id.clone());
                 }
@@ -203,11 +204,12 @@ impl Pool {
     }
 }
 
-/// Sends SIGSTOP / SIGCONT with kill(1) (the bench has no unsafe code).
+/// Sends `sig` to a worker's process group (the worker and, for a `redbell
+/// run` worker, its `redbell`) with kill(1) (the bench has no unsafe code).
 fn signal(child: &tokio::process::Child, sig: &str) {
     if let Some(pid) = child.id() {
         let ok = std::process::Command::new("kill")
-            .args([&format!("-{sig}"), &pid.to_string()])
+            .args([&format!("-{sig}"), "--", &format!("-{pid}")])
             .status()
             .is_ok_and(|s| s.success());
         if !ok {

@@ -45,22 +45,48 @@ pub enum WorkerKind {
     Fair,
     /// `RwLock` writers.
     RwWrite,
+    /// `RwLock` readers (on the writers' lock; they do not write).
+    RwRead,
+    /// `redbell run` (a plain `Mutex` in the CLI), on a lock of its own.
+    Run,
 }
 
 impl WorkerKind {
-    pub const ALL: [WorkerKind; 3] = [WorkerKind::Mutex, WorkerKind::Fair, WorkerKind::RwWrite];
+    pub const ALL: [WorkerKind; 5] = [
+        WorkerKind::Mutex,
+        WorkerKind::Fair,
+        WorkerKind::RwWrite,
+        WorkerKind::RwRead,
+        WorkerKind::Run,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             WorkerKind::Mutex => "mutex",
             WorkerKind::Fair => "fair",
             WorkerKind::RwWrite => "rw-write",
+            WorkerKind::RwRead => "rw-read",
+            WorkerKind::Run => "run",
+        }
+    }
+
+    /// The lock's part of the lock name (readers share the writers' lock).
+    pub fn lock_part(self) -> &'static str {
+        match self {
+            WorkerKind::RwWrite | WorkerKind::RwRead => "rw",
+            k => k.name(),
+        }
+    }
+
+    /// How many workers of this kind run at once (`redbell run` workers
+    /// start two processes a section: fewer of them).
+    pub fn workers(self) -> usize {
+        match self {
+            WorkerKind::Run => 2,
+            _ => 3,
         }
     }
 }
-
-/// How many workers of each kind run at once.
-pub const WORKERS_PER_KIND: usize = 3;
 
 /// The workers' lease (renewed by the library every third of it).
 pub const LEASE: Duration = Duration::from_millis(1500);
