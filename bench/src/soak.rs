@@ -16,10 +16,16 @@
 //!    guard's fence to a fence-checked store (a Lua script on the key
 //!    `soak:{LOCK}:store`) on entry, holds a few ms, and writes again on
 //!    the way out (where a holder paused past its lease must be rejected).
-//! 3. Every 1–2 s one fault (`faults.rs`): SIGKILL a worker (a new one
-//!    replaces it), SIGSTOP one past its lease then SIGCONT, `CLIENT KILL
-//!    TYPE normal`, `CLIENT KILL TYPE pubsub`, `CLIENT PAUSE 300 ALL`. Each
-//!    is printed with its time.
+//! 3. Every 1–2 s one fault (`faults.rs`, `topology.rs`): SIGKILL a worker
+//!    (a new one replaces it; or a `redbell run` worker), SIGSTOP one past
+//!    its lease then SIGCONT (or a *woken waiter*: one waiting on a lock
+//!    whose holder just let go), partition a worker or half-open its
+//!    connections (each worker reaches Redis through a proxy of the soak's,
+//!    `proxy.rs`), `CLIENT KILL TYPE normal`, `CLIENT KILL TYPE pubsub`,
+//!    `CLIENT PAUSE 300 ALL`; every 8 s at most, a fault of the servers
+//!    instead: on `single` (the soak's own redis-server with AOF
+//!    `everysec`, `server.rs`) a SIGKILL and restart. Each is printed with
+//!    its time.
 //! 4. After `--secs` the workers are told to stop (a stop file) and given
 //!    time; once the leases and the waiter-queue entries (2 s grace) have
 //!    run out, the lock keys left in Redis are
@@ -30,22 +36,21 @@
 //!
 //! # Not covered yet
 //!
-//! Redis restarts, Sentinel failovers, Cluster topologies, network faults
-//! through a proxy (partitions, half-open connections).
+//! Sentinel failovers, Cluster topologies.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
-
-use crate::fail::{EX_FAILURE, EX_USAGE, Failure};
+use crate::fail::{EX_FAILURE, Failure};
 
 mod checker;
 mod faults;
 mod plan;
+mod proxy;
 mod report;
 mod runner;
+mod server;
+mod topology;
 mod worker;
 
 pub use runner::{StoreArgs, store};
@@ -54,6 +59,7 @@ pub use worker::{WorkerArgs, run as worker};
 use faults::Pool;
 use plan::{LEASE, WorkerKind};
 use report::Report;
+use topology::Topology;
 
 /// How long after the leases the soak waits for the lock keys to expire:
 /// the library's waiter-queue entries outlive a park by 2 s, plus margin.
@@ -70,7 +76,8 @@ pub struct SoakArgs {
     #[arg(long, env = "SOAK_SEED")]
     pub seed: Option<u64>,
 
-    /// The Redis topology: only `single` (the server at --url) for now.
+    /// The Redis topology, owned by the soak (REDIS_URL is not used):
+    /// `single`.
     #[arg(long, env = "SOAK_TOPOLOGY", default_value = "single")]
     pub topology: String,
 
@@ -84,40 +91,46 @@ pub struct SoakArgs {
 }
 
 /// `redbell-bench soak`.
-pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
-    if args.topology != "single" {
-        return Err(Failure::new(
-            EX_USAGE,
-            format!(
-                "SOAK_TOPOLOGY={:?} is not supported yet (only `single`)",
-                args.topology
-            ),
-        ));
-    }
+pub async fn run(_url: &str, args: &SoakArgs) -> Result<(), Failure> {
     let seed = args.seed.unwrap_or_else(|| {
         plan::Rng::new(worker::now_us() ^ u64::from(std::process::id())).next_u64()
     });
+    let name = args.topology.as_str();
     println!(
-        "soak: seed {seed} (replay with SOAK_SEED={seed}), {} s, topology single",
+        "soak: seed {seed} (replay with SOAK_SEED={seed} SOAK_TOPOLOGY={name}), {} s, topology {name}",
         args.secs
     );
-    let schedule = plan::schedule(seed, args.secs);
+    let schedule = plan::schedule(seed, args.secs, name);
 
     let dir = args.out.join("logs");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot create {}: {e}", dir.display())))?;
-    let client = redis::Client::open(url).map_err(|e| Failure::redis(url, "bad Redis URL", &e))?;
-    let mut conn = ConnectionManager::new(client)
-        .await
-        .map_err(|e| Failure::redis(url, "cannot connect to Redis", &e))?;
+    let mut topo = Topology::start(name, &args.out.join("servers")).await?;
+    let result = soak(&mut topo, seed, &schedule, &dir, args).await;
+    topo.stop().await;
+    result
+}
 
+async fn soak(
+    topo: &mut Topology,
+    seed: u64,
+    schedule: &[plan::Planned],
+    dir: &std::path::Path,
+    args: &SoakArgs,
+) -> Result<(), Failure> {
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.lock_part());
-    let mut pool = Pool::new(url, &dir, args.hold_ms)?;
-    for kind in WorkerKind::ALL {
+    let (url, proxy_to) = topo.worker_url();
+    let mut pool = Pool::new(&url, proxy_to, topo.worker_args(), dir, args.hold_ms)?;
+    // `redbell run` takes one server's URL.
+    let kinds: Vec<WorkerKind> = WorkerKind::ALL
+        .into_iter()
+        .filter(|&k| k != WorkerKind::Run || proxy_to.is_some())
+        .collect();
+    for &kind in &kinds {
         for _ in 0..kind.workers() {
-            pool.spawn(kind, &lock_of(kind))?;
+            pool.spawn(kind, &lock_of(kind)).await?;
         }
     }
 
@@ -127,7 +140,7 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
     while t0.elapsed() < end {
         pool.continue_due(false);
         if let Some(p) = next.next_if(|p| p.at <= t0.elapsed()) {
-            let line = pool.inject(p, &mut conn).await?;
+            let line = pool.inject(p, topo).await?;
             println!("[{:>7.3} s] {line}", t0.elapsed().as_secs_f64());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -138,14 +151,12 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
     // Leases run out, and so do the waiter-queue entries of killed waiters
     // (they outlive a park by a 2 s grace).
     tokio::time::sleep(LEASE + KEY_GRACE).await;
+    let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
+    locks.dedup();
     let mut keys_left = Vec::new();
     let mut fence_keys = Vec::new();
-    let mut locks: Vec<String> = WorkerKind::ALL.iter().map(|&k| lock_of(k)).collect();
-    locks.dedup();
-    for lock in locks {
-        let found: Vec<String> = scan(&mut conn, &format!("redbell:{{{lock}}}*"))
-            .await
-            .map_err(|e| Failure::redis(url, "SCAN", &e))?;
+    for lock in &locks {
+        let found = topo.keys(&format!("redbell:{{{lock}}}*")).await?;
         for key in found {
             if key.ends_with(":fence") {
                 fence_keys.push(key);
@@ -153,9 +164,9 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
                 keys_left.push(key);
             }
         }
-        fence_keys.push(worker::store_key(&lock));
+        fence_keys.push(worker::store_key(lock));
     }
-    let _: redis::RedisResult<i64> = conn.del(&fence_keys).await;
+    topo.del(&fence_keys).await;
 
     let mut records = Vec::new();
     let entries = std::fs::read_dir(&dir)
@@ -175,6 +186,7 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
         seed,
         secs: args.secs,
         topology: args.topology.clone(),
+        kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
         lease_ms: LEASE.as_millis() as u64,
         workers_not_stopping: late,
         keys_left,
@@ -188,25 +200,5 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(report.failure())
-    }
-}
-
-async fn scan(conn: &mut ConnectionManager, pattern: &str) -> redis::RedisResult<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        out.extend(keys);
-        if next == 0 {
-            return Ok(out);
-        }
-        cursor = next;
     }
 }

@@ -72,20 +72,64 @@ pub enum Event {
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     Sigkill,
+    SigkillRun,
     Sigstop,
+    SigstopWaiter,
     ClientKillNormal,
     ClientKillPubsub,
     ClientPause,
+    Partition,
+    HalfOpen,
+    Restart,
+    Failover,
+    KillPrimary,
+    ClusterFailover,
+    Migrate,
 }
 
 impl FaultKind {
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Sigkill => "SIGKILL worker",
+            FaultKind::SigkillRun => "SIGKILL redbell run worker",
             FaultKind::Sigstop => "SIGSTOP worker past its lease",
+            FaultKind::SigstopWaiter => "SIGSTOP woken waiter past its lease",
             FaultKind::ClientKillNormal => "CLIENT KILL TYPE normal",
             FaultKind::ClientKillPubsub => "CLIENT KILL TYPE pubsub",
             FaultKind::ClientPause => "CLIENT PAUSE 300 ALL",
+            FaultKind::Partition => "partition a worker past its lease (proxy)",
+            FaultKind::HalfOpen => "half-open a worker's connections (proxy)",
+            FaultKind::Restart => "Redis SIGKILL + restart (AOF everysec)",
+            FaultKind::Failover => "SENTINEL FAILOVER",
+            FaultKind::KillPrimary => "SIGKILL the primary (Sentinel fails over)",
+            FaultKind::ClusterFailover => "CLUSTER FAILOVER of a lock's shard",
+            FaultKind::Migrate => "slot migration of a lock's slot",
+        }
+    }
+
+    /// A fault of the servers rather than of one worker.
+    pub fn is_server(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Restart
+                | FaultKind::Failover
+                | FaultKind::KillPrimary
+                | FaultKind::ClusterFailover
+                | FaultKind::Migrate
+        )
+    }
+
+    /// Why two holds may overlap after this fault (`None`: they may not).
+    fn cause(self) -> Option<&'static str> {
+        match self {
+            FaultKind::Sigstop | FaultKind::SigstopWaiter => Some("SIGSTOP past the lease"),
+            FaultKind::Partition => Some("partition past the lease"),
+            FaultKind::HalfOpen => Some("half-open connection"),
+            FaultKind::Restart => Some("restart (writes lost with the AOF's last second)"),
+            FaultKind::Failover | FaultKind::KillPrimary | FaultKind::ClusterFailover => {
+                Some("unreplicated write lost in failover")
+            }
+            _ => None,
         }
     }
 }
@@ -111,6 +155,10 @@ pub const RUN: &str = "run";
 /// releasing, and how long before the hold a killed connection may still
 /// be the one its release meets.
 const RUN_RELEASE_US: u64 = 500_000;
+
+/// How far apart a restart and the store write it lost may be (the AOF
+/// is fsynced every second).
+const AOF_SLACK_US: u64 = 2_000_000;
 
 /// How far back before a gap the holds that may have ended into it are
 /// looked for.
@@ -139,6 +187,9 @@ pub struct Verdict {
     pub writes_rejected: u64,
     pub stale_writes_accepted: u64,
     pub overlaps_explained: u64,
+    pub overlaps_by_cause: BTreeMap<String, u64>,
+    pub stale_writes_after_restart: u64,
+    pub same_fence_double_grants: u64,
     pub overlaps_unexplained: u64,
     pub late_writes_before_successor: u64,
     pub longest_free_wait_us: u64,
@@ -151,6 +202,7 @@ pub struct Verdict {
 #[derive(Debug, Clone)]
 struct Hold {
     worker: String,
+    fence: u64,
     kind: String,
     /// A reader's hold (readers may overlap each other).
     shared: bool,
@@ -175,19 +227,31 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     }
     let killed: HashMap<&str, u64> = faults
         .iter()
-        .filter(|f| f.kind == FaultKind::Sigkill)
+        .filter(|f| matches!(f.kind, FaultKind::Sigkill | FaultKind::SigkillRun))
         .filter_map(|f| Some((f.worker.as_deref()?, f.at_us)))
         .collect();
-    let stops: Vec<(&str, u64, u64)> = faults
+    // A worker stopped, partitioned or half-open: not live meanwhile.
+    let stops: Vec<(&str, u64, u64, FaultKind)> = faults
         .iter()
-        .filter(|f| f.kind == FaultKind::Sigstop)
+        .filter(|f| !f.kind.is_server() && f.kind.cause().is_some())
         .filter_map(|f| {
             Some((
                 f.worker.as_deref()?,
                 f.at_us,
                 f.until_us.unwrap_or(u64::MAX),
+                f.kind,
             ))
         })
+        .collect();
+    let servers: Vec<(u64, u64, FaultKind)> = faults
+        .iter()
+        .filter(|f| f.kind.is_server())
+        .map(|f| (f.at_us, f.until_us.unwrap_or(f.at_us), f.kind))
+        .collect();
+    let restarts: Vec<u64> = servers
+        .iter()
+        .filter(|s| s.2 == FaultKind::Restart)
+        .map(|s| s.0)
         .collect();
     // `redbell run` releases after its command exits, and does not retry a
     // release that met a killed connection: the lock frees at its lease.
@@ -199,9 +263,19 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     let stopped_in = |worker: &str, a: u64, b: u64| -> Vec<(u64, u64)> {
         stops
             .iter()
-            .filter(|(w, s, u)| *w == worker && *s <= b && *u >= a)
-            .map(|&(_, s, u)| (s, u))
+            .filter(|(w, s, u, _)| *w == worker && *s <= b && *u >= a)
+            .map(|&(_, s, u, _)| (s, u))
             .collect()
+    };
+    // The fault that lets a hold overlap another: its worker stopped past
+    // the lease during it.
+    let stop_cause = |x: &Hold| {
+        stops
+            .iter()
+            .find(|(w, s, u, _)| {
+                *w == x.worker && *s <= x.end && *u >= x.start && u.saturating_sub(*s) > lease_us
+            })
+            .and_then(|f| f.3.cause())
     };
 
     // Index the records of each (worker, seq).
@@ -275,6 +349,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 .unwrap_or(start);
             holds.entry(lock.clone()).or_default().push(Hold {
                 worker: worker.to_string(),
+                fence: a.fence.unwrap_or(0),
                 kind: recs[0].kind.clone(),
                 shared: recs[0].kind == READER,
                 start,
@@ -299,6 +374,15 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 j += 1;
             }
             if let Some(m) = max.filter(|m| m.2 > fence) {
+                // The store lives on the restarted server: a maximum
+                // written within the AOF's lost second may be gone.
+                if restarts
+                    .iter()
+                    .any(|&r| m.1 <= r + AOF_SLACK_US && m.1 + AOF_SLACK_US >= r && r <= start)
+                {
+                    v.stale_writes_after_restart += 1;
+                    continue;
+                }
                 v.stale_writes_accepted += 1;
                 v.violations.push(Violation {
                     bound: "stale writes accepted = 0".into(),
@@ -318,15 +402,18 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         for h in hs.iter() {
             active.retain(|a| a.end > h.start);
             for a in active.iter().filter(|a| !(a.shared && h.shared)) {
-                let stopped = |x: &Hold| {
-                    stopped_in(&x.worker, x.start, x.end)
-                        .into_iter()
-                        .any(|(s, u)| u.saturating_sub(s) > lease_us)
-                };
-                let (paused, other) = if stopped(a) {
-                    (*a, h)
-                } else if stopped(h) {
-                    (h, *a)
+                // `a` started first; a server fault between the two grants
+                // may have lost `a`'s.
+                let lost = servers
+                    .iter()
+                    .find(|s| a.start <= s.1 && s.0 <= h.start)
+                    .and_then(|s| s.2.cause());
+                let (paused, other, cause) = if let Some(c) = stop_cause(a) {
+                    (*a, h, c)
+                } else if let Some(c) = stop_cause(h) {
+                    (h, *a, c)
+                } else if let Some(c) = lost {
+                    (*a, h, c)
                 } else {
                     v.overlaps_unexplained += 1;
                     v.violations.push(Violation {
@@ -339,6 +426,22 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     continue;
                 };
                 v.overlaps_explained += 1;
+                *v.overlaps_by_cause.entry(cause.to_owned()).or_default() += 1;
+                let accepted = |x: &Hold| x.write.as_ref().is_some_and(|w| w.2 == "accepted");
+                if !a.shared && !h.shared && a.fence == h.fence && accepted(a) && accepted(h) {
+                    // Fencing cannot tell these two apart.
+                    v.same_fence_double_grants += 1;
+                    v.violations.push(Violation {
+                        bound: "double grants with one fence, both written = 0".into(),
+                        lock: lock.clone(),
+                        start_us: h.start,
+                        end_us: a.end.min(h.end),
+                        detail: format!(
+                            "{} and {} both wrote fence {} ({cause})",
+                            a.worker, h.worker, h.fence
+                        ),
+                    });
+                }
                 if let Some((ws, _, o)) = &paused.write
                     && o == "accepted"
                     && *ws > other.start
@@ -400,10 +503,32 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     .rev()
                     .take_while(|x| x.start + LOOK_BACK_US >= gap_start)
                     .any(|x| x.end + lease_us >= gap_start && hit(x, gap_end));
-                let bound = if holder_fault {
+                // A stopped worker granted the lock in the gap logs its hold
+                // only once continued: later, with a lower fence.
+                let frozen_grant = !h.shared
+                    && hs[i..]
+                        .iter()
+                        .take_while(|x| x.start <= gap_end + LOOK_BACK_US)
+                        .any(|x| {
+                            !x.shared
+                                && x.fence < h.fence
+                                && !stopped_in(
+                                    &x.worker,
+                                    gap_start.saturating_sub(lease_us),
+                                    gap_end,
+                                )
+                                .is_empty()
+                        });
+                // The servers' faults: their downtime on top.
+                let down = servers
+                    .iter()
+                    .filter(|s| s.0 <= gap_end && s.1 + lease_us + FREE_WAIT_BOUND_US >= gap_start)
+                    .map(|s| s.1 - s.0)
+                    .max();
+                let bound = if holder_fault || frozen_grant || down.is_some() {
                     v.longest_free_wait_after_fault_us =
                         v.longest_free_wait_after_fault_us.max(free);
-                    lease_us + FREE_WAIT_BOUND_US
+                    lease_us + FREE_WAIT_BOUND_US + down.unwrap_or(0)
                 } else {
                     v.longest_free_wait_us = v.longest_free_wait_us.max(free);
                     FREE_WAIT_BOUND_US
