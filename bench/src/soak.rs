@@ -24,8 +24,11 @@
 //!    `proxy.rs`), `CLIENT KILL TYPE normal`, `CLIENT KILL TYPE pubsub`,
 //!    `CLIENT PAUSE 300 ALL`; every 8 s at most, a fault of the servers
 //!    instead: on `single` (the soak's own redis-server with AOF
-//!    `everysec`, `server.rs`) a SIGKILL and restart. Each is printed with
-//!    its time.
+//!    `everysec`, `server.rs`) a SIGKILL and restart; on `sentinel`
+//!    `SENTINEL FAILOVER` or a SIGKILL of the primary; on `cluster` `CLUSTER
+//!    FAILOVER` of a lock's shard or a migration of a lock's slot
+//!    (`topology.rs`). Each is printed with its time. `redbell run` workers
+//!    and the proxy faults need one server's URL: `single` only.
 //! 4. After `--secs` the workers are told to stop (a stop file) and given
 //!    time; once the leases and the waiter-queue entries (2 s grace) have
 //!    run out, the lock keys left in Redis are
@@ -36,7 +39,8 @@
 //!
 //! # Not covered yet
 //!
-//! Sentinel failovers, Cluster topologies.
+//! `redbell run` workers and network faults on `sentinel` and `cluster`;
+//! faults of the sentinels themselves; two faults at once.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -77,7 +81,7 @@ pub struct SoakArgs {
     pub seed: Option<u64>,
 
     /// The Redis topology, owned by the soak (REDIS_URL is not used):
-    /// `single`.
+    /// `single`, `sentinel` or `cluster`.
     #[arg(long, env = "SOAK_TOPOLOGY", default_value = "single")]
     pub topology: String,
 
@@ -128,6 +132,9 @@ async fn soak(
         .into_iter()
         .filter(|&k| k != WorkerKind::Run || proxy_to.is_some())
         .collect();
+    let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
+    locks.dedup();
+    topo.set_locks(&locks);
     for &kind in &kinds {
         for _ in 0..kind.workers() {
             pool.spawn(kind, &lock_of(kind)).await?;
@@ -151,8 +158,6 @@ async fn soak(
     // Leases run out, and so do the waiter-queue entries of killed waiters
     // (they outlive a park by a 2 s grace).
     tokio::time::sleep(LEASE + KEY_GRACE).await;
-    let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
-    locks.dedup();
     let mut keys_left = Vec::new();
     let mut fence_keys = Vec::new();
     for lock in &locks {

@@ -202,6 +202,8 @@ pub struct Verdict {
 #[derive(Debug, Clone)]
 struct Hold {
     worker: String,
+    /// When its wait began (the grant came after).
+    from: u64,
     fence: u64,
     kind: String,
     /// A reader's hold (readers may overlap each other).
@@ -267,13 +269,17 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
             .map(|&(_, s, u, _)| (s, u))
             .collect()
     };
-    // The fault that lets a hold overlap another: its worker stopped past
-    // the lease during it.
-    let stop_cause = |x: &Hold| {
+    // The fault that lets hold `x` overlap `other`: its worker stopped past
+    // the lease during it, or during its wait when it holds the lower fence
+    // (granted first, frozen before it could log the grant).
+    let stop_cause = |x: &Hold, other: &Hold| {
         stops
             .iter()
             .find(|(w, s, u, _)| {
-                *w == x.worker && *s <= x.end && *u >= x.start && u.saturating_sub(*s) > lease_us
+                *w == x.worker
+                    && u.saturating_sub(*s) > lease_us
+                    && *s <= x.end
+                    && (*u >= x.start || (x.fence < other.fence && *u >= x.from))
             })
             .and_then(|f| f.3.cause())
     };
@@ -349,6 +355,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 .unwrap_or(start);
             holds.entry(lock.clone()).or_default().push(Hold {
                 worker: worker.to_string(),
+                from: a.start_us,
                 fence: a.fence.unwrap_or(0),
                 kind: recs[0].kind.clone(),
                 shared: recs[0].kind == READER,
@@ -408,9 +415,9 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     .iter()
                     .find(|s| a.start <= s.1 && s.0 <= h.start)
                     .and_then(|s| s.2.cause());
-                let (paused, other, cause) = if let Some(c) = stop_cause(a) {
+                let (paused, other, cause) = if let Some(c) = stop_cause(a, h) {
                     (*a, h, c)
-                } else if let Some(c) = stop_cause(h) {
+                } else if let Some(c) = stop_cause(h, a) {
                     (h, *a, c)
                 } else if let Some(c) = lost {
                     (*a, h, c)
@@ -725,6 +732,27 @@ mod tests {
             "{:?}",
             v.violations
         );
+    }
+
+    #[test]
+    fn a_waiter_frozen_right_after_its_grant_is_explained() {
+        // b is granted fence 10 at about 100, frozen until 2_000_000, logs
+        // its hold then; a got fence 11 once b's lease ran out.
+        let mut r = section("a", 1, 11, 5, 1_990_000, 2_005_000, "accepted");
+        r.extend(section("b", 1, 10, 50, 2_000_100, 2_010_000, "rejected"));
+        let stop = Fault {
+            at_us: 150,
+            kind: FaultKind::SigstopWaiter,
+            worker: Some("b".into()),
+            until_us: Some(2_000_000),
+        };
+        let v = check(&r, &[stop.clone()], LEASE);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.overlaps_explained, 1);
+        // With the higher fence, b's overlap is not explained.
+        let mut r = section("a", 1, 10, 5, 1_990_000, 2_005_000, "accepted");
+        r.extend(section("b", 1, 11, 50, 2_000_100, 2_010_000, "accepted"));
+        assert_eq!(check(&r, &[stop], LEASE).overlaps_unexplained, 1);
     }
 
     #[test]
