@@ -85,6 +85,11 @@ pub struct SoakArgs {
     #[arg(long, env = "SOAK_TOPOLOGY", default_value = "single")]
     pub topology: String,
 
+    /// Only these faults (comma-separated names as in report.json, e.g.
+    /// `sigstop_waiter,restart`); all of the topology's by default.
+    #[arg(long, env = "SOAK_FAULTS", value_delimiter = ',', value_parser = parse_fault)]
+    pub faults: Vec<checker::FaultKind>,
+
     /// How long each critical section holds its lock, in ms.
     #[arg(long, default_value_t = 5)]
     pub hold_ms: u64,
@@ -104,7 +109,7 @@ pub async fn run(_url: &str, args: &SoakArgs) -> Result<(), Failure> {
         "soak: seed {seed} (replay with SOAK_SEED={seed} SOAK_TOPOLOGY={name}), {} s, topology {name}",
         args.secs
     );
-    let schedule = plan::schedule(seed, args.secs, name);
+    let schedule = plan::schedule(seed, args.secs, name, &args.faults);
 
     let dir = args.out.join("logs");
     let _ = std::fs::remove_dir_all(&dir);
@@ -174,7 +179,7 @@ async fn soak(
     topo.del(&fence_keys).await;
 
     let mut records = Vec::new();
-    let entries = std::fs::read_dir(&dir)
+    let entries = std::fs::read_dir(dir)
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot read {}: {e}", dir.display())))?;
     for entry in entries.flatten() {
         if entry.path().extension().is_some_and(|x| x == "jsonl") {
@@ -206,4 +211,9 @@ async fn soak(
     } else {
         Err(report.failure())
     }
+}
+
+fn parse_fault(s: &str) -> Result<checker::FaultKind, String> {
+    serde_json::from_value(serde_json::Value::String(s.trim().to_owned()))
+        .map_err(|_| format!("unknown fault {s:?}"))
 }

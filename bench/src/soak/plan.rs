@@ -142,10 +142,21 @@ fn server_faults(topology: &str) -> (&'static [FaultKind], u64) {
 /// the run is calm enough to judge stranded waiters); a server fault
 /// instead of a worker's once its spacing has passed since the last one
 /// (from the fifth second on).
-pub fn schedule(seed: u64, secs: u64, topology: &str) -> Vec<Planned> {
+pub fn schedule(seed: u64, secs: u64, topology: &str, only: &[FaultKind]) -> Vec<Planned> {
     let mut rng = Rng::new(seed);
-    let kinds = worker_faults(topology);
+    let keep = |k: &&FaultKind| only.is_empty() || only.contains(k);
+    let kinds: Vec<FaultKind> = worker_faults(topology)
+        .iter()
+        .filter(keep)
+        .copied()
+        .collect();
     let (server, spacing) = server_faults(topology);
+    let server: Vec<FaultKind> = server.iter().filter(keep).copied().collect();
+    let kinds = if kinds.is_empty() {
+        server.clone()
+    } else {
+        kinds
+    };
     let end_ms = secs.saturating_mul(1000).saturating_sub(2000);
     let mut at_ms = 1000 + rng.range(0, 1000);
     let mut last_server = 0;
@@ -174,9 +185,17 @@ mod tests {
 
     #[test]
     fn the_schedule_is_replayed_by_its_seed() {
-        assert_eq!(schedule(42, 60, "single"), schedule(42, 60, "single"));
-        assert_ne!(schedule(42, 60, "single"), schedule(43, 60, "single"));
-        let s = schedule(7, 60, "cluster");
+        assert_eq!(
+            schedule(42, 60, "single", &[]),
+            schedule(42, 60, "single", &[])
+        );
+        assert_ne!(
+            schedule(42, 60, "single", &[]),
+            schedule(43, 60, "single", &[])
+        );
+        let only = schedule(42, 60, "single", &[FaultKind::SigstopWaiter]);
+        assert!(only.iter().all(|p| p.kind == FaultKind::SigstopWaiter));
+        let s = schedule(7, 60, "cluster", &[]);
         assert!(s.len() >= 25 && s.len() <= 58, "{}", s.len());
         assert!(s.windows(2).all(|w| {
             let gap = w[1].at - w[0].at;
