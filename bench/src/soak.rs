@@ -94,6 +94,11 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 5)]
     pub hold_ms: u64,
 
+    /// Judge the logs and faults of the run in --out again (after a change
+    /// of the checker) instead of running.
+    #[arg(long, hide = true)]
+    pub recheck: bool,
+
     /// Where the logs and report.json go.
     #[arg(long, default_value = "target/soak")]
     pub out: PathBuf,
@@ -101,6 +106,9 @@ pub struct SoakArgs {
 
 /// `redbell-bench soak`.
 pub async fn run(_url: &str, args: &SoakArgs) -> Result<(), Failure> {
+    if args.recheck {
+        return recheck(&args.out);
+    }
     let seed = args.seed.unwrap_or_else(|| {
         plan::Rng::new(worker::now_us() ^ u64::from(std::process::id())).next_u64()
     });
@@ -178,18 +186,7 @@ async fn soak(
     }
     topo.del(&fence_keys).await;
 
-    let mut records = Vec::new();
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot read {}: {e}", dir.display())))?;
-    for entry in entries.flatten() {
-        if entry.path().extension().is_some_and(|x| x == "jsonl") {
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            records.extend(
-                text.lines()
-                    .filter_map(|l| serde_json::from_str::<checker::Record>(l).ok()),
-            );
-        }
-    }
+    let records = read_records(dir)?;
     let lease_us = LEASE.as_micros() as u64;
     let verdict = checker::check(&records, &pool.faults, lease_us);
     let report = Report {
@@ -216,4 +213,55 @@ async fn soak(
 fn parse_fault(s: &str) -> Result<checker::FaultKind, String> {
     serde_json::from_value(serde_json::Value::String(s.trim().to_owned()))
         .map_err(|_| format!("unknown fault {s:?}"))
+}
+
+/// `soak --recheck`: the checker again over a finished run's logs.
+fn recheck(out: &std::path::Path) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(out.join("report.json"))
+        .map_err(|e| Failure::new(EX_FAILURE, format!("no report in {}: {e}", out.display())))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Failure::new(EX_FAILURE, e.to_string()))?;
+    let faults: Vec<checker::Fault> = serde_json::from_value(json["faults"].clone())
+        .map_err(|e| Failure::new(EX_FAILURE, e.to_string()))?;
+    let records = read_records(&out.join("logs"))?;
+    let verdict = checker::check(&records, &faults, LEASE.as_micros() as u64);
+    let report = Report {
+        seed: json["seed"].as_u64().unwrap_or(0),
+        secs: json["secs"].as_u64().unwrap_or(0),
+        topology: json["topology"].as_str().unwrap_or("").to_owned(),
+        kinds: Vec::new(),
+        lease_ms: LEASE.as_millis() as u64,
+        workers_not_stopping: Vec::new(),
+        keys_left: Vec::new(),
+        verdict,
+        faults,
+    };
+    println!("{}", report.table());
+    for x in &report.verdict.violations {
+        println!(
+            "violation: {} on {} at {} µs: {}",
+            x.bound, x.lock, x.start_us, x.detail
+        );
+    }
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(report.failure())
+    }
+}
+
+fn read_records(dir: &std::path::Path) -> Result<Vec<checker::Record>, Failure> {
+    let mut records = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot read {}: {e}", dir.display())))?;
+    for entry in entries.flatten() {
+        if entry.path().extension().is_some_and(|x| x == "jsonl") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            records.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<checker::Record>(l).ok()),
+            );
+        }
+    }
+    Ok(records)
 }

@@ -156,6 +156,20 @@ pub const RUN: &str = "run";
 /// be the one its release meets.
 const RUN_RELEASE_US: u64 = 500_000;
 
+/// How long after a Sentinel failover the old primary may still take
+/// writes: the sentinels turn it into a replica only once they see it
+/// still claims the master role (their INFO every 10 s), and clients that
+/// met no error keep using it meanwhile.
+const SENTINEL_SPLIT_US: u64 = 12_000_000;
+
+fn split_us(kind: FaultKind) -> u64 {
+    if kind == FaultKind::Failover {
+        SENTINEL_SPLIT_US
+    } else {
+        0
+    }
+}
+
 /// How far apart a restart and the store write it lost may be (the AOF
 /// is fsynced every second).
 const AOF_SLACK_US: u64 = 2_000_000;
@@ -218,6 +232,8 @@ struct Wait {
     worker: String,
     start: u64,
     end: Option<u64>,
+    /// It ended in an error rather than a grant.
+    failed: bool,
 }
 
 /// Checks the records of a run against its faults; `lease_us` is the
@@ -329,6 +345,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 worker: worker.to_string(),
                 start: w.start_us,
                 end,
+                failed: acquired.is_none() && lock_err.is_some(),
             });
         }
         // The section's writes; the hold is judged by its last one.
@@ -413,7 +430,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 // may have lost `a`'s.
                 let lost = servers
                     .iter()
-                    .find(|s| a.start <= s.1 && s.0 <= h.start)
+                    .find(|s| a.start <= s.1 + split_us(s.2) && s.0 <= h.start)
                     .and_then(|s| s.2.cause());
                 let (paused, other, cause) = if let Some(c) = stop_cause(a, h) {
                     (*a, h, c)
@@ -475,9 +492,13 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 .is_some_and(|&k| k >= x.start && k <= gap_end)
                 // (A woken waiter stopped had let go of its last hold: not
                 // a holder fault; if it was granted the lock just before,
-                // `frozen_grant` below tells.)
+                // `frozen_grant` below tells, but for a reader, whose grant
+                // may be shared and need not show in the fences.)
                 || stops.iter().any(|(w, s, u, k)| {
-                    *w == x.worker && *s <= gap_end && *u >= x.start && *k != FaultKind::SigstopWaiter
+                    *w == x.worker
+                        && *s <= gap_end
+                        && *u >= x.start
+                        && (*k != FaultKind::SigstopWaiter || x.shared)
                 })
                 || (x.kind == RUN
                     && conn_faults
@@ -530,7 +551,17 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                                     gap_end,
                                 )
                                 .is_empty()
-                        });
+                        })
+                    // Or its call met the stop with the grant's reply still
+                    // unread, and failed once continued: the grant stands
+                    // until its lease runs out.
+                    || by_worker.values().flatten().any(|w| {
+                        w.failed
+                            && w.start <= gap_end
+                            && w.end.is_some_and(|e| e >= gap_end)
+                            && !stopped_in(&w.worker, w.start.max(gap_start.saturating_sub(lease_us)), gap_end)
+                                .is_empty()
+                    });
                 // The servers' faults: their downtime on top.
                 let down = servers
                     .iter()
