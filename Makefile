@@ -38,11 +38,16 @@ test:
 demo:
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare
 
-# Seeded fault-injection soak; SOAK_SECS (default 120), SOAK_SEED (default
-# random, printed) and SOAK_TOPOLOGY (only `single` for now) pass through
-# the environment. Report: target/soak/report.json.
+# Seeded fault-injection soak on topologies it starts itself on free ports:
+# single, sentinel and cluster in turn, or only SOAK_TOPOLOGY if set.
+# SOAK_SECS (default 120 each) and SOAK_SEED (default random, printed) pass
+# through the environment. Reports: target/soak/TOPOLOGY/report.json.
 soak:
-	$(WITH_REDIS) cargo run --release -p redbell-bench -- soak
+	cargo build --release -p redbell-bench -p redbell-cli
+	@set -e; for t in $${SOAK_TOPOLOGY:-single sentinel cluster}; do \
+	  echo "== soak, topology $$t"; \
+	  SOAK_TOPOLOGY=$$t ./target/release/redbell-bench soak --out target/soak/$$t; \
+	done
 
 bench:
 	@set -euo pipefail; \

@@ -79,6 +79,10 @@ enum Command {
     #[command(name = "soak-worker", hide = true)]
     SoakWorker(soak::WorkerArgs),
 
+    /// One critical section under `redbell run` (a soak's `run` worker).
+    #[command(name = "soak-store", hide = true)]
+    SoakStore(soak::StoreArgs),
+
     #[command(flatten)]
     Hidden(demo::Hidden),
 }
@@ -102,6 +106,7 @@ fn main() -> ExitCode {
             Command::BenchWorker(args) => bench::worker(&cli.url, args).await,
             Command::Soak(args) => soak::run(&cli.url, &args).await,
             Command::SoakWorker(args) => soak::worker(&cli.url, args).await,
+            Command::SoakStore(args) => soak::store(args).await,
             Command::Hidden(cmd) => demo::hidden(&cli.url, cmd).await,
         }
     });
