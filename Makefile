@@ -31,7 +31,9 @@ test:
 	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast $(TEST_FEATURES) && \
 	  cargo test --workspace --doc && \
-	  for ex in quickstart watchdog fencing rwlock; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
+	  for ex in quickstart watchdog fencing rwlock leader; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
+	  echo "== example metrics (the metrics feature, scraped over loopback)" && \
+	  cargo build -p redbell --example metrics --features metrics && ./target/debug/examples/metrics && \
 	  echo "== bench --quick (smoke test; speed is not asserted)" && \
 	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
 	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
@@ -49,11 +51,16 @@ test-valkey:
 demo:
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- demo --compare
 
-# Seeded fault-injection soak; SOAK_SECS (default 120), SOAK_SEED (default
-# random, printed) and SOAK_TOPOLOGY (only `single` for now) pass through
-# the environment. Report: target/soak/report.json.
+# Seeded fault-injection soak on topologies it starts itself on free ports:
+# single, sentinel and cluster in turn, or only SOAK_TOPOLOGY if set.
+# SOAK_SECS (default 120 each) and SOAK_SEED (default random, printed) pass
+# through the environment. Reports: target/soak/TOPOLOGY/report.json.
 soak:
-	$(WITH_REDIS) cargo run --release -p redbell-bench -- soak
+	cargo build --release -p redbell-bench -p redbell-cli
+	@set -e; for t in $${SOAK_TOPOLOGY:-single sentinel cluster}; do \
+	  echo "== soak, topology $$t"; \
+	  SOAK_TOPOLOGY=$$t ./target/release/redbell-bench soak --out target/soak/$$t; \
+	done
 
 bench:
 	@set -euo pipefail; \
@@ -70,6 +77,7 @@ bench:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p redbell --all-targets --features metrics -- -D warnings
 
 doc:
 	RUSTDOCFLAGS='-D warnings' cargo doc --no-deps

@@ -1,6 +1,7 @@
 //! The acquisition engine every lock type shares, and the wait protocol.
-//! [`Mutex`](crate::Mutex), [`FairMutex`](crate::FairMutex) and
-//! [`RwLock`](crate::RwLock) are thin handles over an [`Acquirer`]; the
+//! [`Mutex`](crate::Mutex), [`FairMutex`](crate::FairMutex),
+//! [`RwLock`](crate::RwLock) and [`Semaphore`](crate::Semaphore) are thin
+//! handles over an [`Acquirer`]; the
 //! lock's [`Kind`] picks the scripts (`scripts/layout.rs`). The parts: the
 //! waiter's loop here; its registration and wake-ups in the [hub](crate::hub)
 //! (one subscription per lock per client, the client's wake channel for that
@@ -66,6 +67,24 @@
 //! whatever the number of waiting clients, and within a client exactly one
 //! waiter (the one named) attempts: local single flight comes for free.
 //!
+//! ## The hand-off reservation, and the lean paths
+//!
+//! While a plain release's wake-up travels, the lock key itself holds the
+//! reservation `m:<member>` with the reservation's expiry
+//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS)): every other attempt's
+//! `SET NX` fails on it (and queues), the woken waiter's attempt finds its
+//! own member there and overwrites it with its token and lease. `status`
+//! reports a reserved lock as free. So the acquire's first command, `SET
+//! NX GET`, both takes a free lock and reads a held one's value; one
+//! `EXISTS` of the readers and the queue rules out, on a free lock, live
+//! RwLock readers (a Mutex must not be taken beside them) and a queue entry
+//! to remove. The release reads the queue's head (`ZRANGE 0 2 WITHSCORES`)
+//! in the same script as its `DEL`: empty means nobody waits, so no `TIME`,
+//! no pruning and no PUBLISH; scripts run atomically, so an attempt that
+//! queued before the release is seen by it, and one after it finds the
+//! lock free. An uncontended lock+unlock is 9 commands in all (two script
+//! calls); each script's header says what its commands buy.
+//!
 //! ## Passing a wake-up on
 //!
 //! A waiter can be gone by the time its wake-up arrives, or leave right
@@ -92,18 +111,26 @@
 //!   counts 0 receivers, and the release drops it and wakes the next one, in
 //!   the same script.
 //! - **A woken waiter that freezes** (SIGSTOP, a GC or VM pause, a dead host
-//!   whose socket stays open) still counts as a receiver. So the release
-//!   also cuts the woken member's queue expiry to the end of its hand-off
-//!   reservation, and sends the **next two in line a standby** message
+//!   whose socket stays open) still counts as a receiver. So the plain
+//!   release also takes the woken member out of the queue (a live one's
+//!   attempt takes the reservation, or queues it again if it came too
+//!   late; the fair one cuts its entry's expiry to the end of the claim),
+//!   and sends the **next two in line a standby** message
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
-//!   first live standby waiter takes it. Expired members are pruned by the
-//!   next release (plain) or attempt (fair), so the frozen member does not
+//!   first live standby waiter takes it. The frozen member is out of the
+//!   queue (plain) or pruned by the next attempt (fair), so it does not
 //!   take later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
+//! - **A waiting writer of a read-write lock that froze** keeps its intent,
+//!   which holds new readers back: the release that woke it (a writer's, or
+//!   the last reader's) cuts every waiting writer's intent to
+//!   [`INTENT_WINDOW_MS`](crate::keys::INTENT_WINDOW_MS); a live writer
+//!   attempts at once and renews its own, a frozen one's lapses, and the
+//!   readers get in.
 //! - **An attempt during a hand-off reservation** parks until the
 //!   reservation ends (the acquire script answers its PTTL), not for a
 //!   lease.
@@ -127,6 +154,28 @@
 //! While we are away, releases find no receiver on our channels and skip
 //! our members.
 //!
+//! ## Semaphores: several permits, the same wake-ups
+//!
+//! A [`Semaphore`](crate::Semaphore) runs the same loop over other scripts
+//! (`sem_*.lua`; the data model is in `sem_common.lua`). Its holders are a
+//! sorted set of permit tokens scored by their lease expiry in server time;
+//! its queue is FIFO by arrival (a second sorted set holds each entry's
+//! expiry, as for the fair mutex). With `free` permits not held, the first
+//! `free` queued waiters are *owed* one: a caller at rank `r` takes a permit
+//! iff `r < free`, and a newcomer counts as the back of the queue, so it
+//! never takes a permit a waiter is owed. Whatever frees permits (a
+//! release, expired holders reclaimed by any script, an owed waiter that
+//! left or lapsed) wakes the waiters newly owed, one PUBLISH each, on their
+//! clients' channels, with the same standby to the next two in line as the
+//! plain mutex: a woken member's entry is cut to
+//! [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS), the standbys attempt
+//! after twice that, and their attempt prunes a frozen woken member. As for
+//! the fair mutex a waiter queues only once its wake channel is subscribed
+//! (a wake-up published before would reach nobody and cost it its place).
+//! A parked waiter parks until the earliest holder's lease ends at the
+//! latest: that is when a crashed holder's permit comes back, and the first
+//! attempt after it reclaims the permit and wakes whoever it is owed to.
+//!
 //! ## The timings
 //!
 //! Beside the loop: [`QUEUE_GRACE_MS`] (how long a queue entry outlives the
@@ -141,6 +190,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::Error;
 use crate::client::Client;
@@ -148,6 +198,7 @@ use crate::guard::Held;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::Lease;
 use crate::scripts::{self, Acquire, Queue};
+use crate::stats::{Counters, Outcome};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
 /// waiter retries (and refreshes its entry) when that PTTL ends, so this
@@ -172,6 +223,8 @@ pub(crate) struct Acquirer {
     /// Renewal stops once a guard has been held this long. Default: the
     /// client's (none unless set).
     max_hold: Option<Duration>,
+    /// The protocol (also the `kind` of the figures).
+    kind: Kind,
 }
 
 impl Acquirer {
@@ -189,6 +242,7 @@ impl Acquirer {
             lease: None,
             replication,
             max_hold,
+            kind,
         }
     }
 
@@ -206,6 +260,15 @@ impl Acquirer {
         self
     }
 
+    /// Sets a semaphore's permit count (checked by the first call that
+    /// needs the keys).
+    pub(crate) fn with_permits(mut self, permits: u32) -> Acquirer {
+        if let Ok(keys) = &mut self.keys {
+            Arc::make_mut(keys).permits = permits;
+        }
+        self
+    }
+
     pub(crate) fn with_lease(mut self, lease: Duration) -> Acquirer {
         self.lease = Some(lease);
         self
@@ -214,6 +277,11 @@ impl Acquirer {
     pub(crate) fn with_max_hold(mut self, hold: Duration) -> Acquirer {
         self.max_hold = Some(hold);
         self
+    }
+
+    /// A semaphore's permit count (0 for the other kinds).
+    pub(crate) fn permits(&self) -> u32 {
+        self.keys.as_ref().map_or(0, |keys| keys.permits)
     }
 
     pub(crate) fn lease(&self) -> Option<Duration> {
@@ -229,6 +297,40 @@ impl Acquirer {
 
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Held, Error> {
+        self.observed(self.wait()).await
+    }
+
+    /// Runs one acquisition (`lock` or `lock_timeout`), counting how it
+    /// ended (a drop before the end counts as cancelled) and tracing it as
+    /// a `redbell.acquire` span at debug level (lock, kind, outcome, fence,
+    /// wait in µs).
+    async fn observed(
+        &self,
+        acquisition: impl Future<Output = Result<Held, Error>>,
+    ) -> Result<Held, Error> {
+        let span = tracing::debug_span!(
+            "redbell.acquire",
+            lock = %self.name(),
+            kind = ?self.kind,
+            outcome = tracing::field::Empty,
+            fence = tracing::field::Empty,
+            waited_us = tracing::field::Empty,
+        );
+        let mut tally = Tally::new(self, span.clone());
+        let result = acquisition.instrument(span).await;
+        tally.end(match &result {
+            Ok(held) => {
+                tally.span.record("fence", held.fence);
+                Outcome::Acquired
+            }
+            Err(Error::Timeout) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        });
+        result
+    }
+
+    /// The wait loop itself.
+    async fn wait(&self) -> Result<Held, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -236,7 +338,7 @@ impl Acquirer {
         let hub = &self.client.0.hub;
         // Joining the hub is local; the first attempt is the whole cost of an
         // uncontended lock: one round trip, no SUBSCRIBE.
-        let token = new_token();
+        let token = new_token(keys.kind);
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let waiter = registration.waiter();
         let member = registration.member().to_owned();
@@ -245,6 +347,8 @@ impl Acquirer {
             grace_ms: QUEUE_GRACE_MS,
             park_ms: millis(config.max_park),
         };
+        // Counts this waiter in the `waiters` gauge from its first park on.
+        let mut parked = None;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
@@ -252,7 +356,9 @@ impl Acquirer {
             // A fair waiter joins the queue only once it can be told of its
             // grant: a grant published before its SUBSCRIBE was confirmed
             // would reach nobody and cost it its place.
-            let queue = (subscribed || keys.kind != Kind::Fair).then_some(queue);
+            // The same for a semaphore waiter, whose place is FIFO too.
+            let queue =
+                (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)).then_some(queue);
             registration.queued();
             let pttl = match self.attempt(&keys, &token, lease_ms, queue).await? {
                 Ok(held) => {
@@ -267,6 +373,9 @@ impl Acquirer {
                 hub.subscribe(&registration).await?;
                 subscribed = true;
                 continue;
+            }
+            if parked.is_none() {
+                parked = Some(Parked::new(&self.client.0.counters));
             }
             // Capped so a foreign key with an absurd expiry cannot overflow
             // the clock; a day-long park still costs nothing.
@@ -296,20 +405,36 @@ impl Acquirer {
             return self.try_lock().await?.ok_or(Error::Timeout);
         }
         match Instant::now().checked_add(timeout) {
-            Some(deadline) => tokio::time::timeout_at(deadline, self.lock())
+            Some(deadline) => {
+                self.observed(async {
+                    tokio::time::timeout_at(deadline, self.wait())
+                        .await
+                        .unwrap_or(Err(Error::Timeout))
+                })
                 .await
-                .unwrap_or(Err(Error::Timeout)),
+            }
             None => self.lock().await, // a deadline past the end of time
         }
     }
 
     /// One attempt that never waits, queues or subscribes.
     pub(crate) async fn try_lock(&self) -> Result<Option<Held>, Error> {
+        let mut tally = Tally::new(self, tracing::Span::none());
+        let result = self.try_once().await;
+        tally.end(match &result {
+            Ok(Some(_)) => Outcome::Acquired,
+            Ok(None) => Outcome::Busy,
+            Err(_) => Outcome::Error,
+        });
+        result
+    }
+
+    async fn try_once(&self) -> Result<Option<Held>, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
         Ok(self
-            .attempt(&keys, &new_token(), lease_ms, None)
+            .attempt(&keys, &new_token(keys.kind), lease_ms, None)
             .await?
             .ok())
     }
@@ -349,6 +474,8 @@ impl Acquirer {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
+                lease.observe(inner.counters.clone(), &keys.name);
+                inner.counters.guards(1);
                 let renewal = self.lease.is_none().then(|| {
                     inner.renewer.register(
                         keys.clone(),
@@ -368,13 +495,18 @@ impl Acquirer {
                     renewal,
                     released: false,
                     replication: self.replication,
+                    acquired_at: Instant::now(),
                 }))
             }
             Ok((Acquire::Held { pttl_ms }, _)) => {
                 in_flight.token = None;
                 Ok(Err(pttl_ms.map(Duration::from_millis)))
             }
-            Err(e @ Error::WrongType { .. }) => {
+            Err(
+                e @ (Error::WrongType { .. }
+                | Error::KindConflict { .. }
+                | Error::PermitsMismatch { .. }),
+            ) => {
                 in_flight.token = None; // the script wrote nothing
                 Err(e)
             }
@@ -390,15 +522,82 @@ impl Acquirer {
     }
 
     fn keys(&self) -> Result<Arc<LockKeys>, Error> {
-        self.keys
+        let keys = self
+            .keys
             .clone()
-            .map_err(|(name, reason)| Error::InvalidName { name, reason })
+            .map_err(|(name, reason)| Error::InvalidName { name, reason })?;
+        if keys.kind == Kind::Semaphore && keys.permits == 0 {
+            return Err(Error::InvalidPermits {
+                name: keys.name.chars().take(64).collect(),
+                permits: 0,
+                reason: "a semaphore needs at least one permit",
+            });
+        }
+        Ok(keys)
     }
 }
 
-/// A fresh random owner token: 32 hex digits.
-fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+/// Counts one acquisition's outcome when it ends, or as cancelled when its
+/// future is dropped first.
+struct Tally<'a> {
+    counters: &'a Counters,
+    kind: Kind,
+    started: Instant,
+    span: tracing::Span,
+    ended: bool,
+}
+
+impl<'a> Tally<'a> {
+    fn new(acquirer: &'a Acquirer, span: tracing::Span) -> Tally<'a> {
+        Tally {
+            counters: &acquirer.client.0.counters,
+            kind: acquirer.kind,
+            started: Instant::now(),
+            span,
+            ended: false,
+        }
+    }
+
+    fn end(&mut self, outcome: Outcome) {
+        self.ended = true;
+        let waited = self.started.elapsed();
+        self.counters.acquisition(self.kind, outcome, waited);
+        self.span.record("outcome", format_args!("{outcome:?}"));
+        self.span.record(
+            "waited_us",
+            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(Outcome::Cancelled);
+        }
+    }
+}
+
+/// Counts a waiter in the client's `waiters` gauge while it lives.
+struct Parked<'a>(&'a Counters);
+
+impl<'a> Parked<'a> {
+    fn new(counters: &'a Counters) -> Parked<'a> {
+        counters.waiters(1);
+        Parked(counters)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.waiters(-1);
+    }
+}
+
+/// A fresh random owner token: the kind's tag letter (see
+/// [`Kind::token_tag`]), then 32 hex digits.
+fn new_token(kind: Kind) -> String {
+    format!("{}{}", kind.token_tag(), uuid::Uuid::new_v4().simple())
 }
 
 /// Releases an acquire attempt's token in the background if the attempt's
@@ -425,10 +624,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_unique_hex() {
-        let (a, b) = (new_token(), new_token());
+    fn tokens_are_unique_and_tagged_with_their_kind() {
+        let (a, b) = (new_token(Kind::Plain), new_token(Kind::Plain));
         assert_ne!(a, b);
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(a.len(), 33);
+        assert!(a.starts_with('m'));
+        assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()));
+        for kind in [Kind::Fair, Kind::Read, Kind::Write] {
+            assert!(new_token(kind).starts_with(kind.token_tag()));
+        }
     }
 }

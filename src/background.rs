@@ -47,6 +47,7 @@ use crate::Error;
 use crate::conn::Conn;
 use crate::keys::LockKeys;
 use crate::scripts;
+use crate::stats::Counters;
 
 /// Most items known (queued, waiting to retry or in flight) at once.
 const CAPACITY: usize = 65_536;
@@ -200,13 +201,16 @@ impl Sender {
 }
 
 /// Starts the worker for the client whose command connection is `conn`.
-pub(crate) fn start(conn: Conn) -> Sender {
+pub(crate) fn start(conn: Conn, counters: Arc<Counters>) -> Sender {
     start_with(CAPACITY, move |work| {
         let conn = conn.clone();
+        let counters = counters.clone();
         async move {
             match work {
                 Work::Release { keys, token } => {
-                    scripts::release(&conn, &keys, &token).await.map(drop)
+                    let owned = scripts::release(&conn, &keys, &token).await?;
+                    counters.release(owned.into(), None);
+                    Ok(())
                 }
                 Work::PassOn { keys, member } => {
                     scripts::pass(&conn, &keys, &member).await.map(drop)

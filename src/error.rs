@@ -56,6 +56,20 @@ pub enum Error {
         key: String,
     },
 
+    /// The lock name is in use as another kind of lock: a [`Mutex`],
+    /// [`FairMutex`] and [`RwLock`] on one name would not wake each other's
+    /// waiters (and a `Mutex` beside readers would not exclude them), so
+    /// the attempt is refused. Nothing was written. One name, one kind.
+    ///
+    /// [`Mutex`]: crate::Mutex
+    /// [`FairMutex`]: crate::FairMutex
+    /// [`RwLock`]: crate::RwLock
+    #[error("lock {name:?} is in use as another kind of lock (Mutex, FairMutex or RwLock)")]
+    KindConflict {
+        /// The lock's name.
+        name: String,
+    },
+
     /// Redis answered with an error, or could not be reached (connection
     /// refused or dropped, authentication failed, ...). The source error is
     /// kept.
@@ -90,6 +104,32 @@ pub enum Error {
         command: String,
         /// The server's words.
         detail: String,
+    },
+
+    /// The semaphore exists in Redis with another permit count than this
+    /// handle asks for (another client made it with a different `permits`).
+    /// Nothing was written: the count is never resized silently. It can
+    /// change only once no holder and no waiter remains and the stored count
+    /// has expired with them (at most a lease after the last one left).
+    #[error("semaphore {name:?} has {stored} permits in Redis, this handle asks for {asked}")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The permit count stored in Redis.
+        stored: u32,
+        /// The permit count this handle was made with.
+        asked: u32,
+    },
+
+    /// A semaphore was made with zero permits: nobody could ever acquire it.
+    #[error("invalid permit count {permits} for semaphore {name:?}: {reason}")]
+    InvalidPermits {
+        /// The semaphore's name (cut to its first 64 characters).
+        name: String,
+        /// The offending count.
+        permits: u32,
+        /// Why it was rejected.
+        reason: &'static str,
     },
 
     /// The client's background machinery has shut down (the Tokio runtime

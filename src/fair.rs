@@ -53,8 +53,9 @@ impl Client {
     /// see [`FairMutex`].
     ///
     /// This does no I/O and never fails: an invalid name is reported by the
-    /// first call that uses it ([`Error::InvalidName`]). Do not use one name
-    /// both as a fair and as a plain mutex.
+    /// first call that uses it ([`Error::InvalidName`]). A name in use as a
+    /// plain [`Mutex`] or an [`RwLock`](crate::RwLock) is refused with
+    /// [`Error::KindConflict`].
     pub fn fair_mutex(&self, name: &str) -> FairMutex {
         FairMutex(Mutex::new(self.clone(), name, Kind::Fair))
     }

@@ -14,6 +14,7 @@ use crate::client::Client;
 use crate::keys::{LockKeys, Replication, lease_ms};
 use crate::lease::{Lease, Renewal};
 use crate::scripts::{self, Owned};
+use crate::stats::LostCause;
 
 /// One acquisition: released in the background when dropped unreleased.
 pub(crate) struct Held {
@@ -30,6 +31,9 @@ pub(crate) struct Held {
     pub(crate) released: bool,
     /// `WAIT` after an `extend`, as for the acquire.
     pub(crate) replication: Option<Replication>,
+    /// When the acquisition was made (for the hold-time figure); the guard
+    /// counts in the client's `guards` gauge from then until it is dropped.
+    pub(crate) acquired_at: Instant,
 }
 
 impl Held {
@@ -37,6 +41,8 @@ impl Held {
         self.renewal = None; // no renewal from here on
         let owned = scripts::release(&self.client.0.conn, &self.keys, &self.token).await?;
         self.released = true;
+        let counters = &self.client.0.counters;
+        counters.release(owned.into(), Some(self.acquired_at.elapsed()));
         owned.into_result()
     }
 
@@ -68,8 +74,12 @@ impl Held {
             // Ours on the server, but the reply came after the local
             // deadline: the lease was reported lost and stays lost.
             Ok(Owned::Ours) => Err(Error::NotHeld),
-            Ok(Owned::Theirs | Owned::Gone) => {
-                self.lease.set_lost();
+            Ok(owned @ (Owned::Theirs | Owned::Gone)) => {
+                self.lease.set_lost(if owned == Owned::Gone {
+                    LostCause::Gone
+                } else {
+                    LostCause::Taken
+                });
                 Err(Error::NotHeld)
             }
             // Not replicated, or no answer: the shortened deadline stands.
@@ -81,6 +91,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.renewal = None; // stop renewing before the release is queued
+        self.client.0.counters.guards(-1);
         if !self.released {
             self.client
                 .0

@@ -26,6 +26,17 @@ pub(crate) const HANDOFF_MS: u64 = 100;
 /// one this long.
 pub(crate) const CLAIM_MS: u64 = 500;
 
+/// How long a semaphore waiter woken for a permit keeps its place in the
+/// queue before its attempt arrives (its entry's expiry is cut to this);
+/// the next two in line stand by for twice as long, so a woken waiter that
+/// froze costs the others that window, not a lease.
+pub(crate) const SEM_RESERVE_MS: u64 = 250;
+
+/// How long a read-write lock's release leaves the intents of the writers it
+/// woke: a live writer attempts at once (renewing its intent), so only a
+/// frozen one's intent lapses, and new readers are held back no longer.
+pub(crate) const INTENT_WINDOW_MS: u64 = 500;
+
 /// Which protocol a lock follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -40,6 +51,25 @@ pub(crate) enum Kind {
     /// The writer of an [`RwLock`](crate::RwLock): the guard's token is the
     /// writer key's value.
     Write,
+    /// A permit of a [`Semaphore`](crate::Semaphore): the guard's token
+    /// lives in the holders set; a release wakes the head waiters, who then
+    /// attempt (FIFO by arrival).
+    Semaphore,
+}
+
+impl Kind {
+    /// The letter an owner token of this kind opens with, so the scripts
+    /// can tell a lock name used as another kind of lock (and refuse it with
+    /// [`Error::KindConflict`]).
+    pub(crate) fn token_tag(self) -> char {
+        match self {
+            Kind::Plain => 'm',
+            Kind::Fair => 'q',
+            Kind::Write => 'w',
+            Kind::Read => 'r',
+            Kind::Semaphore => 's',
+        }
+    }
 }
 
 /// The Redis names of one lock.
@@ -50,7 +80,8 @@ pub(crate) struct LockKeys {
     /// The protocol, which picks the scripts.
     pub(crate) kind: Kind,
     /// Where the guard's token lives: `P:{N}` (the owner's token, with the
-    /// lease as its expiry), or `P:{N}:readers` for a reader.
+    /// lease as its expiry), `P:{N}:readers` for a reader, or
+    /// `P:{N}:holders` for a semaphore permit (token -> expiry ms).
     pub(crate) lock: String,
     /// `P:{N}`: a read-write lock's writer key.
     pub(crate) writer: String,
@@ -61,13 +92,20 @@ pub(crate) struct LockKeys {
     /// Expiry of the fence key, in ms.
     pub(crate) fence_ttl_ms: u64,
     /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry),
-    /// `P:{N}:fifo` (fair: member -> arrival) or `P:{N}:writers` (read-write:
-    /// waiting writers' intents, member -> expiry).
+    /// `P:{N}:fifo` (fair: member -> arrival), `P:{N}:queue` (semaphore:
+    /// member -> arrival) or `P:{N}:writers` (read-write: waiting writers'
+    /// intents, member -> expiry).
     pub(crate) waiters: String,
-    /// `P:{N}:fifo:expiry` (fair: member -> expiry).
+    /// The queue's expiries, member -> expiry: `P:{N}:fifo:expiry` (fair),
+    /// `P:{N}:queue:expiry` (semaphore).
     pub(crate) expiry: String,
-    /// `P:{N}:handoff`: the member a release just woke (plain), or the
-    /// member last granted the lock (fair).
+    /// `P:{N}:permits`: a semaphore's permit count.
+    pub(crate) count: String,
+    /// A semaphore's permit count as this handle asks for it; 0 for the
+    /// other kinds (and for a semaphore of zero permits, which is refused).
+    pub(crate) permits: u32,
+    /// `P:{N}:handoff`: the member last granted the lock (fair). The plain
+    /// mutex keeps its hand-off reservation in the lock key itself.
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.
     pub(crate) wake_prefix: String,
@@ -92,6 +130,7 @@ impl LockKeys {
         let waiters = match kind {
             Kind::Plain => format!("{base}:waiters"),
             Kind::Fair => format!("{base}:fifo"),
+            Kind::Semaphore => format!("{base}:queue"),
             Kind::Read | Kind::Write => format!("{base}:writers"),
         };
         let readers = format!("{base}:readers");
@@ -102,15 +141,18 @@ impl LockKeys {
             fence_ttl_ms: millis(fence_ttl),
             expiry: format!("{waiters}:expiry"),
             waiters,
+            count: format!("{base}:permits"),
+            permits: 0,
             handoff: format!("{base}:handoff"),
             channel: match kind {
                 // Read-write locks broadcast on one channel per lock.
                 Kind::Read | Kind::Write => format!("{base}:rw"),
-                Kind::Plain | Kind::Fair => format!("{wake_prefix}{client_id}"),
+                Kind::Plain | Kind::Fair | Kind::Semaphore => format!("{wake_prefix}{client_id}"),
             },
             wake_prefix,
             lock: match kind {
                 Kind::Read => readers.clone(),
+                Kind::Semaphore => format!("{base}:holders"),
                 _ => base.clone(),
             },
             writer: base,
@@ -262,11 +304,18 @@ mod tests {
 
     #[test]
     fn every_key_of_a_lock_shares_its_hash_tag() {
-        for kind in [Kind::Plain, Kind::Fair, Kind::Read, Kind::Write] {
+        for kind in [
+            Kind::Plain,
+            Kind::Fair,
+            Kind::Read,
+            Kind::Write,
+            Kind::Semaphore,
+        ] {
             let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
             let slot = hash_slot(&k.lock);
             for key in [
                 &k.writer, &k.readers, &k.fence, &k.waiters, &k.expiry, &k.handoff, &k.channel,
+                &k.count,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

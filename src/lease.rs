@@ -100,7 +100,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -109,6 +109,7 @@ use tokio::time::Instant;
 use crate::conn::Conn;
 use crate::keys::{LockKeys, Replication, millis};
 use crate::scripts::{self, Owned};
+use crate::stats::{Counters, LostCause};
 use crate::task::AbortOnDrop;
 
 /// Locks renewed by one script call at most.
@@ -142,6 +143,9 @@ pub(crate) struct Lease {
     lost: AtomicBool,
     /// Woken when `lost` is set or the deadline moves.
     changed: Notify,
+    /// Told once when the lease is lost: the client's counters and the
+    /// lock's name (for the warning). Set right after the acquisition.
+    observer: OnceLock<(Arc<Counters>, Arc<str>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -160,6 +164,7 @@ impl Lease {
             }),
             lost: AtomicBool::new(false),
             changed: Notify::new(),
+            observer: OnceLock::new(),
         })
     }
 
@@ -175,7 +180,7 @@ impl Lease {
             return true;
         }
         if Instant::now() >= times.deadline {
-            self.set_lost();
+            self.set_lost(LostCause::Deadline);
             return true;
         }
         false
@@ -223,9 +228,29 @@ impl Lease {
         self.times().deadline
     }
 
-    /// Marks the lease lost and wakes everyone waiting on [`Lease::lost`].
-    pub(crate) fn set_lost(&self) {
+    /// How long until the deadline (zero once it passed).
+    pub(crate) fn remaining(&self) -> Duration {
+        self.times()
+            .deadline
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Reports this lease's loss (once) to `counters`, as the lock `name`.
+    pub(crate) fn observe(&self, counters: Arc<Counters>, name: &str) {
+        let _ = self.observer.set((counters, Arc::from(name)));
+    }
+
+    /// Marks the lease lost, for `cause`, and wakes everyone waiting on
+    /// [`Lease::lost`]. The first time, the loss is counted and logged: a
+    /// critical section may have lost its protection, which an operator
+    /// must hear of.
+    pub(crate) fn set_lost(&self, cause: LostCause) {
         if !self.lost.swap(true, Ordering::AcqRel) {
+            // Counted before anyone waiting on `lost()` runs.
+            if let Some((counters, name)) = self.observer.get() {
+                counters.lost(cause);
+                tracing::warn!(lock = %name, cause = cause.as_str(), "lease lost");
+            }
             self.changed.notify_waiters();
         }
     }
@@ -288,6 +313,7 @@ struct Shared {
     added: Notify,
     lease: Duration,
     every: Duration,
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
@@ -313,6 +339,8 @@ struct Entry {
     /// No renewal falls due at or after this instant (`max_hold` after the
     /// acquire was sent); `None`: renewed as long as the guard lives.
     hold_until: Option<Instant>,
+    /// Set once a warning that the lease is at risk went out.
+    warned: bool,
 }
 
 impl Shared {
@@ -325,12 +353,18 @@ impl Shared {
 
 impl Renewer {
     /// Starts the renewal task: leases of `lease`, renewed every `every`.
-    pub(crate) fn start(conn: Conn, lease: Duration, every: Duration) -> Renewer {
+    pub(crate) fn start(
+        conn: Conn,
+        lease: Duration,
+        every: Duration,
+        counters: Arc<Counters>,
+    ) -> Renewer {
         let shared = Arc::new(Shared {
             state: StdMutex::default(),
             added: Notify::new(),
             lease,
             every,
+            counters,
         });
         let task = tokio::spawn(run(shared.clone(), conn));
         Renewer {
@@ -369,6 +403,7 @@ impl Renewer {
                     due,
                     replication,
                     hold_until,
+                    warned: false,
                 },
             );
             state.queue.insert((due, id));
@@ -450,35 +485,56 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 .map(|(_, k, t, _)| (&**k, t.as_str()))
                 .collect();
             let outcome = scripts::extend(&conn, &locks, millis(shared.lease), chunk[0].3).await;
+            let (mut renewed, mut failed) = (0, 0);
             let mut state = shared.lock();
             for (i, (id, _, _, _)) in chunk.iter().enumerate() {
                 let Some(entry) = state.entries.get_mut(id) else {
                     continue; // unlocked or dropped while in flight
                 };
                 let verdict = outcome.get(i).and_then(|o| o.as_ref().ok()).copied();
-                let keep = match verdict {
+                let lost = match verdict {
                     // A confirmation that arrives after the lease was lost
                     // (by deadline, or by `extend`) does not revive it.
-                    Some(Owned::Ours) if !entry.lease.renewed(sent, shared.lease) => false,
-                    Some(Owned::Ours) => {
-                        entry.due = sent + shared.every;
-                        true
+                    Some(Owned::Ours) if !entry.lease.renewed(sent, shared.lease) => {
+                        Some(LostCause::Deadline)
                     }
-                    Some(Owned::Theirs | Owned::Gone) => false,
-                    None if entry.lease.is_lost() => false,
+                    Some(Owned::Ours) => {
+                        renewed += 1;
+                        entry.due = sent + shared.every;
+                        None
+                    }
+                    Some(Owned::Theirs) => Some(LostCause::Taken),
+                    Some(Owned::Gone) => Some(LostCause::Gone),
                     None => {
-                        entry.due = Instant::now() + retry;
-                        true
+                        failed += 1;
+                        if entry.lease.is_lost() {
+                            Some(LostCause::Deadline)
+                        } else {
+                            if entry.lease.remaining() < shared.lease / 3 && !entry.warned {
+                                // Two thirds of the lease gone unconfirmed.
+                                entry.warned = true;
+                                tracing::warn!(lock = %entry.keys.name,
+                                    remaining = ?entry.lease.remaining(),
+                                    "lease renewals are failing; the lease is at risk");
+                            }
+                            entry.due = Instant::now() + retry;
+                            None
+                        }
                     }
                 };
-                if keep {
-                    let due = entry.due;
-                    state.queue.insert((due, *id));
-                } else {
-                    entry.lease.set_lost();
-                    state.entries.remove(id);
+                match lost {
+                    None => {
+                        let due = entry.due;
+                        state.queue.insert((due, *id));
+                    }
+                    Some(cause) => {
+                        entry.lease.set_lost(cause);
+                        state.entries.remove(id);
+                    }
                 }
             }
+            drop(state);
+            shared.counters.renewals(renewed, failed);
             if let Some(Err(e)) = outcome.iter().find(|o| o.is_err()) {
                 tracing::debug!(error = %e, locks = chunk.len(), "lease renewal failed; retrying");
             }
@@ -529,7 +585,7 @@ mod tests {
         let lease = Lease::new(Instant::now(), Duration::from_secs(1));
         let renewal_sent = Instant::now() + Duration::from_millis(300);
         tokio::time::advance(Duration::from_millis(400)).await;
-        lease.set_lost(); // e.g. another renewal found the key taken
+        lease.set_lost(LostCause::Taken); // e.g. another renewal found the key taken
         let before = lease.deadline();
         lease.renewed(renewal_sent, Duration::from_secs(1));
         assert_eq!(lease.deadline(), before, "a lost lease was renewed");
@@ -592,7 +648,7 @@ mod tests {
             tokio::spawn(async move { lease.lost().await })
         };
         tokio::task::yield_now().await;
-        lease.set_lost();
+        lease.set_lost(LostCause::Taken);
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("lost() resolves")

@@ -2,26 +2,41 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-// Modules from the bottom up: each uses only those above it.
-mod access;
-mod acquire;
-mod admin;
-mod background;
-mod client;
-mod conn;
+// The modules from the bottom up: each uses only those above it. (The
+// comments keep rustfmt from sorting them.)
+// The vocabulary everyone shares.
 mod error;
-mod fair;
-mod guard;
-mod hub;
 mod keys;
-mod lease;
-mod mutex;
-mod rwlock;
-mod scripts;
 mod task;
+// Talking to Redis.
+mod conn;
+mod scripts;
+// What the client counts.
+mod stats;
+// What the server grants a client's user.
+mod access;
+// The client's background machinery.
+mod background;
+mod hub;
+mod lease;
+// The client.
+mod client;
+// What a guard is made of.
+mod guard;
+// The acquisition engine and the wait protocol.
+mod acquire;
+// The handles, each with its `impl Client` constructor.
+mod mutex;
+mod semaphore;
+// Handles built on the ones above.
+mod admin;
+mod election;
+mod fair;
+mod rwlock;
 
-pub use admin::LockStatus;
+pub use admin::{Hold, LockInfo, LockKind, LockStatus, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::Error;
 pub use fair::FairMutex;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN};
@@ -31,3 +46,5 @@ pub use mutex::{Mutex, MutexGuard};
 pub use redis;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
+pub use semaphore::{Permit, Semaphore};
+pub use stats::Stats;

@@ -45,10 +45,16 @@ use crate::keys::Kind;
 ///
 /// # Fences
 ///
-/// Writers advance the lock's fencing counter (shared with [`Mutex`]
-/// acquisitions of the same name); a reader's [`fence`](ReadGuard::fence) is
-/// the counter's value when it got in, i.e. the fence of the last writer
-/// whose writes it may see.
+/// Writers advance the lock's fencing counter; a reader's
+/// [`fence`](ReadGuard::fence) is the counter's value when it got in, i.e.
+/// the fence of the last writer whose writes it may see.
+///
+/// # One name, one kind
+///
+/// A [`Mutex`] or [`FairMutex`](crate::FairMutex) on the same name would
+/// not wake this lock's waiters, nor exclude its readers: such an attempt
+/// fails with [`Error::KindConflict`] instead (each owner token opens with
+/// its kind's letter, which the scripts check).
 ///
 /// [`Mutex`]: crate::Mutex
 #[derive(Clone)]

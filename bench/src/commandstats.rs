@@ -27,9 +27,29 @@ pub fn parse(info: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The server's CPU time so far, in µs: `used_cpu_sys + used_cpu_user`
+/// from the text of `INFO cpu` (0 when absent).
+pub fn cpu_us(info: &str) -> f64 {
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.trim().split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user")
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum::<f64>()
+        * 1e6
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_cpu() {
+        let info = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250000\r\nused_cpu_sys_children:9\r\n";
+        assert!((cpu_us(info) - 1_750_000.0).abs() < 1e-3);
+    }
 
     #[test]
     fn parses_calls() {

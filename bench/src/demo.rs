@@ -106,6 +106,15 @@ pub struct DemoArgs {
     #[arg(long, conflicts_with = "strategy")]
     pub compare: bool,
 
+    /// Let at most K windows be open at once, across all processes: a
+    /// window opens by taking a permit of a redbell semaphore of K permits,
+    /// sells one ticket, and closes (gives the permit back) before serving
+    /// its next customer. The table then shows the most windows seen open
+    /// at once, which must not exceed K. Only with the pubsub strategy.
+    #[arg(long, value_name = "K", conflicts_with_all = ["compare", "no_lock"],
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub open: Option<u32>,
+
     /// Test hook: sell without any lock, to prove the checks catch a broken
     /// lock (duplicates or oversell, non-zero exit).
     #[arg(long, hide = true, conflicts_with = "compare")]
@@ -153,6 +162,9 @@ pub struct WorkerArgs {
     /// As `demo --lease`.
     #[arg(long, value_parser = parse_lease)]
     lease: Duration,
+    /// As `demo --open`.
+    #[arg(long)]
+    open: Option<u32>,
 }
 
 fn parse_lease(s: &str) -> Result<Duration, String> {
@@ -174,6 +186,7 @@ pub async fn hidden(url: &str, cmd: Hidden) -> Result<(), Failure> {
         hold: w.hold,
         serve: w.serve,
         lease: w.lease,
+        open: w.open,
     };
     window::sell(url, &cfg).await
 }
@@ -190,6 +203,12 @@ pub async fn run(url: &str, args: &DemoArgs) -> Result<(), Failure> {
     } else {
         &[Mode::Pubsub]
     };
+    if args.open.is_some() && modes != [Mode::Pubsub] {
+        return Err(Failure::new(
+            crate::fail::EX_USAGE,
+            "--open needs the pubsub strategy (the semaphore is redbell's)",
+        ));
+    }
     window::connect(url).await?; // fail before printing anything if Redis is unreachable
     println!(
         "redbell demo: {} windows ({}) sell {} tickets; {} printing under the lock, {} serving between sales",
@@ -203,6 +222,9 @@ pub async fn run(url: &str, args: &DemoArgs) -> Result<(), Failure> {
         humantime::format_duration(args.hold),
         humantime::format_duration(args.serve),
     );
+    if let Some(k) = args.open {
+        println!("at most {k} windows open at once (a redbell semaphore of {k} permits)");
+    }
     let mut reports = Vec::new();
     for &mode in modes {
         reports.push(run_once(url, args, mode).await?);
@@ -342,7 +364,7 @@ async fn drive(
         (Some(b), Some(a)) => Some(stats::sale_commands(&b, &a)),
         _ => None,
     };
-    Ok(report::analyse(
+    let mut report = report::analyse(
         label,
         args.windows,
         args.tickets,
@@ -350,5 +372,21 @@ async fn drive(
         &timings,
         mode != Mode::Unlocked,
         commands,
-    ))
+    );
+    if let Some(limit) = args.open {
+        let opens: Vec<String> = conn
+            .lrange(&keys.opens, 0, -1)
+            .await
+            .map_err(r("cannot read the openings"))?;
+        let opens = opens
+            .iter()
+            .map(|s| report::parse_open(s).ok_or_else(|| malformed("opening", s)))
+            .collect::<Result<Vec<_>, _>>()?;
+        report.open = Some(report::OpenCheck {
+            limit,
+            max_seen: report::max_open(&opens),
+            openings: opens.len() as u64,
+        });
+    }
+    Ok(report)
 }

@@ -50,7 +50,7 @@ enum Command {
     /// invariant breaks, 69 if Redis is unreachable.
     Demo(demo::DemoArgs),
 
-    /// Measure redbell against the sleep-poll recipe and report
+    /// Measure redbell against rslock and the sleep-poll recipe and report
     ///
     /// Floor latencies, hand-off on one lock (2, 8, 32 workers over 2
     /// processes), waiter scaling (1 to 1,000 waiters), uncontended
@@ -79,6 +79,10 @@ enum Command {
     #[command(name = "soak-worker", hide = true)]
     SoakWorker(soak::WorkerArgs),
 
+    /// One critical section under `redbell run` (a soak's `run` worker).
+    #[command(name = "soak-store", hide = true)]
+    SoakStore(soak::StoreArgs),
+
     #[command(flatten)]
     Hidden(demo::Hidden),
 }
@@ -102,6 +106,7 @@ fn main() -> ExitCode {
             Command::BenchWorker(args) => bench::worker(&cli.url, args).await,
             Command::Soak(args) => soak::run(&cli.url, &args).await,
             Command::SoakWorker(args) => soak::worker(&cli.url, args).await,
+            Command::SoakStore(args) => soak::store(args).await,
             Command::Hidden(cmd) => demo::hidden(&cli.url, cmd).await,
         }
     });

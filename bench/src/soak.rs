@@ -8,17 +8,27 @@
 //!
 //! 1. The seed (`--seed` / `SOAK_SEED`, random by default) is printed first:
 //!    passing it again replays the same fault schedule (`plan.rs`).
-//! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers)
-//!    start as copies of this executable (`soak-worker`, `worker.rs`), one
-//!    lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
+//! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers,
+//!    `RwLock` readers on the writers' lock, and two `redbell run` workers,
+//!    `runner.rs`) start as copies of this executable (`soak-worker`,
+//!    `worker.rs`), one lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
 //!    lease renewed by the library. Each critical section writes the
 //!    guard's fence to a fence-checked store (a Lua script on the key
 //!    `soak:{LOCK}:store`) on entry, holds a few ms, and writes again on
 //!    the way out (where a holder paused past its lease must be rejected).
-//! 3. Every 1–2 s one fault (`faults.rs`): SIGKILL a worker (a new one
-//!    replaces it), SIGSTOP one past its lease then SIGCONT, `CLIENT KILL
-//!    TYPE normal`, `CLIENT KILL TYPE pubsub`, `CLIENT PAUSE 300 ALL`. Each
-//!    is printed with its time.
+//! 3. Every 1–2 s one fault (`faults.rs`, `topology.rs`): SIGKILL a worker
+//!    (a new one replaces it; or a `redbell run` worker), SIGSTOP one past
+//!    its lease then SIGCONT (or a *woken waiter*: one waiting on a lock
+//!    whose holder just let go), partition a worker or half-open its
+//!    connections (each worker reaches Redis through a proxy of the soak's,
+//!    `proxy.rs`), `CLIENT KILL TYPE normal`, `CLIENT KILL TYPE pubsub`,
+//!    `CLIENT PAUSE 300 ALL`; every 8 s at most, a fault of the servers
+//!    instead: on `single` (the soak's own redis-server with AOF
+//!    `everysec`, `server.rs`) a SIGKILL and restart; on `sentinel`
+//!    `SENTINEL FAILOVER` or a SIGKILL of the primary; on `cluster` `CLUSTER
+//!    FAILOVER` of a lock's shard or a migration of a lock's slot
+//!    (`topology.rs`). Each is printed with its time. `redbell run` workers
+//!    and the proxy faults need one server's URL: `single` only.
 //! 4. After `--secs` the workers are told to stop (a stop file) and given
 //!    time; once the leases and the waiter-queue entries (2 s grace) have
 //!    run out, the lock keys left in Redis are
@@ -29,29 +39,31 @@
 //!
 //! # Not covered yet
 //!
-//! Redis restarts, Sentinel failovers, Cluster topologies, network faults
-//! through a proxy (partitions, half-open connections), `redbell run`
-//! workers and `RwLock` readers.
+//! `redbell run` workers and network faults on `sentinel` and `cluster`;
+//! faults of the sentinels themselves; two faults at once.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
-
-use crate::fail::{EX_FAILURE, EX_USAGE, Failure};
+use crate::fail::{EX_FAILURE, Failure};
 
 mod checker;
 mod faults;
 mod plan;
+mod proxy;
 mod report;
+mod runner;
+mod server;
+mod topology;
 mod worker;
 
+pub use runner::{StoreArgs, store};
 pub use worker::{WorkerArgs, run as worker};
 
 use faults::Pool;
-use plan::{LEASE, WORKERS_PER_KIND, WorkerKind};
+use plan::{LEASE, WorkerKind};
 use report::Report;
+use topology::Topology;
 
 /// How long after the leases the soak waits for the lock keys to expire:
 /// the library's waiter-queue entries outlive a park by 2 s, plus margin.
@@ -68,13 +80,24 @@ pub struct SoakArgs {
     #[arg(long, env = "SOAK_SEED")]
     pub seed: Option<u64>,
 
-    /// The Redis topology: only `single` (the server at --url) for now.
+    /// The Redis topology, owned by the soak (REDIS_URL is not used):
+    /// `single`, `sentinel` or `cluster`.
     #[arg(long, env = "SOAK_TOPOLOGY", default_value = "single")]
     pub topology: String,
+
+    /// Only these faults (comma-separated names as in report.json, e.g.
+    /// `sigstop_waiter,restart`); all of the topology's by default.
+    #[arg(long, env = "SOAK_FAULTS", value_delimiter = ',', value_parser = parse_fault)]
+    pub faults: Vec<checker::FaultKind>,
 
     /// How long each critical section holds its lock, in ms.
     #[arg(long, default_value_t = 5)]
     pub hold_ms: u64,
+
+    /// Judge the logs and faults of the run in --out again (after a change
+    /// of the checker) instead of running.
+    #[arg(long, hide = true)]
+    pub recheck: bool,
 
     /// Where the logs and report.json go.
     #[arg(long, default_value = "target/soak")]
@@ -82,40 +105,52 @@ pub struct SoakArgs {
 }
 
 /// `redbell-bench soak`.
-pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
-    if args.topology != "single" {
-        return Err(Failure::new(
-            EX_USAGE,
-            format!(
-                "SOAK_TOPOLOGY={:?} is not supported yet (only `single`)",
-                args.topology
-            ),
-        ));
+pub async fn run(_url: &str, args: &SoakArgs) -> Result<(), Failure> {
+    if args.recheck {
+        return recheck(&args.out);
     }
     let seed = args.seed.unwrap_or_else(|| {
         plan::Rng::new(worker::now_us() ^ u64::from(std::process::id())).next_u64()
     });
+    let name = args.topology.as_str();
     println!(
-        "soak: seed {seed} (replay with SOAK_SEED={seed}), {} s, topology single",
+        "soak: seed {seed} (replay with SOAK_SEED={seed} SOAK_TOPOLOGY={name}), {} s, topology {name}",
         args.secs
     );
-    let schedule = plan::schedule(seed, args.secs);
+    let schedule = plan::schedule(seed, args.secs, name, &args.faults);
 
     let dir = args.out.join("logs");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot create {}: {e}", dir.display())))?;
-    let client = redis::Client::open(url).map_err(|e| Failure::redis(url, "bad Redis URL", &e))?;
-    let mut conn = ConnectionManager::new(client)
-        .await
-        .map_err(|e| Failure::redis(url, "cannot connect to Redis", &e))?;
+    let mut topo = Topology::start(name, &args.out.join("servers")).await?;
+    let result = soak(&mut topo, seed, &schedule, &dir, args).await;
+    topo.stop().await;
+    result
+}
 
+async fn soak(
+    topo: &mut Topology,
+    seed: u64,
+    schedule: &[plan::Planned],
+    dir: &std::path::Path,
+    args: &SoakArgs,
+) -> Result<(), Failure> {
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.name());
-    let mut pool = Pool::new(url, &dir, args.hold_ms)?;
-    for kind in WorkerKind::ALL {
-        for _ in 0..WORKERS_PER_KIND {
-            pool.spawn(kind, &lock_of(kind))?;
+    let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.lock_part());
+    let (url, proxy_to) = topo.worker_url();
+    let mut pool = Pool::new(&url, proxy_to, topo.worker_args(), dir, args.hold_ms)?;
+    // `redbell run` takes one server's URL.
+    let kinds: Vec<WorkerKind> = WorkerKind::ALL
+        .into_iter()
+        .filter(|&k| k != WorkerKind::Run || proxy_to.is_some())
+        .collect();
+    let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
+    locks.dedup();
+    topo.set_locks(&locks);
+    for &kind in &kinds {
+        for _ in 0..kind.workers() {
+            pool.spawn(kind, &lock_of(kind)).await?;
         }
     }
 
@@ -125,7 +160,7 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
     while t0.elapsed() < end {
         pool.continue_due(false);
         if let Some(p) = next.next_if(|p| p.at <= t0.elapsed()) {
-            let line = pool.inject(p, &mut conn).await?;
+            let line = pool.inject(p, topo).await?;
             println!("[{:>7.3} s] {line}", t0.elapsed().as_secs_f64());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -138,11 +173,8 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
     tokio::time::sleep(LEASE + KEY_GRACE).await;
     let mut keys_left = Vec::new();
     let mut fence_keys = Vec::new();
-    for kind in WorkerKind::ALL {
-        let lock = lock_of(kind);
-        let found: Vec<String> = scan(&mut conn, &format!("redbell:{{{lock}}}*"))
-            .await
-            .map_err(|e| Failure::redis(url, "SCAN", &e))?;
+    for lock in &locks {
+        let found = topo.keys(&format!("redbell:{{{lock}}}*")).await?;
         for key in found {
             if key.ends_with(":fence") {
                 fence_keys.push(key);
@@ -150,28 +182,18 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
                 keys_left.push(key);
             }
         }
-        fence_keys.push(worker::store_key(&lock));
+        fence_keys.push(worker::store_key(lock));
     }
-    let _: redis::RedisResult<i64> = conn.del(&fence_keys).await;
+    topo.del(&fence_keys).await;
 
-    let mut records = Vec::new();
-    let entries = std::fs::read_dir(&dir)
-        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot read {}: {e}", dir.display())))?;
-    for entry in entries.flatten() {
-        if entry.path().extension().is_some_and(|x| x == "jsonl") {
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            records.extend(
-                text.lines()
-                    .filter_map(|l| serde_json::from_str::<checker::Record>(l).ok()),
-            );
-        }
-    }
+    let records = read_records(dir)?;
     let lease_us = LEASE.as_micros() as u64;
     let verdict = checker::check(&records, &pool.faults, lease_us);
     let report = Report {
         seed,
         secs: args.secs,
         topology: args.topology.clone(),
+        kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
         lease_ms: LEASE.as_millis() as u64,
         workers_not_stopping: late,
         keys_left,
@@ -188,22 +210,58 @@ pub async fn run(url: &str, args: &SoakArgs) -> Result<(), Failure> {
     }
 }
 
-async fn scan(conn: &mut ConnectionManager, pattern: &str) -> redis::RedisResult<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        out.extend(keys);
-        if next == 0 {
-            return Ok(out);
-        }
-        cursor = next;
+fn parse_fault(s: &str) -> Result<checker::FaultKind, String> {
+    serde_json::from_value(serde_json::Value::String(s.trim().to_owned()))
+        .map_err(|_| format!("unknown fault {s:?}"))
+}
+
+/// `soak --recheck`: the checker again over a finished run's logs.
+fn recheck(out: &std::path::Path) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(out.join("report.json"))
+        .map_err(|e| Failure::new(EX_FAILURE, format!("no report in {}: {e}", out.display())))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Failure::new(EX_FAILURE, e.to_string()))?;
+    let faults: Vec<checker::Fault> = serde_json::from_value(json["faults"].clone())
+        .map_err(|e| Failure::new(EX_FAILURE, e.to_string()))?;
+    let records = read_records(&out.join("logs"))?;
+    let verdict = checker::check(&records, &faults, LEASE.as_micros() as u64);
+    let report = Report {
+        seed: json["seed"].as_u64().unwrap_or(0),
+        secs: json["secs"].as_u64().unwrap_or(0),
+        topology: json["topology"].as_str().unwrap_or("").to_owned(),
+        kinds: Vec::new(),
+        lease_ms: LEASE.as_millis() as u64,
+        workers_not_stopping: Vec::new(),
+        keys_left: Vec::new(),
+        verdict,
+        faults,
+    };
+    println!("{}", report.table());
+    for x in &report.verdict.violations {
+        println!(
+            "violation: {} on {} at {} µs: {}",
+            x.bound, x.lock, x.start_us, x.detail
+        );
     }
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(report.failure())
+    }
+}
+
+fn read_records(dir: &std::path::Path) -> Result<Vec<checker::Record>, Failure> {
+    let mut records = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot read {}: {e}", dir.display())))?;
+    for entry in entries.flatten() {
+        if entry.path().extension().is_some_and(|x| x == "jsonl") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            records.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<checker::Record>(l).ok()),
+            );
+        }
+    }
+    Ok(records)
 }

@@ -61,7 +61,10 @@ impl Failure {
     /// invalid lock name or duration is a usage error (`2`).
     pub fn input(url: &str, what: &str, err: &redbell::Error) -> Failure {
         match err {
-            redbell::Error::InvalidName { .. } | redbell::Error::InvalidLease { .. } => {
+            redbell::Error::InvalidName { .. }
+            | redbell::Error::InvalidLease { .. }
+            | redbell::Error::InvalidPermits { .. }
+            | redbell::Error::PermitsMismatch { .. } => {
                 Failure::new(EX_USAGE, format!("{what}: {err}"))
             }
             other => Failure::lock(url, what, other),
@@ -75,8 +78,16 @@ impl fmt::Display for Failure {
     }
 }
 
-/// The URL with any password replaced by `***`, for messages.
-pub fn redact(url: &str) -> String {
+/// The URL (or comma-separated URLs) with any password replaced by `***`,
+/// for messages.
+pub fn redact(urls: &str) -> String {
+    urls.split(',')
+        .map(redact_one)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn redact_one(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme + 3 => {
             let userinfo = &url[scheme + 3..at];

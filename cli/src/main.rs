@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod connect;
+mod elect;
 mod fail;
+mod leader;
 mod run;
 mod status;
 mod unlock;
@@ -16,19 +19,14 @@ mod unlock;
 /// Exit codes: 0 success, 1 failure (e.g. `run` found the lock held), 2
 /// usage error, 69 Redis unreachable, 75 `run` lost its lease; `run`
 /// otherwise exits with its command's code (128+N when a signal N killed
-/// it). Environment: REDIS_URL when --url is absent.
+/// it). Environment: REDIS_URL when --url is absent. Redis is one server
+/// (--url), a Redis Cluster (--cluster) or the primary Redis Sentinel names
+/// (--sentinel with --master).
 #[derive(Debug, Parser)]
 #[command(name = "redbell", version)]
 struct Cli {
-    /// Redis server URL (`redis://[:password@]host:port[/db]`).
-    #[arg(
-        long,
-        global = true,
-        env = "REDIS_URL",
-        hide_env_values = true,
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    url: String,
+    #[command(flatten)]
+    global: connect::GlobalArgs,
 
     #[command(subcommand)]
     command: Command,
@@ -43,9 +41,10 @@ enum Command {
     /// REDBELL_FENCE in its environment, renews the lease while it runs,
     /// forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to its group, and
     /// releases the lock when the command (and its whole group) has ended.
-    /// If the lease is lost meanwhile, the group gets SIGTERM, then SIGKILL
-    /// after --kill-grace, and redbell exits 75. Exits with the command's
-    /// own code otherwise.
+    /// If the lease is lost meanwhile, or cannot be renewed in time, the
+    /// group gets SIGTERM, then SIGKILL after --kill-grace, early enough to
+    /// be dead before the lease can expire, and redbell exits 75. Exits with
+    /// the command's own code otherwise.
     #[command(arg_required_else_help = true)]
     Run(run::RunArgs),
 
@@ -54,10 +53,31 @@ enum Command {
 
     /// Break a lock as an operator (--force): delete it, wake the next waiter
     Unlock(unlock::UnlockArgs),
+
+    /// Run a command only while leading an election
+    ///
+    /// Campaigns in the election NAME (waiting, event-driven, until the
+    /// leader resigns or its lease runs out), runs CMD in its own process
+    /// group with REDBELL_NAME, REDBELL_TERM and REDBELL_VALUE in its
+    /// environment, and resigns when the command has ended; with --requeue,
+    /// campaigns again. If the leadership is lost, the group gets SIGTERM,
+    /// then SIGKILL after --kill-grace, and redbell exits 75.
+    #[command(arg_required_else_help = true)]
+    Elect(elect::ElectArgs),
+
+    /// Show the leader of an election; --watch prints each change
+    Leader(leader::LeaderArgs),
+
+    /// Internal: the guardian `run` starts beside its command
+    #[command(name = run::GUARD_SUBCOMMAND, hide = true)]
+    Guard,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Guard = cli.command {
+        return run::guard(); // no runtime: it only reads its stdin
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -70,9 +90,12 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run::run(&cli.url, args).await,
-            Command::Status(args) => status::run(&cli.url, &args).await,
-            Command::Unlock(args) => unlock::run(&cli.url, &args).await,
+            Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Status(args) => status::run(&cli.global, &args).await,
+            Command::Unlock(args) => unlock::run(&cli.global, &args).await,
+            Command::Elect(args) => elect::run(&cli.global, args).await,
+            Command::Leader(args) => leader::run(&cli.global, &args).await,
+            Command::Guard => Ok(()),
         }
     });
     match result {

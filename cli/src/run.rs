@@ -13,6 +13,13 @@
 //! command exits and leaves a background job behind — and the child's exit
 //! code is passed through.
 //!
+//! The group must be dead before the lease can expire on the server, when
+//! another host may take the lock: a lease that could not be renewed in time
+//! stops the group early enough for that (see `run/supervise.rs`).
+//!
+//! Should `redbell` die first (SIGKILL, the OOM killer), a guardian process
+//! kills the command's group (see `run/guardian.rs`).
+//!
 //! `redbell` makes itself a child subreaper (Linux), so orphaned
 //! grandchildren are re-parented to it and reaped by it: "no process of the
 //! group remains" then holds even where PID 1 does not reap.
@@ -23,29 +30,54 @@
 //! is taken back before `redbell` exits.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::sys::signal::{SigSet, Signal, killpg};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
-use nix::unistd::Pid;
-use tokio::signal::unix::{SignalKind, signal};
+use nix::sys::signal::Signal;
 
+use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
-/// Exit codes of `redbell run`, shown by `redbell run --help`.
-pub const EXIT_CODES: &str = "\
+pub(crate) mod child;
+pub(crate) mod duration;
+mod guardian;
+mod hold;
+mod lease;
+pub(crate) mod signals;
+mod supervise;
+mod terminal;
+
+use guardian::Guardian;
+pub use guardian::{SUBCOMMAND as GUARD_SUBCOMMAND, serve as guard};
+use lease::Lease;
+use signals::Signals;
+use supervise::{Schedule, Supervisor};
+use terminal::Terminal;
+
+/// The guarantees, exit codes and environment of `redbell run`, shown by
+/// `redbell run --help`.
+pub const AFTER_HELP: &str = "\
+The command's process group:
+  The command and everything it starts stay in its own process group, which
+  gets the forwarded signals, and SIGTERM/SIGKILL when the lease is lost.
+  The group is dead before the lease can expire on the server. If redbell
+  itself dies (even by SIGKILL or the OOM killer), a guardian process
+  (`redbell __guard`, started beside the command) kills the group at once.
+  What escapes: a process that leaves the group (setsid, setpgid, as some
+  daemons do), and everything if the guardian is killed together with
+  redbell (e.g. a SIGKILL to every process of the user).
+
 Exit codes:
   N        the command's own exit code (0 when it succeeded)
   128+N    the command was killed by signal N (e.g. 137 for SIGKILL, 143 for SIGTERM)
   1        the lock is held elsewhere (-n) or the wait timed out (-w); see -E
   2        usage error: bad option, lock name or duration
   69       Redis could not be reached (one line on stderr)
-  75       the lease was lost while the command ran (the command's group got
-           SIGTERM, then SIGKILL after --kill-grace)
+  75       the lease was lost, or could not be renewed in time, while the
+           command ran: the command's group got SIGTERM, then SIGKILL after
+           --kill-grace, and was dead before the lease could expire; or the
+           command outlived --max-hold and was stopped the same way
   126/127  the command could not be started (not executable / not found)
 
 Environment:
@@ -54,18 +86,20 @@ Environment:
   acquisition's owner token, the lock key's value) and REDBELL_FENCE (the
   fencing token: strictly greater than every earlier one for this lock).";
 
-/// Options of `redbell run`.
+/// Options of `redbell run`. Everything after CMD's first word is CMD's
+/// (`--` may still come first).
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = EXIT_CODES)]
+#[command(after_long_help = AFTER_HELP, trailing_var_arg = true)]
 pub struct RunArgs {
     /// Fail at once if the lock is held, instead of waiting for it.
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub nonblock: bool,
 
-    /// Wait at most DUR for the lock (`500ms`, `2s`, `1m`), then fail.
-    /// Without -n or -w, wait as long as it takes (woken by the release,
-    /// no polling).
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    /// Wait at most DUR for the lock, then fail. DUR is seconds (`10`,
+    /// `1.5`) or has units (`500ms`, `2s`, `1m`), as for every duration
+    /// here. Without -n or -w, wait as long as it takes (woken by the
+    /// release, no polling).
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = duration::parse)]
     pub wait: Option<Duration>,
 
     /// Exit code when the lock is held (-n) or the wait timed out (-w).
@@ -74,15 +108,41 @@ pub struct RunArgs {
 
     /// Lease of the lock, renewed every third of it while the command runs.
     /// If redbell dies or loses Redis, the lock frees itself after this long.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl)]
+    /// If the lease cannot be renewed, the command's group is stopped (see
+    /// --kill-grace) so that it is dead before the lease can expire, when
+    /// another host may take the lock.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
 
     /// When the lease is lost, or the command leaves processes behind in its
-    /// group: time between SIGTERM and SIGKILL to the group.
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = humantime::parse_duration)]
+    /// group: time between SIGTERM and SIGKILL to the group. At most a third
+    /// of --ttl: a longer grace is cut to that. When the lease cannot be
+    /// renewed, SIGTERM goes out this long plus a margin (a tenth of --ttl,
+    /// at most 1s) before the lease can expire.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
 
-    /// Run CMD through `sh -c CMD` instead of a program given after `--`.
+    /// Hold the lock at most DUR: then stop the command as for a lost lease
+    /// (SIGTERM to its group, SIGKILL after --kill-grace) and exit 75.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse_positive)]
+    pub max_hold: Option<Duration>,
+
+    /// Take the read side of the read-write lock NAME: shared with the other
+    /// -s holders, excluded by an -x holder (and held back while one waits).
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair"])]
+    pub shared: bool,
+
+    /// Take the write side of the read-write lock NAME: excludes the -s
+    /// holders and the other -x holders. (Without -s, -x or --fair, NAME is
+    /// a plain mutex; a name is one kind of lock at a time.)
+    #[arg(short = 'x', long, conflicts_with = "fair")]
+    pub exclusive: bool,
+
+    /// Take the fair mutex NAME: waiters get it in the order they came.
+    #[arg(long)]
+    pub fair: bool,
+
+    /// Run CMD through `sh -c CMD` instead of a program given after NAME.
     #[arg(
         short = 'c',
         long = "command",
@@ -91,6 +151,18 @@ pub struct RunArgs {
     )]
     pub shell: Option<String>,
 
+    /// Hold one of N permits of the semaphore NAME instead of the lock NAME:
+    /// up to N commands run at once across all hosts (consul lock's -n).
+    /// Waiters are served in arrival order. Every holder must give the same
+    /// N; another count is refused (exit 2) while the semaphore is in use.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with_all = ["shared", "exclusive", "fair"]
+    )]
+    pub permits: Option<u32>,
+
     /// Log the wait, acquire, hold and release times to stderr.
     #[arg(short, long)]
     pub verbose: bool,
@@ -98,173 +170,137 @@ pub struct RunArgs {
     /// Name of the lock.
     pub name: String,
 
-    /// The program to run and its arguments (after `--`).
-    #[arg(last = true, value_name = "CMD", required_unless_present = "shell")]
+    /// The program to run and its arguments. Options after it are its own;
+    /// put `--` before a program whose name starts with `-`.
+    #[arg(value_name = "CMD", required_unless_present = "shell")]
     pub argv: Vec<OsString>,
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_millis(10) || d > redbell::MAX_LEASE {
-        return Err("must be between 10ms and one year".into());
-    }
-    Ok(d)
 }
 
 /// Runs `redbell run`. Returns `Ok` when the command exited 0; any other
 /// outcome of a command that ran ends the process here with its exit code,
 /// after the lock was released and the command's group is gone.
-pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
-    let name = args.name.as_str();
+pub async fn run(global: &GlobalArgs, args: RunArgs) -> Result<(), Failure> {
     // Installed first: from here on these signals are ours to handle (the
     // lock is always released), not the default "die at once".
     let mut signals = Signals::install()?;
-    adopt_orphans();
+    child::adopt_orphans();
 
-    let client = redbell::Client::builder(url)
-        .default_lease(args.ttl)
-        .renew_every(args.ttl / 3)
-        .connect()
-        .await
-        .map_err(|e| Failure::input(url, "cannot connect to Redis", &e))?;
+    let client = connect(global).await?;
+    let outcome = hold_and_run(&client, &global.target(), &args, &mut signals).await;
+    // Releases still queued (an acquire cancelled by a signal or by -w's
+    // deadline while in flight) must reach Redis before the process ends.
+    if let Err(e) = client.shutdown().await {
+        eprintln!("redbell: pending releases did not finish ({e}); their leases free them");
+    }
+    match outcome? {
+        0 => Ok(()),
+        // Everything is cleaned up: the lock is released, the group gone.
+        code => std::process::exit(i32::from(code)),
+    }
+}
 
-    // Acquire.
-    let mutex = client.mutex(name);
+/// Acquires, runs the command under the lock and releases it; returns
+/// redbell's exit code.
+async fn hold_and_run(
+    client: &redbell::Client,
+    url: &str,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    // Acquire, with a fixed lease: `Lease` renews it (and knows its deadline).
+    let what = hold::what(args);
     let started = Instant::now();
     if args.verbose && !args.nonblock {
-        eprintln!("redbell: waiting for lock {name:?}");
+        eprintln!("redbell: waiting for {what} {name:?}");
     }
-    let acquire = async {
-        if args.nonblock {
-            mutex.try_lock().await
-        } else if let Some(wait) = args.wait {
-            match mutex.lock_timeout(wait).await {
-                Ok(guard) => Ok(Some(guard)),
-                Err(redbell::Error::Timeout) => Ok(None),
-                Err(e) => Err(e),
-            }
-        } else {
-            mutex.lock().await.map(Some)
-        }
-    };
+    let acquire = hold::acquire(client, args);
     let guard = tokio::select! {
         acquired = acquire => acquired
-            .map_err(|e| Failure::input(url, &format!("cannot lock {name:?}"), &e))?,
+            .map_err(|e| Failure::input(url, &format!("cannot take {what} {name:?}"), &e))?,
         sig = signals.recv() => {
             return Err(Failure::new(
                 signal_exit_code(sig),
-                format!("{sig} while waiting for lock {name:?}; not run"),
+                format!("{sig} while waiting for {what} {name:?}; not run"),
             ));
         }
     };
     let Some(guard) = guard else {
         let message = match args.wait {
             Some(wait) if !args.nonblock => format!(
-                "timed out after {} waiting for lock {name:?}",
+                "timed out after {} waiting for {what} {name:?}",
                 humantime::format_duration(wait)
             ),
-            _ => format!("lock {name:?} is held elsewhere"),
+            _ => format!("{what} {name:?} is held elsewhere"),
         };
         return Err(Failure::new(args.conflict_exit_code, message));
     };
     let acquired = Instant::now();
     if args.verbose {
         eprintln!(
-            "redbell: acquired lock {name:?} after {:.3}s (fence {}, token {})",
+            "redbell: acquired {what} {name:?} after {:.3}s (fence {}, token {})",
             (acquired - started).as_secs_f64(),
             guard.fence(),
             guard.token()
         );
     }
 
-    // Spawn the command in its own process group.
-    let (program, mut command) = match &args.shell {
-        Some(script) => {
-            let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg(script);
-            (OsString::from("sh"), c)
-        }
-        None => {
-            // clap guarantees a non-empty argv when -c is absent.
-            let program = args.argv.first().cloned().unwrap_or_default();
-            let mut c = tokio::process::Command::new(&program);
-            c.args(&args.argv[1..]);
-            (program, c)
-        }
-    };
-    command
-        .env("REDBELL_NAME", name)
-        .env("REDBELL_TOKEN", guard.token())
-        .env("REDBELL_FENCE", guard.fence().to_string())
-        .process_group(0);
-    let terminal = Terminal::foreground();
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
+    // The lease counts from a confirmed renewal, before the command runs.
+    let lease = match Lease::confirm(&guard, args.ttl, url).await {
+        Ok(lease) => lease,
+        Err(failure) => {
             let _ = guard.unlock().await;
-            return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
+            return Err(failure);
         }
     };
-    // A spawned child has an id until it has been waited for.
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
-    let group = Pid::from_raw(pid);
+    // Who holds it, for `redbell status`: `host:pid`, as long as the lease.
+    guard.note_owner(args.ttl).await;
+    let schedule = Schedule::new(args.ttl, args.kill_grace);
+    if args.verbose && schedule.grace < args.kill_grace {
+        eprintln!(
+            "redbell: --kill-grace cut to {}, a third of the lease",
+            humantime::format_duration(schedule.grace)
+        );
+    }
+
+    // The guardian kills the command's group should redbell die first.
+    let guardian = match Guardian::start() {
+        Ok(guardian) => guardian,
+        Err(failure) => {
+            let _ = guard.unlock().await;
+            return Err(failure);
+        }
+    };
+    let terminal = Terminal::foreground();
+    let spawned = child::spawn(args, guard.token(), guard.fence(), &guardian);
+    let (mut child, group) = match spawned {
+        Ok(spawned) => spawned,
+        Err(failure) => {
+            guardian.dismiss();
+            let _ = guard.unlock().await;
+            return Err(failure);
+        }
+    };
     let terminal = terminal.map(|t| t.hand_to(group));
 
-    // Supervise: wait for the command, forward signals, watch the lease.
-    let mut lost_at: Option<Instant> = None;
-    let mut killed = false;
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let status = loop {
-        let grace_end = lost_at.map(|t| t + args.kill_grace);
-        tokio::select! {
-            status = child.wait() => break status,
-            sig = signals.recv() => {
-                if args.verbose {
-                    eprintln!("redbell: forwarding {sig} to the command's process group");
-                }
-                signal_group(group, sig);
-            }
-            () = guard.lost(), if lost_at.is_none() => {
-                eprintln!(
-                    "redbell: lost the lease on lock {name:?}: sending SIGTERM to the command's \
-                     process group (SIGKILL after {})",
-                    humantime::format_duration(args.kill_grace)
-                );
-                signal_group(group, Signal::SIGTERM);
-                lost_at = Some(Instant::now());
-            }
-            () = sleep_until(grace_end), if grace_end.is_some() && !killed => {
-                eprintln!("redbell: the command outlived --kill-grace: sending SIGKILL to its process group");
-                signal_group(group, Signal::SIGKILL);
-                killed = true;
-            }
-            _ = tick.tick() => {
-                reap_adopted(Some(pid));
-                if let Some(terminal) = &terminal {
-                    terminal.resume_if_stopped(group);
-                }
-            }
-        }
+    let supervisor = Supervisor {
+        name,
+        group,
+        lease: &lease,
+        schedule,
+        max_hold_end: args.max_hold.map(|d| acquired + d),
+        verbose: args.verbose,
     };
-
-    // The command is gone; so must be the rest of its group, before the
-    // lock is released.
-    let deadline = lost_at.map_or(Instant::now() + args.kill_grace, |t| t + args.kill_grace);
-    drain_group(group, deadline, killed).await;
+    let outcome = supervisor
+        .supervise(&mut child, &guard, signals, terminal.as_ref())
+        .await;
+    // The command and its whole group are gone, and renewal has stopped.
+    guardian.dismiss();
     if let Some(terminal) = terminal {
         terminal.take_back();
     }
 
-    let mut lost = lost_at.is_some() || guard.is_lost();
+    let mut lost = outcome.lost;
     let held = acquired.elapsed();
     match guard.unlock().await {
         Ok(()) => {
@@ -288,23 +324,17 @@ pub async fn run(url: &str, args: RunArgs) -> Result<(), Failure> {
         ),
     }
 
-    let code = if lost {
+    Ok(if lost {
         EX_TEMPFAIL
     } else {
-        match status {
+        match outcome.status {
             Ok(status) => exit_code(status),
             Err(e) => {
                 eprintln!("redbell: could not wait for the command: {e}");
                 EX_FAILURE
             }
         }
-    };
-    if code == 0 {
-        Ok(())
-    } else {
-        // Everything is cleaned up: the lock is released, the group gone.
-        std::process::exit(i32::from(code))
-    }
+    })
 }
 
 /// The command's exit code, or 128 + the signal that killed it.
@@ -318,193 +348,4 @@ fn exit_code(status: ExitStatus) -> u8 {
 
 fn signal_exit_code(sig: Signal) -> u8 {
     u8::try_from(128 + sig as i32).unwrap_or(EX_FAILURE)
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sends `sig` to every process of `group`; a group already gone is fine.
-fn signal_group(group: Pid, sig: Signal) {
-    if group.as_raw() > 1 {
-        let _ = killpg(group, sig);
-    }
-}
-
-/// Whether any process of `group` remains, after reaping those of its
-/// members that were re-parented to us and have exited.
-fn group_alive(group: Pid) -> bool {
-    if group.as_raw() <= 1 {
-        return false;
-    }
-    loop {
-        match waitpid(Pid::from_raw(-group.as_raw()), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    !matches!(killpg(group, None), Err(Errno::ESRCH))
-}
-
-/// Waits for the command's process group to be empty: leftovers get SIGTERM
-/// at once (unless `killed` already), SIGKILL at `deadline`.
-async fn drain_group(group: Pid, deadline: Instant, killed: bool) {
-    if !group_alive(group) {
-        reap_adopted(None);
-        return;
-    }
-    if !killed {
-        eprintln!(
-            "redbell: the command left processes in its process group: sending them SIGTERM \
-             (SIGKILL after --kill-grace)"
-        );
-        signal_group(group, Signal::SIGTERM);
-    }
-    let mut kill_sent = killed;
-    let mut give_up = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        if !group_alive(group) {
-            break;
-        }
-        let now = Instant::now();
-        if !kill_sent && now >= deadline {
-            signal_group(group, Signal::SIGKILL);
-            kill_sent = true;
-        }
-        if kill_sent {
-            // SIGKILL cannot be ignored; what remains is a zombie some
-            // other parent has not reaped yet. Do not wait forever for it.
-            let end = *give_up.get_or_insert(now + Duration::from_secs(2));
-            if now >= end {
-                eprintln!("redbell: processes of the command's group could not be reaped");
-                break;
-            }
-        }
-    }
-    reap_adopted(None);
-}
-
-/// Makes `redbell` the reaper of its descendants' orphans (Linux), so a
-/// grandchild whose parent died is re-parented to us, not to PID 1, and
-/// `drain_group` sees (and reaps) it.
-fn adopt_orphans() {
-    #[cfg(target_os = "linux")]
-    {
-        let _ = nix::sys::prctl::set_child_subreaper(true);
-    }
-}
-
-/// Reaps adopted orphans that have exited, never the command itself (`skip`,
-/// which Tokio waits for).
-fn reap_adopted(skip: Option<i32>) {
-    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    for _ in 0..1024 {
-        let pid = match waitid(Id::All, peek) {
-            Ok(status) => match status.pid() {
-                Some(pid) => pid,
-                None => return,
-            },
-            Err(_) => return,
-        };
-        if Some(pid.as_raw()) == skip {
-            return;
-        }
-        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-    }
-}
-
-/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, received as a stream.
-struct Signals([(Signal, tokio::signal::unix::Signal); 4]);
-
-impl Signals {
-    fn install() -> Result<Signals, Failure> {
-        let one = |sig: Signal| {
-            signal(SignalKind::from_raw(sig as i32))
-                .map(|stream| (sig, stream))
-                .map_err(|e| {
-                    Failure::new(EX_FAILURE, format!("cannot install a {sig} handler: {e}"))
-                })
-        };
-        Ok(Signals([
-            one(Signal::SIGINT)?,
-            one(Signal::SIGTERM)?,
-            one(Signal::SIGHUP)?,
-            one(Signal::SIGQUIT)?,
-        ]))
-    }
-
-    /// The next signal received. Cancel safe.
-    async fn recv(&mut self) -> Signal {
-        let [(a, sa), (b, sb), (c, sc), (d, sd)] = &mut self.0;
-        tokio::select! {
-            Some(()) = sa.recv() => *a,
-            Some(()) = sb.recv() => *b,
-            Some(()) = sc.recv() => *c,
-            Some(()) = sd.recv() => *d,
-            else => std::future::pending().await,
-        }
-    }
-}
-
-/// The controlling terminal on stdin, while `redbell` is its foreground.
-struct Terminal {
-    /// Our own process group, which gets the terminal back.
-    ours: Pid,
-}
-
-impl Terminal {
-    /// `Some` when stdin is a terminal whose foreground group is ours.
-    fn foreground() -> Option<Terminal> {
-        let stdin = std::io::stdin();
-        if !stdin.is_terminal() {
-            return None;
-        }
-        let ours = nix::unistd::getpgrp();
-        (nix::unistd::tcgetpgrp(&stdin).ok()? == ours).then_some(Terminal { ours })
-    }
-
-    /// Makes `group` the terminal's foreground, and continues it in case it
-    /// tried to read the terminal before (and was stopped by SIGTTIN).
-    fn hand_to(self, group: Pid) -> Terminal {
-        if nix::unistd::tcsetpgrp(std::io::stdin(), group).is_ok() {
-            signal_group(group, Signal::SIGCONT);
-        }
-        self
-    }
-
-    /// Job control is not proxied: a command stopped with Ctrl-Z would
-    /// leave the terminal hung while the lock stays held, so continue it.
-    fn resume_if_stopped(&self, group: Pid) {
-        let stat = std::fs::read_to_string(format!("/proc/{group}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        if state == Some('T') {
-            eprintln!(
-                "redbell: the command was stopped; job control is not supported while it \
-                 holds a lock: continuing it (use Ctrl-C to end it)"
-            );
-            signal_group(group, Signal::SIGCONT);
-        }
-    }
-
-    /// Gives the terminal back to our group. We are a background group at
-    /// this point, so SIGTTOU is blocked (on this thread) for the call.
-    fn take_back(self) {
-        let stdin = std::io::stdin();
-        if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.ours) {
-            return;
-        }
-        let mut ttou = SigSet::empty();
-        ttou.add(Signal::SIGTTOU);
-        let blocked = ttou.thread_block().is_ok();
-        let _ = nix::unistd::tcsetpgrp(&stdin, self.ours);
-        if blocked {
-            let _ = ttou.thread_unblock();
-        }
-    }
 }

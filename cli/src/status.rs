@@ -2,20 +2,36 @@
 
 use std::time::Duration;
 
+use redbell::{Hold, LockInfo, LockKind};
+
+use crate::connect::{GlobalArgs, connect};
 use crate::fail::Failure;
 
 /// Options of `redbell status`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = "\
-Output: one line per lock, after a header: NAME, STATE (held or free), HOLDER
-(the owner token, as REDBELL_TOKEN gave it to the command), TTL (the holder's
-remaining lease), FENCE (the last fencing token handed out) and WAITERS
-(clients queued for the lock, across all processes).
+Output: one line per lock, after a header: NAME, STATE (held, shared or
+free), HOLDER (the owner token, as REDBELL_TOKEN gave it to the command), TTL
+(the holder's remaining lease), FENCE (the last fencing token handed out),
+WAITERS (clients queued for the lock, across all processes: a mutex's or fair
+lock's queue, a read-write lock's waiting writers), KIND (mutex, fair or
+rwlock, as the lock is in use) and OWNER (host:pid of the `redbell run`
+holding it; - for a holder that is no `redbell run`). A read-write lock held
+by readers (STATE shared) has one line per reader.
 
 With --json, one object per lock and line:
-  {\"name\":\"jobs\",\"held\":true,\"holder\":\"6f1c...\",\"ttl_ms\":29871,\"fence\":1719...,\"waiters\":2}
-holder, ttl_ms and fence are null when unknown (ttl_ms is also null for a key
-without expiry).
+  {\"name\":\"jobs\",\"kind\":\"mutex\",\"held\":true,\"holder\":\"m6f1c...\",\"owner\":\"web1:4242\",
+   \"ttl_ms\":29871,\"fence\":1719...,\"waiters\":2}
+holder, owner, ttl_ms and fence are null when unknown (ttl_ms is also null for
+a key without expiry); kind is null for a lock not in use (or a holder token
+of no known kind). holder is the exclusive holder (a read-write lock's
+writer). A lock with read holds also has readers, a list of
+{\"token\":...,\"owner\":...,\"ttl_ms\":...}, soonest expiry first.
+
+With --semaphore, the names are semaphores: one line each with NAME, PERMITS
+(the stored count, - when none is), HELD (live holders), WAITERS, FENCE and
+HOLDERS (each holder's token and remaining lease). With --json:
+  {\"name\":\"uploads\",\"permits\":4,\"holders\":[{\"token\":\"6f1c...\",\"ttl_ms\":29871}],\"waiters\":2,\"fence\":1719...}
 
 Exit codes: 0 success, 2 usage error (e.g. an invalid lock name), 69 Redis
 unreachable, 1 any other failure.")]
@@ -24,30 +40,103 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// The names are semaphores (`redbell run --permits N`): show their
+    /// holders and waiters.
+    #[arg(long)]
+    pub semaphore: bool,
+
     /// Names of the locks.
     #[arg(required = true, value_name = "NAME")]
     pub names: Vec<String>,
 }
 
 /// Runs `redbell status`.
-pub async fn run(url: &str, args: &StatusArgs) -> Result<(), Failure> {
-    let client = redbell::Client::connect(url)
-        .await
-        .map_err(|e| Failure::input(url, "cannot connect to Redis", &e))?;
+pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> {
+    let client = connect(global).await?;
+    let target = global.target();
+    if args.semaphore {
+        return semaphores(&client, &target, args).await;
+    }
     let mut rows = Vec::with_capacity(args.names.len());
     for name in &args.names {
-        let status = client
-            .status(name)
+        let info = client
+            .inspect(name)
             .await
-            .map_err(|e| Failure::input(url, &format!("cannot read lock {name:?}"), &e))?;
+            .map_err(|e| Failure::input(&target, &format!("cannot read lock {name:?}"), &e))?;
         if args.json {
-            println!("{}", json(&status));
+            println!("{}", json(&info));
         } else {
-            rows.push(row(&status));
+            rows.extend(self::rows(&info));
         }
     }
     if !args.json {
-        print_table(&rows);
+        let header = [
+            "NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS", "KIND", "OWNER",
+        ];
+        print_table(header, &rows);
+    }
+    Ok(())
+}
+
+fn kind_name(kind: Option<LockKind>) -> Option<&'static str> {
+    match kind? {
+        LockKind::Mutex => Some("mutex"),
+        LockKind::FairMutex => Some("fair"),
+        LockKind::RwLock => Some("rwlock"),
+        _ => None,
+    }
+}
+
+fn millis(ttl: Option<Duration>) -> Option<u64> {
+    ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `redbell status --semaphore`.
+async fn semaphores(client: &redbell::Client, url: &str, args: &StatusArgs) -> Result<(), Failure> {
+    let mut rows = Vec::with_capacity(args.names.len());
+    for name in &args.names {
+        let s = client
+            .semaphore_status(name)
+            .await
+            .map_err(|e| Failure::input(url, &format!("cannot read semaphore {name:?}"), &e))?;
+        if args.json {
+            let holders: Vec<_> = s
+                .holders
+                .iter()
+                .map(|(token, ttl)| serde_json::json!({"token": token, "ttl_ms": millis(Some(*ttl))}))
+                .collect();
+            let line = serde_json::json!({
+                "name": s.name,
+                "permits": s.permits,
+                "holders": holders,
+                "waiters": s.waiters,
+                "fence": s.fence,
+            });
+            println!("{line}");
+        } else {
+            let dash = || "-".to_owned();
+            let holders: Vec<String> = s
+                .holders
+                .iter()
+                .map(|(token, ttl)| format!("{token}({})", seconds(*ttl)))
+                .collect();
+            rows.push([
+                s.name.clone(),
+                s.permits.map_or_else(dash, |p| p.to_string()),
+                s.holders.len().to_string(),
+                s.waiters.to_string(),
+                s.fence.map_or_else(dash, |f| f.to_string()),
+                if holders.is_empty() {
+                    dash()
+                } else {
+                    holders.join(",")
+                },
+            ]);
+        }
+    }
+    if !args.json {
+        let header = ["NAME", "PERMITS", "HELD", "WAITERS", "FENCE", "HOLDERS"];
+        print_table(header, &rows);
     }
     Ok(())
 }
@@ -56,51 +145,88 @@ pub async fn run(url: &str, args: &StatusArgs) -> Result<(), Failure> {
 #[derive(serde::Serialize)]
 struct Json<'a> {
     name: &'a str,
+    kind: Option<&'static str>,
     held: bool,
     holder: Option<&'a str>,
+    owner: Option<&'a str>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
     waiters: u64,
+    /// Only for a lock with read holds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    readers: Vec<JsonReader<'a>>,
 }
 
-fn json(s: &redbell::LockStatus) -> String {
+#[derive(serde::Serialize)]
+struct JsonReader<'a> {
+    token: &'a str,
+    owner: Option<&'a str>,
+    ttl_ms: Option<u64>,
+}
+
+fn json(info: &LockInfo) -> String {
+    let holder = info.holder.as_ref();
     let line = Json {
-        name: &s.name,
-        held: s.holder.is_some(),
-        holder: s.holder.as_deref(),
-        ttl_ms: s
-            .ttl
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-        fence: s.fence,
-        waiters: s.waiters,
+        name: &info.name,
+        kind: kind_name(info.kind),
+        held: holder.is_some() || !info.readers.is_empty(),
+        holder: holder.map(|h| h.token.as_str()),
+        owner: holder.and_then(|h| h.note.as_deref()),
+        ttl_ms: holder.and_then(|h| millis(h.ttl)),
+        fence: info.fence,
+        waiters: info.waiters,
+        readers: info
+            .readers
+            .iter()
+            .map(|r| JsonReader {
+                token: &r.token,
+                owner: r.note.as_deref(),
+                ttl_ms: millis(r.ttl),
+            })
+            .collect(),
     };
     // Strings, numbers and options only: serialization cannot fail.
     serde_json::to_string(&line).unwrap_or_default()
 }
 
-fn row(s: &redbell::LockStatus) -> [String; 6] {
+/// The table's lines for one lock: one per hold, one if it is free.
+fn rows(info: &LockInfo) -> Vec<[String; 8]> {
     let dash = || "-".to_owned();
-    [
-        s.name.clone(),
-        if s.holder.is_some() { "held" } else { "free" }.to_owned(),
-        s.holder.clone().unwrap_or_else(dash),
-        match (&s.holder, s.ttl) {
-            (_, Some(ttl)) => seconds(ttl),
-            (Some(_), None) => "no expiry".to_owned(),
-            (None, None) => dash(),
-        },
-        s.fence.map_or_else(dash, |f| f.to_string()),
-        s.waiters.to_string(),
-    ]
+    let row = |state: &str, hold: Option<&Hold>| {
+        [
+            info.name.clone(),
+            state.to_owned(),
+            hold.map_or_else(dash, |h| h.token.clone()),
+            match hold.map(|h| h.ttl) {
+                Some(Some(ttl)) => seconds(ttl),
+                Some(None) => "no expiry".to_owned(),
+                None => dash(),
+            },
+            info.fence.map_or_else(dash, |f| f.to_string()),
+            info.waiters.to_string(),
+            kind_name(info.kind).map_or_else(dash, str::to_owned),
+            hold.and_then(|h| h.note.clone()).unwrap_or_else(dash),
+        ]
+    };
+    let mut rows: Vec<_> = info
+        .holder
+        .iter()
+        .map(|h| row("held", Some(h)))
+        .chain(info.readers.iter().map(|r| row("shared", Some(r))))
+        .collect();
+    if rows.is_empty() {
+        rows.push(row("free", None));
+    }
+    rows
 }
 
 fn seconds(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
 }
 
-fn print_table(rows: &[[String; 6]]) {
-    let header = ["NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS"].map(str::to_owned);
-    let mut widths = [0usize; 6];
+fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let header = header.map(str::to_owned);
+    let mut widths = [0usize; N];
     for r in std::iter::once(&header).chain(rows) {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());

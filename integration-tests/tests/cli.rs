@@ -375,10 +375,11 @@ fn a_lost_lease_terminates_then_kills_the_group() {
         (trap '' TERM; exec sleep 60) &
         echo "$$ $!" > "$PIDS"
         while :; do sleep 0.05; done"#;
+    // --ttl 3s: the grace is at most a third of the lease.
     let child = redbell(&[
         "run",
         "--ttl",
-        "1s",
+        "3s",
         "--kill-grace",
         "700ms",
         &name,
@@ -617,7 +618,9 @@ fn help_explains_options_exit_codes_and_environment() {
         "--conflict-exit-code",
         "--ttl",
         "--kill-grace",
+        "--max-hold",
         "--verbose",
+        "guardian",
         "REDBELL_NAME",
         "REDBELL_TOKEN",
         "REDBELL_FENCE",
@@ -638,4 +641,72 @@ fn help_explains_options_exit_codes_and_environment() {
     );
     let help = stdout(&run(&["unlock", "--help"]));
     assert!(help.contains("--force") && help.contains("69"), "{help}");
+}
+
+/// `run --permits 2`: six workers, three runs each, never more than two
+/// commands at once (each counts the commands inside, by their marker
+/// files); `status --semaphore` shows the holders; a zero or mismatched
+/// count is a usage error.
+#[test]
+fn run_with_permits_runs_at_most_n_commands_at_once() {
+    let name = unique("permits");
+    let dir = scratch();
+    let inside = dir.join("inside");
+    std::fs::create_dir_all(&inside).unwrap();
+    let log = dir.join("log");
+    let snippet =
+        r#"touch "$INSIDE/$$"; ls "$INSIDE" | wc -l >> "$LOG"; sleep 0.05; rm "$INSIDE/$$""#;
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let (name, inside, log) = (name.clone(), inside.clone(), log.clone());
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    let child = redbell(&["run", "--permits", "2", &name, "-c", snippet])
+                        .env("INSIDE", &inside)
+                        .env("LOG", &log)
+                        .spawn()
+                        .expect("redbell starts");
+                    let out = finish(child, Duration::from_secs(60), "run --permits");
+                    assert_eq!(code(&out), 0, "a run failed: {}", stderr(&out));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a worker panicked");
+    }
+    let counts: Vec<u32> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 18);
+    assert!(
+        counts.iter().all(|&n| n <= 2),
+        "more than 2 at once: {counts:?}"
+    );
+
+    let holder = redbell(&["run", "--permits", "2", &name, "--", "sleep", "30"])
+        .spawn()
+        .expect("redbell starts");
+    let mut status = String::new();
+    wait_until(Duration::from_secs(10), "the holder shows", || {
+        status = stdout(&run(&["status", "--semaphore", "--json", &name]));
+        status.contains("\"ttl_ms\"")
+    });
+    assert!(status.contains("\"permits\":2"), "{status}");
+    let mismatch = run(&["run", "--permits", "3", "-n", &name, "--", "true"]);
+    assert_eq!(code(&mismatch), 2, "{}", stderr(&mismatch));
+    assert!(
+        stderr(&mismatch).contains("2 permits"),
+        "{}",
+        stderr(&mismatch)
+    );
+    kill("TERM", holder.id());
+    let out = finish(holder, Duration::from_secs(30), "the holder");
+    assert_ne!(code(&out), 0);
+    assert_eq!(
+        code(&run(&["run", "--permits", "0", &name, "--", "true"])),
+        2
+    );
 }

@@ -129,3 +129,25 @@ async fn unreachable_redis_exits_69() {
     assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr}");
     assert!(stderr.contains("cannot connect to Redis"), "{stderr}");
 }
+
+/// `--open 2`: five window processes, at most two open at once (a redbell
+/// semaphore), and the table shows the most seen open, within the limit.
+#[tokio::test]
+async fn open_windows_stay_within_the_semaphore() {
+    let out = run(
+        built_binary("redbell-bench"),
+        &["demo", "--windows", "5", "--tickets", "60", "--open", "2"],
+    )
+    .await;
+    assert_clean(&out, 60);
+    let open = row(&out, "most windows open at once");
+    assert!(open.ends_with("(limit 2)"), "{open}");
+    assert!(count(&out, "most windows open at once") <= 2, "{open}");
+    assert!(count(&out, "openings") >= 60);
+    let poll = run(
+        built_binary("redbell-bench"),
+        &["demo", "--strategy", "poll", "--open", "2"],
+    )
+    .await;
+    assert_eq!(poll.status.code(), Some(2), "--open needs pubsub");
+}

@@ -246,8 +246,8 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
                 .arg(&lock)
                 .arg(format!("{lock}:fence"))
                 .arg(format!("{lock}:waiters"))
-                .arg(format!("{lock}:handoff"))
-                .arg("tok")
+                .arg(format!("{lock}:readers"))
+                .arg("mtok")
                 .arg(30_000)
                 .arg(60_000)
                 .arg("client:1")
@@ -260,7 +260,7 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
                 .arg(format!("{lock}:writers"))
                 .arg(format!("{lock}:fence"))
                 .arg(format!("{lock}:rw"))
-                .arg("tok")
+                .arg("wtok")
                 .arg(30_000)
                 .arg(60_000)
                 .arg("client:1")
@@ -436,4 +436,115 @@ async fn forward(down: TcpStream, up: TcpStream, cut: Arc<AtomicBool>) {
         }
     }
     drop(down_w);
+}
+
+/// One name, one kind: a Mutex, FairMutex or RwLock attempt on a name in
+/// use as another kind is refused at once with `KindConflict`. Before the
+/// fix, a Mutex on a name held by readers got the lock beside them (two
+/// kinds of holders at once), and a waiter of one kind parked behind a
+/// holder of another, whose release never woke it, for the holder's lease.
+#[tokio::test]
+async fn a_name_in_use_as_another_kind_of_lock_is_refused() {
+    let url = redis_url();
+    let c = client(&url).await;
+    let conflict = |r: Result<(), redbell::Error>, what: &str| {
+        assert!(
+            matches!(r, Err(redbell::Error::KindConflict { .. })),
+            "{what}: {r:?}"
+        );
+    };
+
+    // Readers hold: a Mutex and a FairMutex must not get in beside them.
+    let name = unique("kinds-readers");
+    let reader = c.rwlock(&name).read().await.unwrap();
+    let r = c.mutex(&name).try_lock().await.map(drop);
+    conflict(r, "mutex beside readers");
+    let r = c.fair_mutex(&name).try_lock().await.map(drop);
+    conflict(r, "fair mutex beside readers");
+    reader.unlock().await.unwrap();
+
+    // A Mutex holds: waiting as another kind fails at once, not after the
+    // holder's lease.
+    let name = unique("kinds-mutex");
+    let held = c.mutex(&name).lock().await.unwrap();
+    for (what, attempt) in [
+        ("fair mutex", c.fair_mutex(&name).lock().await.map(drop)),
+        ("rwlock writer", c.rwlock(&name).write().await.map(drop)),
+        ("rwlock reader", c.rwlock(&name).read().await.map(drop)),
+    ] {
+        conflict(attempt, what);
+    }
+    held.unlock().await.unwrap();
+
+    // A FairMutex holds: a plain Mutex waiter is refused.
+    let name = unique("kinds-fair");
+    let held = c.fair_mutex(&name).lock().await.unwrap();
+    let r = timeout(Duration::from_secs(5), c.mutex(&name).lock())
+        .await
+        .expect("the mutex attempt returned at once")
+        .map(drop);
+    conflict(r, "mutex behind a fair holder");
+    held.unlock().await.unwrap();
+
+    // A writer holds: a Mutex is refused.
+    let name = unique("kinds-writer");
+    let held = c.rwlock(&name).write().await.unwrap();
+    let r = c.mutex(&name).try_lock().await.map(drop);
+    conflict(r, "mutex behind a writer");
+    held.unlock().await.unwrap();
+
+    // The same kind on a free name after another kind was used: fine.
+    c.mutex(&name).lock().await.unwrap().unlock().await.unwrap();
+}
+
+/// Before the fix, a waiting writer that froze held new readers back until
+/// its intent expired: the holder's remaining lease plus a grace period (the
+/// test timed out at 10 s). Now the release that woke it cuts its intent to
+/// a short window, and the reader gets in within a second.
+#[tokio::test]
+async fn a_frozen_waiting_writer_does_not_hold_readers_back() {
+    let url = redis_url();
+    let name = unique("rw-frozen-writer");
+    let conn = raw(&url).await;
+    let holder = client(&url).await;
+    let writer = holder
+        .rwlock(&name)
+        .with_lease(Duration::from_secs(30))
+        .write()
+        .await
+        .unwrap();
+
+    let side = Side::start();
+    let frozen_client = side.client(&url).await;
+    let waiting = frozen_client.rwlock(&name);
+    let _frozen_writer = side.spawn(async move {
+        let _c = frozen_client;
+        waiting.write().await.map(std::mem::forget)
+    });
+    wait_for_members(
+        &conn,
+        &redbell_integration_tests::intents_key(&name),
+        1,
+        Duration::from_millis(5),
+    )
+    .await;
+    let live = client(&url).await;
+    let rw = live.rwlock(&name);
+    let reader = tokio::spawn(async move { rw.read().await });
+    tokio::time::sleep(Duration::from_millis(100)).await; // the reader parks
+
+    let _frozen = side.freeze().await;
+    let released = Instant::now();
+    writer.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the reader got in within 10 s")
+        .unwrap()
+        .unwrap();
+    let waited = released.elapsed();
+    assert!(
+        waited < BOUND,
+        "the reader got in {waited:?} after the writer's release"
+    );
+    got.unlock().await.unwrap();
 }

@@ -418,7 +418,6 @@ async fn woken_then_cancelled_passes_on(frozen_after_release: Duration) {
     let url = redis.url();
     let name = unique("woken-cancelled");
     let queue = waiters_key(&name);
-    let handoff = format!("{}:handoff", lock_key(&name));
     let mut conn = raw(&url).await;
     let monitor = Monitor::start(&url).await;
     let holder = client(&url).await;
@@ -499,7 +498,8 @@ async fn woken_then_cancelled_passes_on(frozen_after_release: Duration) {
     let b_channel = channel_of(&name, &b_member);
     let woke_a =
         find(&lines, mark, &["\"PUBLISH\"", &a_channel]).expect("the release did not wake A");
-    find(&lines, woke_a, &["\"SET\"", &handoff, &a_member])
+    let reservation = format!("m:{a_member}");
+    find(&lines, woke_a, &["\"SET\"", &lock_key(&name), &reservation])
         .expect("the release did not reserve the lock for A");
     let pass = find(
         &lines,

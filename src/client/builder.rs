@@ -19,6 +19,7 @@ use crate::conn::{self, Conn, Sentinels, Tls};
 use crate::hub::Hub;
 use crate::keys::{Replication, lease_ms, validate_name};
 use crate::lease::{Renewer, drift};
+use crate::stats::Counters;
 
 /// Where a client's server is, and how to reach it.
 #[derive(Debug, Clone)]
@@ -342,7 +343,8 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             max_hold: self.max_hold,
         };
-        let background = background::start(conn.clone());
+        let counters = Arc::new(Counters::default());
+        let background = background::start(conn.clone(), counters.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
         let hub = Hub::start(
             conn.clone(),
@@ -351,9 +353,10 @@ impl ClientBuilder {
             self.probe_interval,
             background.clone(),
             id.clone(),
+            counters.clone(),
         )
         .await?;
-        let renewer = Renewer::start(conn.clone(), self.lease, renew_every);
+        let renewer = Renewer::start(conn.clone(), self.lease, renew_every, counters.clone());
         Ok(Client(Arc::new(Inner {
             conn,
             hub,
@@ -361,6 +364,7 @@ impl ClientBuilder {
             background,
             id,
             config,
+            counters,
         })))
     }
 }

@@ -20,6 +20,7 @@ use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication};
 use crate::lease::Renewer;
+use crate::stats::{Counters, Stats};
 
 /// A connection to one Redis server, shared by every lock made from it.
 ///
@@ -83,6 +84,9 @@ pub(crate) struct Inner {
     /// This client's id in waiter queues and wake channel names.
     pub(crate) id: String,
     pub(crate) config: Config,
+    /// What the client did, for [`Client::stats`] (and the `metrics`
+    /// feature); shared with the hub, the renewer and the worker.
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// Settings fixed when the client is built.
@@ -99,6 +103,18 @@ pub(crate) struct Config {
     /// Renewal stops once a guard has been held this long, unless a lock
     /// says otherwise.
     pub(crate) max_hold: Option<Duration>,
+}
+
+impl Client {
+    /// A snapshot of what this client did: acquisitions by outcome,
+    /// releases by what they found, lost leases by cause, renewals, pub/sub
+    /// reconnects, wake-ups, and the waiters and guards of the moment. Cheap
+    /// (a few relaxed atomic loads), with no exporter and no Redis command.
+    /// With the `metrics` feature the same figures also go to the `metrics`
+    /// facade; see [`Stats`].
+    pub fn stats(&self) -> Stats {
+        self.0.counters.snapshot()
+    }
 }
 
 impl Client {

@@ -1,20 +1,43 @@
 //! The pub/sub connection task.
 //!
 //! One control task owns the pub/sub sink and performs every SUBSCRIBE and
-//! UNSUBSCRIBE, one at a time, so an UNSUBSCRIBE of an idle channel can never
-//! overtake a later SUBSCRIBE of the same channel. A dispatcher task reads
-//! messages and hands them to the [registry](super::registry); it never
-//! waits on the control task, so wake-ups are not delayed by a subscription
-//! in progress. A subscription whose last waiter left is kept for a short
-//! linger (default 2 s) so a hot lock does not SUBSCRIBE/UNSUBSCRIBE on
-//! every acquisition.
+//! UNSUBSCRIBE, so an UNSUBSCRIBE of an idle channel can never overtake a
+//! later SUBSCRIBE of the same channel. A dispatcher task reads messages and
+//! hands them to the [registry](super::registry); it never waits on the
+//! control task, so wake-ups are not delayed by a subscription in progress.
+//! A subscription whose last waiter left is kept for a short linger
+//! (default 2 s) so a hot lock does not SUBSCRIBE/UNSUBSCRIBE on every
+//! acquisition.
 //!
-//! When the connection is lost the control task reconnects with backoff
-//! (re-resolving a moved primary first), resubscribes every channel that
-//! still has local waiters, and only then wakes every waiter. On a cluster
-//! it re-checks its sharded subscriptions once more when the cluster has
-//! settled (see [`CLUSTER_RECHECK`]).
+//! On a single node (or a sentinel-managed primary) the connection is one
+//! socket, and it lives or dies whole. When it is lost (the stream ends, a
+//! SUBSCRIBE fails, it fails its liveness probe, or the primary moved) the
+//! control task reconnects with backoff (re-resolving a moved primary
+//! first), resubscribes every channel that still has local waiters, and only
+//! then wakes every waiter.
+//!
+//! On a cluster the connection is one socket per node, and everything is
+//! handled per shard, so one unreachable shard costs the waiters on the
+//! others nothing ([`shards`](super::shards) explains it in full):
+//!
+//! - SSUBSCRIBEs run concurrently, one per channel at most; one that fails
+//!   marks only its channel unsubscribed, wakes only its waiters, and
+//!   retries it with backoff (100 ms to 1 s).
+//! - The liveness probe asks one `CLIENT ID` of each primary that holds
+//!   subscriptions; a node that does not answer, or whose socket was
+//!   reconnected, loses only the channels of its slots (unsubscribed,
+//!   woken, resubscribed with backoff).
+//! - A `sunsubscribe` push for a wanted channel (a failover or slot
+//!   migration) loses just that channel; a `Disconnection` push (one node's
+//!   socket, which redis-rs does not name) triggers an immediate probe,
+//!   which finds the node by its new socket.
+//! - A channel resubscribed after a loss is re-checked once more when the
+//!   cluster has settled (see [`CLUSTER_RECHECK`](super::shards::CLUSTER_RECHECK)).
+//! - Only when the whole connection goes (its push stream closes) does the
+//!   task reconnect it; the new connection subscribes channel by channel,
+//!   and one that fails goes to the retry list without failing the rest.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +46,7 @@ use tokio::time::Instant;
 
 use super::pubsub::{self, Event, Sink, Stream};
 use super::registry::Shared;
+use super::shards::Shards;
 use crate::Error;
 use crate::conn::Conn;
 use crate::task::AbortOnDrop;
@@ -34,16 +58,19 @@ pub(super) enum Op {
     Subscribe(String, oneshot::Sender<Result<(), Error>>),
     /// The dispatcher of connection `generation` saw its stream end.
     Disconnected { generation: u64 },
+    /// Cluster: the server dropped our subscription to `channel` (a
+    /// failover or slot migration).
+    Dropped { generation: u64, channel: String },
+    /// Cluster: redis-rs lost its socket to some node.
+    NodeLost { generation: u64 },
 }
 
-/// After a cluster's pub/sub connection was lost or a subscription dropped
-/// (failover, slot migration), the hub reconnects at once, but the new
-/// connection may still see the old slot map and subscribe on the demoted
-/// primary, where a replica accepts SSUBSCRIBE and the new primary's SPUBLISH
-/// counts no receiver (so the release drops the member as gone). So it
-/// starts over once more this long after, when the cluster has settled, and
-/// wakes every waiter again: those dropped meanwhile re-queue.
-const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
+/// Reconnect attempts within [`STORM_WINDOW`] that make a storm worth a
+/// warning.
+const STORM: usize = 5;
+
+/// The window in which [`STORM`] reconnects are counted.
+const STORM_WINDOW: Duration = Duration::from_secs(10);
 
 /// The live pub/sub connection: the sink and the dispatcher reading it.
 struct Connection {
@@ -70,11 +97,16 @@ pub(super) struct Control {
     epoch: u64,
     /// Counts connections, so a late report from an old dispatcher is ignored.
     generation: u64,
+    /// Reconnect attempts within the last [`STORM_WINDOW`].
+    recent: VecDeque<Instant>,
+    /// When the last reconnect-storm warning went out.
+    warned_storm: Option<Instant>,
     /// `None` while disconnected.
     conn: Option<Connection>,
-    /// Cluster only: when to start over once more, set by every successful
-    /// reconnect (see [`CLUSTER_RECHECK`]).
-    recheck: Option<Instant>,
+    /// Cluster only: the per-shard state of the subscriptions.
+    shards: Shards,
+    /// Cluster only: a node's socket was lost; probe at the next tick.
+    probe_now: bool,
 }
 
 impl Control {
@@ -87,6 +119,8 @@ impl Control {
         probe: Duration,
     ) -> Control {
         Control {
+            shards: Shards::new(shared.clone(), connect_timeout, probe),
+            probe_now: false,
             epoch: primary.epoch(),
             primary,
             shared,
@@ -96,8 +130,9 @@ impl Control {
             probe,
             next_probe: Instant::now() + probe,
             generation: 0,
+            recent: VecDeque::new(),
+            warned_storm: None,
             conn: None,
-            recheck: None,
         }
     }
 
@@ -116,9 +151,14 @@ impl Control {
             tokio::select! {
                 op = ops.recv() => match op {
                     None => return, // the hub was dropped
-                    Some(Op::Subscribe(channel, done)) => {
-                        let _ = done.send(self.subscribe(&channel).await);
-                    }
+                    Some(Op::Subscribe(channel, done)) => match self.cluster() {
+                        Some(conn) => {
+                            self.shards.subscribe(&conn, self.generation, &channel, done);
+                        }
+                        None => {
+                            let _ = done.send(self.subscribe(&channel).await);
+                        }
+                    },
                     Some(Op::Disconnected { generation }) => {
                         if generation == self.generation && self.conn.is_some() {
                             self.disconnected();
@@ -127,22 +167,44 @@ impl Control {
                             self.try_reconnect(&mut backoff, &mut next_reconnect).await;
                         }
                     }
-                },
-                _ = tick.tick() => {
-                    if self.conn.is_some() && self.recheck.is_some_and(|at| Instant::now() >= at) {
-                        tracing::debug!("re-checking sharded subscriptions after a cluster change");
-                        self.disconnected();
-                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
-                        // This reconnect was the re-check: none after it.
-                        if self.conn.is_some() {
-                            self.recheck = None;
+                    Some(Op::Dropped { generation, channel }) => {
+                        if generation == self.generation && self.shared.wants(&channel) {
+                            tracing::debug!(%channel, "the server dropped a sharded subscription");
+                            self.shards.lose(&[channel]);
                         }
-                    } else if self.conn.is_some() && self.primary.epoch() != self.epoch {
+                    }
+                    Some(Op::NodeLost { generation }) => {
+                        if generation == self.generation {
+                            tracing::debug!("a node's pub/sub socket was lost; probing the shards");
+                            self.probe_now = true;
+                        }
+                    }
+                },
+                Some(done) = self.shards.next_done() => {
+                    if let Some(channel) = self.shards.finished(self.generation, done) {
+                        self.unsubscribe_unused(&channel).await;
+                    }
+                }
+                _ = tick.tick() => {
+                    if self.conn.is_none() {
+                        if Instant::now() >= next_reconnect {
+                            self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                        }
+                    } else if let Some(conn) = self.cluster() {
+                        self.shards.due(&conn, self.generation);
+                        if self.probe_now || Instant::now() >= self.next_probe {
+                            self.next_probe = Instant::now() + self.probe;
+                            let after_push = std::mem::take(&mut self.probe_now);
+                            self.shards.probe(&conn, after_push).await;
+                        } else {
+                            self.unsubscribe_idle().await;
+                        }
+                    } else if self.primary.epoch() != self.epoch {
                         tracing::info!("the primary moved; moving the pub/sub connection too");
                         self.disconnected();
                         backoff = Duration::from_millis(50);
                         self.try_reconnect(&mut backoff, &mut next_reconnect).await;
-                    } else if self.conn.is_some() && Instant::now() >= self.next_probe {
+                    } else if Instant::now() >= self.next_probe {
                         self.next_probe = Instant::now() + self.probe;
                         if !self.alive().await {
                             tracing::info!("the pub/sub connection failed its liveness probe; reconnecting");
@@ -150,18 +212,22 @@ impl Control {
                             backoff = Duration::from_millis(50);
                             self.try_reconnect(&mut backoff, &mut next_reconnect).await;
                         }
-                    } else if self.conn.is_some() {
+                    } else {
                         self.unsubscribe_idle().await;
-                    } else if Instant::now() >= next_reconnect {
-                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
                     }
                 }
             }
         }
     }
 
-    /// Whether the connection answers a PING within half the probe period.
-    /// A connection without subscriptions is not asked: nothing waits on it.
+    /// The cluster connection (a clone), while connected to a cluster.
+    fn cluster(&self) -> Option<redis::cluster_async::ClusterConnection> {
+        self.conn.as_ref().and_then(|c| c.sink.cluster())
+    }
+
+    /// Whether a single-node connection answers a PING within half the
+    /// probe period. A connection without subscriptions is not asked:
+    /// nothing waits on it.
     async fn alive(&mut self) -> bool {
         let subscribed = self.shared.lock().values().any(|e| e.subscribed);
         let Some(conn) = self.conn.as_mut() else {
@@ -202,6 +268,8 @@ impl Control {
         for entry in self.shared.lock().values_mut() {
             entry.subscribed = false;
         }
+        self.shards.reset();
+        self.probe_now = false;
     }
 
     /// Subscribes `channel` if a waiter still wants it. An error only for
@@ -231,14 +299,7 @@ impl Control {
                     None => false, // its waiters left while we subscribed
                 };
                 if !kept {
-                    if self.primary.is_cluster() {
-                        self.shared.expect_unsubscribes(&[channel.to_owned()]);
-                    }
-                    let _ = tokio::time::timeout(
-                        self.connect_timeout,
-                        conn.sink.unsubscribe(&[channel.to_owned()]),
-                    )
-                    .await;
+                    self.unsubscribe_unused(channel).await;
                 }
             }
             Ok(Err(e)) => match Error::from(e) {
@@ -261,6 +322,23 @@ impl Control {
         Ok(())
     }
 
+    /// Unsubscribes `channel`, whose waiters left while it was being
+    /// subscribed.
+    async fn unsubscribe_unused(&mut self, channel: &str) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let channels = [channel.to_owned()];
+        if self.primary.is_cluster() {
+            self.shared.expect_unsubscribes(&channels);
+        }
+        let done =
+            tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(&channels)).await;
+        if !matches!(done, Ok(Ok(()))) && self.primary.is_cluster() {
+            self.shared.own_unsubscribe(channel); // no confirmation will come
+        }
+    }
+
     /// Unsubscribes channels idle for longer than the linger. Their entries
     /// stay (marked unsubscribed, so a new waiter subscribes again, after
     /// this) until the server confirmed: a wake-up published meanwhile still
@@ -271,7 +349,12 @@ impl Control {
             let linger = self.linger;
             let mut idle = Vec::new();
             for (name, entry) in channels.iter_mut() {
-                if entry.subscribed && entry.idle_since.is_some_and(|t| t.elapsed() >= linger) {
+                // Not while a re-check's SSUBSCRIBE of it is in flight: that
+                // could overtake this UNSUBSCRIBE.
+                if entry.subscribed
+                    && entry.idle_since.is_some_and(|t| t.elapsed() >= linger)
+                    && !self.shards.busy(name)
+                {
                     entry.subscribed = false;
                     idle.push(name.clone());
                 }
@@ -290,8 +373,16 @@ impl Control {
         }
         let result = tokio::time::timeout(self.connect_timeout, conn.sink.unsubscribe(&idle)).await;
         if !matches!(result, Ok(Ok(()))) {
-            self.disconnected();
-            return;
+            if !self.primary.is_cluster() {
+                self.disconnected();
+                return;
+            }
+            // One shard failed to answer: its subscriptions go with its
+            // socket (or it is frozen, and they are of no use to anyone).
+            tracing::debug!("SUNSUBSCRIBE of idle channels failed; forgetting them");
+            for name in &idle {
+                self.shared.own_unsubscribe(name);
+            }
         }
         let mut channels = self.shared.lock();
         for name in &idle {
@@ -304,7 +395,35 @@ impl Control {
         }
     }
 
+    /// Notes a reconnect attempt, and warns (once per [`STORM_WINDOW`]) when
+    /// [`STORM`] of them fall within one window: something keeps dropping
+    /// the connection (a proxy, a missing channel right, a flapping node),
+    /// and every reconnect wakes every waiter.
+    fn note_reconnect(&mut self) {
+        let now = Instant::now();
+        self.recent.push_back(now);
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > STORM_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        let quiet = self
+            .warned_storm
+            .is_none_or(|t| now.duration_since(t) > STORM_WINDOW);
+        if self.recent.len() >= STORM && quiet {
+            self.warned_storm = Some(now);
+            tracing::warn!(
+                reconnects = self.recent.len(),
+                within = ?STORM_WINDOW,
+                "the pub/sub connection keeps reconnecting; every reconnect wakes every waiter"
+            );
+        }
+    }
+
     async fn try_reconnect(&mut self, backoff: &mut Duration, next: &mut Instant) {
+        self.note_reconnect();
         // After a failover the primary has moved: ask first (sentinel mode).
         if let Err(e) = self.primary.resolve().await {
             tracing::debug!(error = %e, "could not resolve the primary");
@@ -317,6 +436,18 @@ impl Control {
                     channels.retain(|_, e| !e.waiters.is_empty());
                     channels.keys().cloned().collect()
                 };
+                if let Some(conn) = sink.cluster() {
+                    // Channel by channel: each wakes its own waiters once
+                    // it holds, or retries on its own if its shard fails.
+                    self.install(sink, stream);
+                    self.shards.resubscribe(&conn, self.generation, &wanted);
+                    self.shared.counters.hub_reconnect();
+                    tracing::info!(
+                        channels = wanted.len(),
+                        "pub/sub reconnected; resubscribing"
+                    );
+                    return;
+                }
                 if !wanted.is_empty() {
                     let result =
                         tokio::time::timeout(self.connect_timeout, sink.subscribe(&wanted)).await;
@@ -336,10 +467,8 @@ impl Control {
                     }
                 }
                 self.install(sink, stream);
-                if self.primary.is_cluster() {
-                    self.recheck = Some(Instant::now() + CLUSTER_RECHECK);
-                }
-                tracing::debug!(
+                self.shared.counters.hub_reconnect();
+                tracing::info!(
                     channels = wanted.len(),
                     "pub/sub reconnected; waking every waiter"
                 );
@@ -371,9 +500,19 @@ async fn dispatch(
             Event::Message { channel, payload } => shared.deliver(&channel, &payload),
             Event::Unsubscribed { channel } if shared.own_unsubscribe(&channel) => {}
             // The server dropped a channel we still want (a cluster slot
-            // moved): start over as after a lost connection.
-            Event::Unsubscribed { channel } if shared.wants(&channel) => break,
+            // moved): the control task resubscribes it.
+            Event::Unsubscribed { channel } if shared.wants(&channel) => {
+                let Some(ops) = ops.upgrade() else { return };
+                let _ = ops.send(Op::Dropped {
+                    generation,
+                    channel,
+                });
+            }
             Event::Unsubscribed { .. } => {}
+            Event::NodeLost => {
+                let Some(ops) = ops.upgrade() else { return };
+                let _ = ops.send(Op::NodeLost { generation });
+            }
         }
     }
     if let Some(ops) = ops.upgrade() {

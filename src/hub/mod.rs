@@ -4,8 +4,10 @@
 //! explained where its loop runs, in `acquire.rs`.
 
 mod connection;
-mod pubsub;
+/// Also used by the election's observers, which subscribe on their own.
+pub(crate) mod pubsub;
 mod registry;
+mod shards;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +25,7 @@ use crate::Error;
 use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::keys::{Kind, LockKeys};
+use crate::stats::Counters;
 use crate::task::AbortOnDrop;
 
 /// The hub of one client. Dropping it stops its tasks.
@@ -87,6 +90,7 @@ impl Drop for Registration {
             }
         }
         if self.queued && !self.acquired && self.keys.kind != Kind::Read {
+            self.shared.counters.wakeup(true);
             self.shared.background.send(Work::PassOn {
                 keys: self.keys.clone(),
                 member: std::mem::take(&mut self.member),
@@ -105,12 +109,14 @@ impl Hub {
         probe: Duration,
         background: background::Sender,
         client_id: String,
+        counters: Arc<Counters>,
     ) -> Result<Hub, Error> {
         let (sink, stream) = pubsub::connect(&conn, connect_timeout).await?;
         let shared = Arc::new(Shared {
             channels: StdMutex::new(HashMap::new()),
             background,
             client_id,
+            counters,
             next_waiter: AtomicU64::new(1),
             own_unsubscribes: StdMutex::new(HashMap::new()),
         });

@@ -1,20 +1,24 @@
 //! The hub's pub/sub connection, on one server (SUBSCRIBE) or on a cluster
 //! (sharded SSUBSCRIBE), behind one small interface.
 //!
-//! On a cluster, subscriptions live on a dedicated cluster connection that
-//! sends no other command (RESP3, pushes delivered to a channel of ours).
-//! redis-rs resubscribes after a node reconnect, but not reliably after a
-//! failover or a slot migration (the server then drops the subscription with
-//! an `sunsubscribe` push). So any `sunsubscribe` for a channel the hub still
-//! wants, and any disconnection, ends the stream: the hub then connects
-//! afresh, resubscribes everything and wakes every waiter, exactly as after
-//! a lost single-node connection.
+//! On a cluster, subscriptions live on a dedicated cluster connection (one
+//! socket per node, RESP3, pushes delivered to a channel of ours) that also
+//! carries the hub's per-shard checks ([`slot_owners`], [`client_id`],
+//! [`check_owner`]), so they ask the very sockets that hold the
+//! subscriptions. redis-rs resubscribes after a node reconnect, but not
+//! reliably after a failover or a slot migration (the server then drops the
+//! subscription with an `sunsubscribe` push). The stream reports such a
+//! drop, and any lost node connection, as events of their own; the
+//! [control task](super::connection) handles them per shard.
 
 use std::time::Duration;
 
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -41,6 +45,9 @@ pub(crate) enum Event {
     /// The server dropped our subscription to `channel` (cluster: the slot
     /// moved).
     Unsubscribed { channel: String },
+    /// Cluster: redis-rs lost its connection to one node (which one, it
+    /// does not say) and reconnects it by itself.
+    NodeLost,
 }
 
 /// Opens a pub/sub connection to where `conn` points.
@@ -98,26 +105,105 @@ impl Sink {
 }
 
 impl Sink {
-    /// Proves the connection alive: `PING` on the pub/sub connection (on a
-    /// cluster, to every primary, the nodes that hold its subscriptions).
+    /// Proves a single-node connection alive: `PING` on it. A cluster
+    /// connection is probed per shard instead (see [`client_id`]), so this
+    /// does nothing there.
     pub(crate) async fn ping(&mut self) -> redis::RedisResult<()> {
         match self {
             Sink::Single(sink) => sink.ping::<redis::Value>().await.map(drop),
-            Sink::Cluster(connection) => {
-                use redis::cluster_routing::{
-                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
-                };
-                let routing = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::AllSucceeded),
-                ));
-                connection
-                    .route_command(redis::cmd("PING"), routing)
-                    .await
-                    .map(drop)
-            }
+            Sink::Cluster(_) => Ok(()),
         }
     }
+
+    /// The cluster connection (a clone sharing its sockets), for the
+    /// per-shard work; `None` on a single node.
+    pub(crate) fn cluster(&self) -> Option<ClusterConnection> {
+        match self {
+            Sink::Single(_) => None,
+            Sink::Cluster(connection) => Some(connection.clone()),
+        }
+    }
+}
+
+/// Routes to the primary that serves `slot`, as the connection's slot map
+/// has it.
+fn to_primary(slot: u16) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )))
+}
+
+/// `CLUSTER SLOTS`, answered by the first primary that can: each slot range
+/// with the node id of the primary serving it.
+pub(crate) async fn slot_owners(
+    connection: &mut ClusterConnection,
+) -> redis::RedisResult<Vec<(u16, u16, String)>> {
+    let routing = RoutingInfo::MultiNode((
+        MultipleNodeRoutingInfo::AllMasters,
+        Some(ResponsePolicy::OneSucceeded),
+    ));
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    let reply = connection.route_command(cmd, routing).await?;
+    let Value::Array(ranges) = reply else {
+        return Ok(Vec::new());
+    };
+    let mut owners = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        // [host, port, id, ...]; the id names the node whatever its address.
+        let node = match (primary.first(), primary.get(1), primary.get(2)) {
+            (_, _, Some(id)) => text(id),
+            (Some(host), Some(Value::Int(port)), None) => format!("{}:{port}", text(host)),
+            _ => continue,
+        };
+        if let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) {
+            owners.push((start, end, node));
+        }
+    }
+    Ok(owners)
+}
+
+/// `CLIENT ID` on the primary serving `slot`: the id of our socket to it,
+/// which changes whenever redis-rs reconnected that node.
+pub(crate) async fn client_id(
+    connection: &mut ClusterConnection,
+    slot: u16,
+) -> redis::RedisResult<i64> {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("ID");
+    match connection.route_command(cmd, to_primary(slot)).await? {
+        Value::Int(id) => Ok(id),
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "CLIENT ID answered a non-integer",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
+/// A keyed read of `channel`'s slot on its primary: a node that no longer
+/// serves the slot (a demoted primary) answers `MOVED`, which makes redis-rs
+/// refresh its slot map (and move its own resubscriptions) before a
+/// following SSUBSCRIBE is routed.
+pub(crate) async fn check_owner(
+    connection: &mut ClusterConnection,
+    channel: &str,
+) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("EXISTS");
+    cmd.arg(channel);
+    connection
+        .route_command(cmd, to_primary(crate::keys::hash_slot(channel)))
+        .await
+        .map(drop)
 }
 
 impl Stream {
@@ -146,7 +232,7 @@ impl Stream {
                             });
                         }
                     }
-                    PushKind::Disconnection => return None,
+                    PushKind::Disconnection => return Some(Event::NodeLost),
                     _ => {}
                 }
             },

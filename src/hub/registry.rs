@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::background::{self, Work};
 use crate::keys::{Kind, LockKeys};
+use crate::stats::Counters;
 
 /// State shared by the hub's tasks and the waiters.
 pub(super) struct Shared {
@@ -19,6 +20,9 @@ pub(super) struct Shared {
     pub(super) channels: StdMutex<HashMap<String, Entry>>,
     /// Where pass-ons are sent (the client's background task).
     pub(super) background: background::Sender,
+    /// What the client counts (wake-ups received and passed on,
+    /// reconnects).
+    pub(super) counters: Arc<Counters>,
     /// This client's id: the first half of its queue members.
     pub(super) client_id: String,
     /// Source of waiter ids, unique within the client.
@@ -39,7 +43,9 @@ pub(super) struct Entry {
     /// When `waiters` last became empty; `None` while it is not.
     pub(super) idle_since: Option<Instant>,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
-    /// the control task; cleared for every entry when the connection drops.
+    /// the control task; cleared for every entry when the connection drops,
+    /// and on a cluster for the entries of one shard when that shard's
+    /// subscription is lost.
     pub(super) subscribed: bool,
 }
 
@@ -122,6 +128,16 @@ impl Shared {
         }
     }
 
+    /// Wakes the waiters of `channel` only (as [`wake_all`](Self::wake_all)
+    /// does for every channel): its subscription was lost or renewed.
+    pub(super) fn wake_channel(&self, channel: &str) {
+        if let Some(entry) = self.lock().get(channel) {
+            for (waiter, _) in entry.waiters.values() {
+                waiter.notify.notify_one();
+            }
+        }
+    }
+
     /// Routes a wake-up on `channel` whose payload is the woken member
     /// without its client id (`"<waiter id>"`, or `"<waiter id>:<token>"`
     /// for a fair grant); one for a waiter this client no longer has is
@@ -156,6 +172,9 @@ impl Shared {
             .map(|ms| ms.parse::<u64>().unwrap_or(1).max(1));
         match id.and_then(|id| entry.waiters.get(&id)) {
             Some((waiter, _)) => {
+                if standby.is_none() {
+                    self.counters.wakeup(false);
+                }
                 waiter
                     .standby
                     .store(standby.unwrap_or(0), Ordering::Release);
@@ -163,6 +182,7 @@ impl Shared {
             }
             None if standby.is_some() => {} // nothing was granted to the gone waiter
             None => {
+                self.counters.wakeup(true);
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
                 self.background.send(Work::PassOn {
                     keys: entry.keys.clone(),

@@ -7,7 +7,9 @@ use super::registry::*;
 use super::{Acquire, Owned, owned};
 use crate::Error;
 use crate::conn::Conn;
-use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, Replication, hash_slot};
+use crate::keys::{
+    CLAIM_MS, HANDOFF_MS, INTENT_WINDOW_MS, Kind, LockKeys, Replication, SEM_RESERVE_MS, hash_slot,
+};
 
 /// How a waiting caller is queued by a failed acquire.
 #[derive(Debug, Clone, Copy)]
@@ -40,8 +42,26 @@ pub(crate) async fn acquire(
         Kind::Fair => Call::new(&FAIR_ACQUIRE),
         Kind::Read => Call::new(&RW_READ_ACQUIRE),
         Kind::Write => Call::new(&RW_WRITE_ACQUIRE),
+        Kind::Semaphore => Call::new(&SEM_ACQUIRE),
     };
     match keys.kind {
+        Kind::Semaphore => {
+            invocation
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.waiters)
+                .key(&keys.expiry)
+                .key(&keys.count)
+                .arg(token)
+                .arg(lease_ms)
+                .arg(keys.fence_ttl_ms)
+                .arg(member)
+                .arg(grace_ms)
+                .arg(park_ms)
+                .arg(&keys.wake_prefix)
+                .arg(keys.permits)
+                .arg(SEM_RESERVE_MS);
+        }
         Kind::Plain | Kind::Fair => {
             invocation
                 .key(&keys.lock)
@@ -65,10 +85,12 @@ pub(crate) async fn acquire(
         }
     }
     match keys.kind {
-        Kind::Plain => invocation.key(&keys.handoff),
+        Kind::Semaphore => &mut invocation,
+        Kind::Plain => invocation.key(&keys.readers),
         Kind::Fair => invocation
             .key(&keys.expiry)
             .key(&keys.handoff)
+            .key(&keys.readers)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS),
         Kind::Read => invocation.arg(park_ms),
@@ -84,6 +106,18 @@ pub(crate) async fn acquire(
         Err(e) if e.code() == Some("WRONGTYPE") => {
             return Err(Error::WrongType {
                 key: foreign_key(conn, keys).await,
+            });
+        }
+        Err(e) if e.code() == Some("WRONGKIND") => {
+            return Err(Error::KindConflict {
+                name: keys.name.clone(),
+            });
+        }
+        Err(e) if e.code() == Some("PERMITS") => {
+            return Err(Error::PermitsMismatch {
+                name: keys.name.clone(),
+                stored: e.detail().and_then(|d| d.trim().parse().ok()).unwrap_or(0),
+                asked: keys.permits,
             });
         }
         Err(e) => return Err(Error::from(e)),
@@ -107,7 +141,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.lock, "string"),
             (&keys.fence, "string"),
             (&keys.waiters, "zset"),
-            (&keys.handoff, "string"),
+            (&keys.readers, "zset"),
         ],
         Kind::Fair => vec![
             (&keys.lock, "string"),
@@ -115,12 +149,20 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.waiters, "zset"),
             (&keys.expiry, "zset"),
             (&keys.handoff, "string"),
+            (&keys.readers, "zset"),
         ],
         Kind::Read | Kind::Write => vec![
             (&keys.writer, "string"),
             (&keys.readers, "zset"),
             (&keys.waiters, "zset"),
             (&keys.fence, "string"),
+        ],
+        Kind::Semaphore => vec![
+            (&keys.lock, "zset"),
+            (&keys.fence, "string"),
+            (&keys.waiters, "zset"),
+            (&keys.expiry, "zset"),
+            (&keys.count, "string"),
         ],
     };
     let mut pipe = redis::pipe();
@@ -138,20 +180,27 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
         .map_or_else(|| keys.lock.clone(), |((key, _), _)| (*key).to_owned())
 }
 
-/// Deletes the lock if `token` still owns it, and wakes (plain) or grants
-/// the lock to (fair) the head waiter.
+/// Deletes the lock if `token` still owns it (gives the permit back, for a
+/// semaphore), and wakes (plain, semaphore) or grants the lock to (fair)
+/// the head waiter(s).
 pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result<Owned, Error> {
     let mut invocation = match keys.kind {
         Kind::Plain => Call::new(&RELEASE),
         Kind::Fair => Call::new(&FAIR_RELEASE),
         Kind::Read => Call::new(&RW_READ_RELEASE),
         Kind::Write => Call::new(&RW_WRITE_RELEASE),
+        Kind::Semaphore => Call::new(&SEM_RELEASE),
     };
     match keys.kind {
         Kind::Read | Kind::Write => {
-            invocation.key(&keys.lock).key(&keys.channel).arg(token);
+            invocation
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .key(&keys.waiters)
+                .arg(token)
+                .arg(INTENT_WINDOW_MS);
         }
-        Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, token),
+        Kind::Plain | Kind::Fair | Kind::Semaphore => move_queue_on(&mut invocation, keys, token),
     };
     let code: i64 = invocation
         .invoke(conn)
@@ -170,6 +219,7 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
         Kind::Plain => Call::new(&PASS),
         Kind::Fair => Call::new(&FAIR_PASS),
         Kind::Read | Kind::Write => Call::new(&RW_PASS),
+        Kind::Semaphore => Call::new(&SEM_PASS),
     };
     match keys.kind {
         Kind::Read | Kind::Write => {
@@ -180,7 +230,7 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
                 .key(&keys.readers)
                 .arg(member);
         }
-        Kind::Plain | Kind::Fair => move_queue_on(&mut invocation, keys, member),
+        Kind::Plain | Kind::Fair | Kind::Semaphore => move_queue_on(&mut invocation, keys, member),
     };
     let woke: i64 = invocation
         .invoke(conn)
@@ -190,9 +240,19 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
 }
 
 /// The keys and arguments of the queue-moving scripts (release and pass,
-/// plain and fair): `who` is the token being released or the member leaving.
+/// plain, fair and semaphore): `who` is the token being released or the
+/// member leaving.
 fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
     match keys.kind {
+        Kind::Semaphore => invocation
+            .key(&keys.lock)
+            .key(&keys.waiters)
+            .key(&keys.expiry)
+            .key(&keys.count)
+            .arg(who)
+            .arg(&keys.wake_prefix)
+            .arg(keys.permits)
+            .arg(SEM_RESERVE_MS),
         Kind::Fair => invocation
             .key(&keys.lock)
             .key(&keys.fence)
@@ -206,7 +266,6 @@ fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
         _ => invocation
             .key(&keys.lock)
             .key(&keys.waiters)
-            .key(&keys.handoff)
             .arg(who)
             .arg(&keys.wake_prefix)
             .arg(HANDOFF_MS),
@@ -214,8 +273,9 @@ fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
 }
 
 /// Extends every `(keys, token)` lock to `lease_ms` from now: one script
-/// call per family (readers' holds live in a sorted set and need their own
-/// script) and, on a cluster, per slot (a script's keys must share one).
+/// call per family (readers' holds and semaphore permits live in sorted
+/// sets and need scripts of their own) and, on a cluster, per slot (a
+/// script's keys must share one).
 /// One outcome per lock, in order: a group whose call failed (or was not
 /// acknowledged by enough replicas) gives that error for its locks only, so
 /// a stalled shard cannot cost the locks of the others their leases.
@@ -225,26 +285,37 @@ pub(crate) async fn extend(
     lease_ms: u64,
     replication: Option<Replication>,
 ) -> Vec<Result<Owned, Error>> {
-    let mut groups: Vec<((bool, u16), Vec<usize>)> = Vec::new();
+    let mut groups: Vec<((Family, u16), Vec<usize>)> = Vec::new();
     for (i, (keys, _)) in locks.iter().enumerate() {
         let slot = if conn.is_cluster() {
             hash_slot(&keys.lock)
         } else {
             0
         };
-        let group = (keys.kind == Kind::Read, slot);
+        let family = match keys.kind {
+            Kind::Read => Family::Readers,
+            Kind::Semaphore => Family::Permits,
+            Kind::Plain | Kind::Fair | Kind::Write => Family::Keys,
+        };
+        let group = (family, slot);
         match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, members)) => members.push(i),
             None => groups.push((group, vec![i])),
         }
     }
     let mut out: Vec<Result<Owned, Error>> = (0..locks.len()).map(|_| Err(Error::Closed)).collect();
-    for ((readers, _), family) in groups {
-        let script = if readers { &RW_READ_EXTEND } else { &EXTEND };
-        let mut call = Call::new(script);
+    for ((kind, _), family) in groups {
+        let mut call = Call::new(match kind {
+            Family::Keys => &EXTEND,
+            Family::Readers => &RW_READ_EXTEND,
+            Family::Permits => &SEM_EXTEND,
+        });
         call.arg(lease_ms);
         for &i in &family {
             call.key(&locks[i].0.lock).arg(locks[i].1);
+            if kind == Family::Permits {
+                call.key(&locks[i].0.count);
+            }
         }
         match call.run::<Vec<i64>>(conn, replication).await {
             Ok((codes, acked)) => {
@@ -272,6 +343,55 @@ pub(crate) async fn extend(
     out
 }
 
+/// Which extend script renews a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// The token is a key's value (`extend.lua`).
+    Keys,
+    /// A reader's token in the readers set (`rw_read_extend.lua`).
+    Readers,
+    /// A permit's token in the holders set (`sem_extend.lua`).
+    Permits,
+}
+
+/// The raw snapshot of `sem_status.lua`: the stored permit count ("" =
+/// none), the last fence ("" = none), live waiters, and each live holder's
+/// token and remaining lease in ms.
+pub(crate) async fn semaphore_status(
+    conn: &Conn,
+    keys: &LockKeys,
+) -> Result<(String, String, u64, Vec<(String, u64)>), Error> {
+    let reply: Vec<redis::Value> = Call::new(&SEM_STATUS)
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.expiry)
+        .key(&keys.count)
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, &keys.lock))?;
+    let text = |v: Option<&redis::Value>| -> String {
+        v.and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+            .unwrap_or_default()
+    };
+    let number = |v: Option<&redis::Value>| -> u64 {
+        v.and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    let holders = reply
+        .get(3..)
+        .unwrap_or_default()
+        .chunks(2)
+        .map(|pair| (text(pair.first()), number(pair.get(1))))
+        .collect();
+    Ok((
+        text(reply.first()),
+        text(reply.get(1)),
+        number(reply.get(2)),
+        holders,
+    ))
+}
+
 /// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
 /// ("" = none), live waiters.
 pub(crate) async fn status(
@@ -294,10 +414,84 @@ pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String
     Call::new(&FORCE_RELEASE)
         .key(&keys.lock)
         .key(&keys.waiters)
-        .key(&keys.handoff)
         .arg(&keys.wake_prefix)
         .arg(HANDOFF_MS)
         .invoke(conn)
         .await
         .map_err(|e| Error::from_redis(e, &keys.lock))
+}
+
+/// The raw snapshot of `inspect.lua`, for a lock of any kind.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    /// The token in `P:{N}` ("" = none).
+    pub(crate) holder: String,
+    /// Its PTTL (-2: none, -1: no expiry).
+    pub(crate) pttl: i64,
+    /// The last fence ("" = none).
+    pub(crate) fence: String,
+    /// Live entries of the Mutex queue, the FairMutex queue, the RwLock
+    /// writer intents.
+    pub(crate) waiters: u64,
+    pub(crate) fair: u64,
+    pub(crate) intents: u64,
+    /// The holder's owner note ("" = none).
+    pub(crate) note: String,
+    /// Live read holds: token, remaining ms, note ("" = none).
+    pub(crate) readers: Vec<(String, u64, String)>,
+}
+
+/// Reads every kind's state of the lock `keys` names (any kind's keys: the
+/// base name is what counts) in one atomic call; `owners` is the owner-note
+/// hash.
+pub(crate) async fn inspect(conn: &Conn, keys: &LockKeys, owners: &str) -> Result<Snapshot, Error> {
+    let base = &keys.writer;
+    type Reply = (String, i64, String, u64, u64, u64, String, Vec<String>);
+    let (holder, pttl, fence, waiters, fair, intents, note, flat): Reply = Call::new(&INSPECT)
+        .key(base)
+        .key(&keys.fence)
+        .key(format!("{base}:waiters"))
+        .key(format!("{base}:fifo:expiry"))
+        .key(&keys.readers)
+        .key(format!("{base}:writers"))
+        .key(owners)
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, base))?;
+    let readers = flat
+        .chunks_exact(3)
+        .map(|r| (r[0].clone(), r[1].parse().unwrap_or(0), r[2].clone()))
+        .collect();
+    Ok(Snapshot {
+        holder,
+        pttl,
+        fence,
+        waiters,
+        fair,
+        intents,
+        note,
+        readers,
+    })
+}
+
+/// Breaks the lock whatever its kind and moves it on as a release would;
+/// returns `[kind, removed tokens...]` (kind "" when nothing was held).
+pub(crate) async fn break_lock(conn: &Conn, keys: &LockKeys) -> Result<Vec<String>, Error> {
+    let base = &keys.writer;
+    Call::new(&BREAK_LOCK)
+        .key(base)
+        .key(format!("{base}:waiters"))
+        .key(&keys.handoff)
+        .key(&keys.fence)
+        .key(format!("{base}:fifo"))
+        .key(format!("{base}:fifo:expiry"))
+        .key(&keys.readers)
+        .key(format!("{base}:rw"))
+        .arg(&keys.wake_prefix)
+        .arg(HANDOFF_MS)
+        .arg(CLAIM_MS)
+        .arg(keys.fence_ttl_ms)
+        .invoke(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, base))
 }

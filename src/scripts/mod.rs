@@ -9,12 +9,18 @@
 //!   caches it; optionally pipelined with `WAIT`.
 //! - [`layout`]: for each operation and lock [`Kind`](crate::keys::Kind),
 //!   the script, its KEYS and ARGV, and the reading of its reply.
+//! - [`election`]: the same for the leader election's own scripts.
 
 mod call;
+mod election;
 mod layout;
 mod registry;
 
-pub(crate) use layout::{Queue, acquire, extend, force_release, pass, release, status};
+pub(crate) use election::{Proclaimed, Proclamation, Reading, leader, proclaim, resign};
+pub(crate) use layout::{
+    Queue, acquire, break_lock, extend, force_release, inspect, pass, release, semaphore_status,
+    status,
+};
 pub use registry::{ScriptInfo, scripts};
 
 use crate::Error;
@@ -65,7 +71,7 @@ mod tests {
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let all = scripts();
-        assert_eq!(all.len(), 15);
+        assert_eq!(all.len(), 25);
         for s in &all {
             // Shared code (wake_next) may come first; the operation's own
             // header must still open a line.
@@ -81,7 +87,7 @@ mod tests {
         let mut shas: Vec<_> = all.iter().map(|s| s.sha1).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 15);
+        assert_eq!(shas.len(), 25);
     }
 
     #[test]

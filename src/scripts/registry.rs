@@ -22,6 +22,13 @@ const FORCE_RELEASE_LUA: &str = concat!(
     include_str!("lua/wake_next.lua"),
     include_str!("lua/force_release.lua")
 );
+/// Every kind of lock: `status`'s and `force_release`'s counterparts.
+const INSPECT_LUA: &str = include_str!("lua/inspect.lua");
+const BREAK_LOCK_LUA: &str = concat!(
+    include_str!("lua/wake_next.lua"),
+    include_str!("lua/fair_common.lua"),
+    include_str!("lua/break_lock.lua")
+);
 
 /// `fair_common.lua` defines the functions the fair scripts call.
 const FAIR_ACQUIRE_LUA: &str = concat!(
@@ -43,6 +50,26 @@ const RW_READ_RELEASE_LUA: &str = include_str!("lua/rw_read_release.lua");
 const RW_WRITE_RELEASE_LUA: &str = include_str!("lua/rw_write_release.lua");
 const RW_READ_EXTEND_LUA: &str = include_str!("lua/rw_read_extend.lua");
 const RW_PASS_LUA: &str = include_str!("lua/rw_pass.lua");
+
+/// `sem_common.lua` defines the functions the semaphore scripts that move
+/// the queue call.
+const SEM_ACQUIRE_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_acquire.lua")
+);
+const SEM_RELEASE_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_release.lua")
+);
+const SEM_PASS_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_pass.lua")
+);
+const SEM_EXTEND_LUA: &str = include_str!("lua/sem_extend.lua");
+const SEM_STATUS_LUA: &str = include_str!("lua/sem_status.lua");
+const ELECT_LEADER_LUA: &str = include_str!("lua/elect_leader.lua");
+const ELECT_PROCLAIM_LUA: &str = include_str!("lua/elect_proclaim.lua");
+const ELECT_RESIGN_LUA: &str = include_str!("lua/elect_resign.lua");
 
 /// One embedded script: its name (the file's), its source (with any
 /// shared code prepended) and, once first used, its SHA1.
@@ -99,9 +126,21 @@ pub(crate) static RW_READ_RELEASE: Lua = Lua::new("rw_read_release", RW_READ_REL
 pub(crate) static RW_WRITE_RELEASE: Lua = Lua::new("rw_write_release", RW_WRITE_RELEASE_LUA);
 pub(crate) static RW_READ_EXTEND: Lua = Lua::new("rw_read_extend", RW_READ_EXTEND_LUA);
 pub(crate) static RW_PASS: Lua = Lua::new("rw_pass", RW_PASS_LUA);
+pub(crate) static INSPECT: Lua = Lua::new("inspect", INSPECT_LUA);
+pub(crate) static BREAK_LOCK: Lua = Lua::new("break_lock", BREAK_LOCK_LUA);
+
+pub(crate) static SEM_ACQUIRE: Lua = Lua::new("sem_acquire", SEM_ACQUIRE_LUA);
+pub(crate) static SEM_RELEASE: Lua = Lua::new("sem_release", SEM_RELEASE_LUA);
+pub(crate) static SEM_PASS: Lua = Lua::new("sem_pass", SEM_PASS_LUA);
+pub(crate) static SEM_EXTEND: Lua = Lua::new("sem_extend", SEM_EXTEND_LUA);
+pub(crate) static SEM_STATUS: Lua = Lua::new("sem_status", SEM_STATUS_LUA);
+
+pub(crate) static ELECT_LEADER: Lua = Lua::new("elect_leader", ELECT_LEADER_LUA);
+pub(crate) static ELECT_PROCLAIM: Lua = Lua::new("elect_proclaim", ELECT_PROCLAIM_LUA);
+pub(crate) static ELECT_RESIGN: Lua = Lua::new("elect_resign", ELECT_RESIGN_LUA);
 
 /// Every script, in the order [`scripts()`] lists them.
-static ALL: [&Lua; 15] = [
+static ALL: [&Lua; 25] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -117,6 +156,16 @@ static ALL: [&Lua; 15] = [
     &RW_WRITE_RELEASE,
     &RW_READ_EXTEND,
     &RW_PASS,
+    &INSPECT,
+    &BREAK_LOCK,
+    &SEM_ACQUIRE,
+    &SEM_RELEASE,
+    &SEM_PASS,
+    &SEM_EXTEND,
+    &SEM_STATUS,
+    &ELECT_LEADER,
+    &ELECT_PROCLAIM,
+    &ELECT_RESIGN,
 ];
 
 /// One of the Lua scripts redbell runs on the server.

@@ -1,6 +1,7 @@
-//! The SVG chart: left, the hand-off gap distribution (CDF) per strategy at
-//! one worker count; right, round trips per hand-off against the number of
-//! waiters.
+//! The SVG chart, what a user feels, per library: the acquire-wait
+//! distribution (CDF) at one worker count; hand-offs per second to
+//! *another* worker against W; uncontended lock+unlock/s and Redis CPU per
+//! operation; round trips per hand-off against the number of waiters.
 
 use std::path::Path;
 
@@ -8,6 +9,7 @@ use plotters::prelude::*;
 
 use super::contend::Outcome;
 use super::results::Results;
+use super::results::fmt_us;
 use super::stats::quantile;
 
 const COLORS: [RGBColor; 5] = [
@@ -20,11 +22,13 @@ const COLORS: [RGBColor; 5] = [
 
 /// Writes the chart to `path`.
 pub fn draw(r: &Results, path: &Path) -> Result<(), String> {
-    let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
+    let root = SVGBackend::new(path, (1200, 1000)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (left, right) = root.split_horizontally(600);
-    gaps(r, &left).map_err(|e| e.to_string())?;
-    scaling(r, &right).map_err(|e| e.to_string())?;
+    let areas = root.split_evenly((2, 2));
+    waits(r, &areas[0]).map_err(|e| e.to_string())?;
+    handovers(r, &areas[1]).map_err(|e| e.to_string())?;
+    uncontended(r, &areas[2]).map_err(|e| e.to_string())?;
+    scaling(r, &areas[3]).map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
 
@@ -40,18 +44,34 @@ fn chosen(r: &Results) -> u32 {
     }
 }
 
-fn gaps(r: &Results, area: &Area<'_>) -> DrawResult {
+/// A stable colour per library, whatever rows a run has.
+fn color(strategy: &str) -> RGBColor {
+    match strategy {
+        "redbell" => COLORS[0],
+        "redbell fair" => COLORS[1],
+        "rslock" => COLORS[2],
+        "poll 10ms" => COLORS[3],
+        "redbell cluster" => RGBColor(0x8c, 0x56, 0x4b),
+        _ => COLORS[4],
+    }
+}
+
+fn waits(r: &Results, area: &Area<'_>) -> DrawResult {
     let w = chosen(r);
-    let series: Vec<&Outcome> = r.handoff.iter().filter(|o| o.workers == w).collect();
+    let series: Vec<&Outcome> = r
+        .handoff
+        .iter()
+        .filter(|o| o.workers == w && o.strategy != "redbell cluster")
+        .collect();
     let max = series
         .iter()
-        .flat_map(|o| o.gaps.iter().copied())
+        .flat_map(|o| o.waits.iter().copied())
         .max()
         .unwrap_or(1000)
         .max(1000) as f64;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            format!("Hand-off gap, W={w} (CDF; PING p50 dashed)"),
+            format!("lock() wait, W={w}, each worker its own client (CDF)"),
             ("sans-serif", 18),
         )
         .margin(12)
@@ -60,33 +80,31 @@ fn gaps(r: &Results, area: &Area<'_>) -> DrawResult {
         .build_cartesian_2d((10f64..max * 1.5).log_scale(), 0f64..100f64)?;
     chart
         .configure_mesh()
-        .x_desc("gap (µs, log scale; every hand-off, a releaser re-taking the lock included)")
-        .y_desc("% of hand-offs ≤ gap")
+        .x_desc("wait (µs, log scale): lock() called to lock() returned")
+        .y_desc("% of lock() calls ≤ wait")
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
-    for (i, o) in series.iter().enumerate() {
-        let mut v: Vec<i64> = o.gaps.clone();
-        let _ = quantile(&mut v, 0.5); // sorts
+    for o in &series {
+        let mut v: Vec<i64> = o.waits.clone();
+        let p50 = quantile(&mut v, 0.5).unwrap_or(0); // sorts
+        let p99 = quantile(&mut v, 0.99).unwrap_or(0);
         let n = v.len().max(1) as f64;
-        let color = COLORS[i % COLORS.len()];
+        let c = color(&o.strategy);
         let points = v
             .iter()
             .enumerate()
             .map(|(j, g)| ((*g).max(10) as f64, (j + 1) as f64 * 100.0 / n));
         chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(o.strategy.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    }
-    if let Some(p) = r.floor.ping_us.p50 {
-        let x = p.max(10) as f64;
-        chart.draw_series(DashedLineSeries::new(
-            vec![(x, 0.0), (x, 100.0)],
-            4,
-            4,
-            BLACK.stroke_width(1),
-        ))?;
+            .draw_series(LineSeries::new(points, c.stroke_width(2)))?
+            .label(format!(
+                "{}: p50 {}, p99 {}, max {}",
+                o.strategy,
+                fmt_us(p50),
+                fmt_us(p99),
+                fmt_us(o.wait_max_us)
+            ))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
     }
     chart
         .configure_series_labels()
@@ -94,6 +112,135 @@ fn gaps(r: &Results, area: &Area<'_>) -> DrawResult {
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
+    Ok(())
+}
+
+fn handovers(r: &Results, area: &Area<'_>) -> DrawResult {
+    let mut strategies: Vec<&str> = Vec::new();
+    for o in &r.handoff {
+        if !strategies.contains(&o.strategy.as_str()) {
+            strategies.push(&o.strategy);
+        }
+    }
+    let ymax = r
+        .handoff
+        .iter()
+        .map(|o| o.handovers_per_s)
+        .fold(r.serial_floor.iterations_per_s, f64::max)
+        .max(10.0);
+    let xmax = r
+        .handoff
+        .iter()
+        .map(|o| o.workers)
+        .max()
+        .unwrap_or(8)
+        .max(4);
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "Hand-offs/s to another worker (serial floor dashed)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (1.5f64..f64::from(xmax) * 1.3).log_scale(),
+            (1f64..ymax * 2.0).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("workers W (log scale)")
+        .y_desc("hand-offs/s to another worker (log scale)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()?;
+    for name in &strategies {
+        let c = color(name);
+        let pts: Vec<(f64, f64)> = r
+            .handoff
+            .iter()
+            .filter(|o| o.strategy == *name)
+            .map(|o| (f64::from(o.workers), o.handovers_per_s.max(1.0)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
+            .label(name.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
+    }
+    let f = r.serial_floor.iterations_per_s.max(1.0);
+    chart.draw_series(DashedLineSeries::new(
+        vec![(1.5, f), (f64::from(xmax) * 1.3, f)],
+        4,
+        4,
+        BLACK.stroke_width(1),
+    ))?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+fn uncontended(r: &Results, area: &Area<'_>) -> DrawResult {
+    let u = &r.uncontended;
+    let (top, bottom) = area.split_vertically(250);
+    for (i, part) in [top, bottom].iter().enumerate() {
+        let value = |row: &super::floor::UncontendedRow| {
+            if i == 0 {
+                row.ops_per_s
+            } else {
+                row.cpu_us_per_op
+            }
+        };
+        let max = u.rows.iter().map(value).fold(1e-9, f64::max);
+        let n = u.rows.len().max(1);
+        let mut chart = ChartBuilder::on(part)
+            .caption(
+                if i == 0 {
+                    format!(
+                        "Uncontended, {} workers each its own lock: lock+unlock/s",
+                        u.workers
+                    )
+                } else {
+                    "Redis CPU µs per lock+unlock (commands per op on the bar)".to_owned()
+                },
+                ("sans-serif", 16),
+            )
+            .margin(8)
+            .x_label_area_size(20)
+            .y_label_area_size(110)
+            .build_cartesian_2d(0f64..max * 1.7, 0f64..n as f64)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .draw()?;
+        for (j, row) in u.rows.iter().enumerate() {
+            let y = (n - 1 - j) as f64;
+            let c = color(&row.strategy);
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y + 0.2), (value(row), y + 0.8)],
+                c.filled(),
+            )))?;
+            let text = if i == 0 {
+                format!("{}  {:.0}", row.strategy, row.ops_per_s)
+            } else {
+                format!(
+                    "{}  {:.1} µs, {:.1} cmds",
+                    row.strategy, row.cpu_us_per_op, row.commands_per_op
+                )
+            };
+            chart.draw_series(std::iter::once(Text::new(
+                text,
+                (value(row) + max * 0.02, y + 0.35),
+                ("sans-serif", 14),
+            )))?;
+        }
+    }
     Ok(())
 }
 
@@ -138,8 +285,8 @@ fn scaling(r: &Results, area: &Area<'_>) -> DrawResult {
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
-    for (i, name) in strategies.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    for name in &strategies {
+        let color = color(name);
         let pts = points(name);
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?

@@ -33,7 +33,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 
-use super::lock::{Strategy, poll_key};
+use super::lock::{Strategy, poll_key, rslock_key};
 use super::stats::{Commands, Pcts};
 use super::worker::{Record, counter_key};
 use crate::fail::{EX_FAILURE, Failure};
@@ -85,6 +85,8 @@ pub struct Outcome {
     pub held_us: Pcts,
     pub commands: Option<Commands>,
     pub gaps: Vec<i64>,
+    /// Every acquire wait (µs), as in `wait_us`.
+    pub waits: Vec<i64>,
     pub records: Vec<Record>,
 }
 
@@ -128,6 +130,9 @@ async fn drive(
             }
             Strategy::Cluster => {
                 cmd.args(["--cluster", &s.cluster.join(",")]);
+            }
+            Strategy::Rslock => {
+                cmd.arg("--rslock");
             }
             Strategy::Redbell => {}
         }
@@ -219,6 +224,7 @@ async fn measure(
     let warm = (s.n / 10).max(1);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     let mut reset_at: Option<u64> = None;
+    let mut cpu_at = 0.0;
     let r = |e: redis::RedisError| Failure::new(EX_FAILURE, format!("bench bookkeeping: {e}"));
     loop {
         if collectors.iter().all(|c| c.is_finished()) || tokio::time::Instant::now() > deadline {
@@ -233,31 +239,38 @@ async fn measure(
         let count = count.first().copied().flatten().unwrap_or(0);
         match reset_at {
             None if count >= warm && count < s.n => {
-                let (c, _): (Vec<Option<u64>>, String) = redis::pipe()
+                let (c, _, cpu): (Vec<Option<u64>>, String, String) = redis::pipe()
                     .atomic()
                     .cmd("MGET")
                     .arg(&key)
                     .cmd("CONFIG")
                     .arg("RESETSTAT")
+                    .cmd("INFO")
+                    .arg("cpu")
                     .query_async(conn)
                     .await
                     .map_err(r)?;
                 reset_at = Some(c.first().copied().flatten().unwrap_or(0));
+                cpu_at = crate::commandstats::cpu_us(&cpu);
             }
             None if count >= s.n => return Ok(None), // too fast to catch
             Some(a) if count >= s.n => {
-                let (c, info): (Vec<Option<u64>>, String) = redis::pipe()
+                let (c, info, cpu): (Vec<Option<u64>>, String, String) = redis::pipe()
                     .atomic()
                     .cmd("MGET")
                     .arg(&key)
                     .cmd("INFO")
                     .arg("commandstats")
+                    .cmd("INFO")
+                    .arg("cpu")
                     .query_async(conn)
                     .await
                     .map_err(r)?;
                 let b = c.first().copied().flatten().unwrap_or(0);
                 let stats = crate::commandstats::parse(&info);
-                return Ok(Some(Commands::from_stats(&stats, s.strategy, b - a)));
+                let mut commands = Commands::from_stats(&stats, s.strategy, b - a);
+                commands.cpu_us = (crate::commandstats::cpu_us(&cpu) - cpu_at).max(0.0);
+                return Ok(Some(commands));
             }
             _ => {}
         }
@@ -324,6 +337,7 @@ fn analyse(
         held_us: Pcts::of(&held),
         commands,
         gaps,
+        waits,
         records,
     })
 }
@@ -344,6 +358,7 @@ pub async fn cleanup(conn: &mut MultiplexedConnection, name: &str) {
     let keys = [
         counter_key(name),
         poll_key(name),
+        rslock_key(name),
         base.clone(),
         format!("{base}:fence"),
         format!("{base}:waiters"),

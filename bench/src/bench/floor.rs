@@ -137,80 +137,169 @@ pub async fn serial_floor(
     })
 }
 
-/// Uncontended throughput: tasks on distinct locks, one client.
+/// Uncontended lock+unlock: W workers, each with its own client and its
+/// own lock, for each strategy in turn, over several rounds (the median
+/// round is reported, so a burst of noise on the shared machine costs one
+/// round, not a strategy). Per round: operations/s, and over the same
+/// window the Redis commands (`CONFIG RESETSTAT`, `INFO commandstats`) and
+/// the Redis CPU time (`INFO cpu`) per operation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Uncontended {
-    pub tasks: u32,
+    pub workers: u32,
+    /// Length of one round.
     pub seconds: f64,
-    /// redbell `lock()` + `unlock()` pairs per second (two round trips).
-    pub redbell_pairs_per_s: f64,
-    /// Raw `SET NX PX` + `DEL` pipelined in one round trip, per second.
-    pub raw_pairs_per_s: f64,
+    pub rounds: u32,
+    pub rows: Vec<UncontendedRow>,
 }
+
+/// One strategy's uncontended figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct UncontendedRow {
+    pub strategy: String,
+    /// lock+unlock pairs per second: the median round.
+    pub ops_per_s: f64,
+    /// Commands per pair, those inside scripts included: the median round.
+    pub commands_per_op: f64,
+    /// Round trips (commands the clients sent) per pair: the median round.
+    pub round_trips_per_op: f64,
+    /// Redis CPU µs per pair: the median round.
+    pub cpu_us_per_op: f64,
+    /// Every round: (ops/s, commands/op, CPU µs/op).
+    pub per_round: Vec<(f64, f64, f64)>,
+    /// The last round's commands per pair, by name.
+    pub by_command: Vec<(String, f64)>,
+}
+
+/// The strategies of the uncontended scenario.
+pub const UNCONTENDED: [Strategy; 3] = [
+    Strategy::Redbell,
+    Strategy::Rslock,
+    Strategy::Poll(Duration::from_millis(10)),
+];
 
 pub async fn uncontended(
     url: &str,
     run: &str,
-    tasks: u32,
+    workers: u32,
     length: Duration,
+    rounds: u32,
 ) -> Result<Uncontended, Failure> {
-    let client = redbell::Client::connect(url)
-        .await
-        .map_err(|e| Failure::lock(url, "cannot connect to Redis", &e))?;
-    let mutexes: Arc<Vec<redbell::Mutex>> = Arc::new(
-        (0..tasks)
-            .map(|i| {
-                client
-                    .mutex(&format!("bench-{run}-free-{i}"))
-                    .with_lease(Duration::from_secs(5))
-            })
-            .collect(),
-    );
-    let redbell = timed(tasks, length, move |i| {
-        let mutex = mutexes[i as usize].clone();
-        async move {
-            let guard = mutex.lock().await.map_err(|e| e.to_string())?;
-            guard.unlock().await.map_err(|e| e.to_string())
+    let mut stats = super::contend::bookkeeping(url).await?;
+    let mut locks = Vec::new();
+    for strategy in UNCONTENDED {
+        let mut mine = Vec::new();
+        for i in 0..workers {
+            let conn = Conn::connect(url, strategy).await?;
+            let name = format!(
+                "bench-{run}-free-{}-{i}",
+                strategy.label().replace(' ', "-")
+            );
+            mine.push(conn.lock(strategy, &name, Duration::from_secs(5)));
         }
-    })
-    .await?;
-    let conn = manager(url).await?;
-    let keys: Arc<Vec<String>> = Arc::new(
-        (0..tasks)
-            .map(|i| format!("redbell-bench:{{{run}-raw-{i}}}"))
-            .collect(),
-    );
-    let raw = timed(tasks, length, move |i| {
-        let mut conn = conn.clone();
-        let key = keys[i as usize].clone();
-        async move {
-            redis::pipe()
-                .cmd("SET")
-                .arg(&key)
-                .arg("token")
-                .arg("NX")
-                .arg("PX")
-                .arg(5000)
-                .ignore()
-                .cmd("DEL")
-                .arg(&key)
-                .ignore()
-                .query_async::<()>(&mut conn)
+        locks.push(mine);
+    }
+    let r = |e: redis::RedisError| Failure::new(EX_FAILURE, format!("bench bookkeeping: {e}"));
+    let mut per: Vec<Vec<Round>> = vec![Vec::new(); UNCONTENDED.len()];
+    for _ in 0..rounds {
+        for (s, strategy) in UNCONTENDED.iter().enumerate() {
+            let (_, cpu): (String, String) = redis::pipe()
+                .atomic()
+                .cmd("CONFIG")
+                .arg("RESETSTAT")
+                .cmd("INFO")
+                .arg("cpu")
+                .query_async(&mut stats)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(r)?;
+            let cpu0 = crate::commandstats::cpu_us(&cpu);
+            let mine = Arc::new(locks[s].clone());
+            let (ops_per_s, ops) = timed(workers, length, move |i| {
+                let lock = mine[i as usize].clone();
+                async move {
+                    let held = lock.acquire().await.map_err(|e| e.to_string())?;
+                    lock.release(held).await.map_err(|e| e.to_string())
+                }
+            })
+            .await?;
+            let (info, cpu): (String, String) = redis::pipe()
+                .atomic()
+                .cmd("INFO")
+                .arg("commandstats")
+                .cmd("INFO")
+                .arg("cpu")
+                .query_async(&mut stats)
+                .await
+                .map_err(r)?;
+            let cpu_us = crate::commandstats::cpu_us(&cpu) - cpu0;
+            let commands = super::stats::Commands::from_stats(
+                &crate::commandstats::parse(&info),
+                *strategy,
+                ops,
+            );
+            per[s].push(Round {
+                ops_per_s,
+                ops,
+                cpu_us,
+                commands,
+            });
         }
-    })
-    .await?;
+    }
+    let rows = UNCONTENDED
+        .iter()
+        .zip(per)
+        .map(|(strategy, rounds)| {
+            let col = |f: &dyn Fn(&Round) -> f64| {
+                let mut v: Vec<f64> = rounds.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(0.0)
+            };
+            let per_op = |r: &Round, n: u64| n as f64 / r.ops.max(1) as f64;
+            UncontendedRow {
+                strategy: strategy.label(),
+                ops_per_s: col(&|r| r.ops_per_s),
+                commands_per_op: col(&|r| per_op(r, r.commands.all)),
+                round_trips_per_op: col(&|r| per_op(r, r.commands.round_trips)),
+                cpu_us_per_op: col(&|r| r.cpu_us / r.ops.max(1) as f64),
+                per_round: rounds
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.ops_per_s,
+                            per_op(r, r.commands.all),
+                            r.cpu_us / r.ops.max(1) as f64,
+                        )
+                    })
+                    .collect(),
+                by_command: rounds.last().map_or_else(Vec::new, |r| {
+                    r.commands
+                        .by_command
+                        .iter()
+                        .map(|(name, calls)| (name.clone(), per_op(r, *calls)))
+                        .collect()
+                }),
+            }
+        })
+        .collect();
     Ok(Uncontended {
-        tasks,
+        workers,
         seconds: length.as_secs_f64(),
-        redbell_pairs_per_s: redbell,
-        raw_pairs_per_s: raw,
+        rounds,
+        rows,
     })
 }
 
-/// Runs `tasks` loops of `op(task)` for `length`; returns operations/s.
-async fn timed<F, Fut>(tasks: u32, length: Duration, op: F) -> Result<f64, Failure>
+/// One round of one strategy in the uncontended scenario.
+#[derive(Clone)]
+struct Round {
+    ops_per_s: f64,
+    ops: u64,
+    cpu_us: f64,
+    commands: super::stats::Commands,
+}
+
+/// Runs `tasks` loops of `op(task)` for `length`, then lets every task
+/// finish the operation it is in; returns (operations/s, operations).
+async fn timed<F, Fut>(tasks: u32, length: Duration, op: F) -> Result<(f64, u64), Failure>
 where
     F: Fn(u32) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<(), String>> + Send + 'static,
@@ -231,15 +320,15 @@ where
         })
         .collect();
     tokio::time::sleep(length).await;
-    let count = done.load(Ordering::Relaxed);
-    let elapsed = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for j in joins {
         j.await
             .map_err(|e| Failure::new(EX_FAILURE, format!("task panicked: {e}")))?
             .map_err(|e| Failure::new(EX_FAILURE, format!("uncontended loop: {e}")))?;
     }
-    Ok(count as f64 / elapsed)
+    let elapsed = start.elapsed().as_secs_f64();
+    let count = done.load(Ordering::Relaxed);
+    Ok((count as f64 / elapsed, count))
 }
 
 /// Crash takeover: a holder leaks its guard under a short fixed lease; a

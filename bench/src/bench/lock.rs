@@ -1,7 +1,9 @@
 //! The locking strategies under test, behind one small interface:
 //! redbell's event-driven mutex (on one server, or on a Redis Cluster),
-//! its fair (FIFO, direct hand-off) mutex, and the sleep-poll recipe (implemented here, once, for every scenario of
-//! the bench).
+//! its fair (FIFO, direct hand-off) mutex, the `rslock` crate (Redlock over
+//! redis-rs, retrying with a random sleep; used here on one server), and the
+//! sleep-poll recipe (implemented here, once, for every scenario of the
+//! bench).
 
 use std::time::Duration;
 
@@ -21,6 +23,10 @@ pub enum Strategy {
     /// (`Client::cluster`): the same locking, with sharded pub/sub
     /// (SPUBLISH/SSUBSCRIBE) for the wake-ups.
     Cluster,
+    /// The `rslock` crate's `LockManager::acquire` (loops `SET NX PX`;
+    /// after a failed try it runs its compare-and-delete and sleeps a random
+    /// 0–200 ms) and `LockGuard::release`, on one server.
+    Rslock,
     /// `SET key token NX PX lease`; on failure sleep this long and retry;
     /// release with a Lua compare-and-delete.
     Poll(Duration),
@@ -34,6 +40,7 @@ impl Strategy {
             Strategy::Redbell => "redbell".to_owned(),
             Strategy::Fair => "redbell fair".to_owned(),
             Strategy::Cluster => "redbell cluster".to_owned(),
+            Strategy::Rslock => "rslock".to_owned(),
             Strategy::Poll(d) => format!("poll {}", humantime::format_duration(d)),
         }
     }
@@ -59,7 +66,7 @@ impl Strategy {
                 "sunsubscribe",
                 "ping",
             ],
-            Strategy::Poll(_) => &["set", "evalsha", "eval", "script|load"],
+            Strategy::Poll(_) | Strategy::Rslock => &["set", "evalsha", "eval", "script|load"],
         }
     }
 }
@@ -75,6 +82,11 @@ return 0"#;
 pub enum Lock {
     Redbell(redbell::Mutex),
     Fair(redbell::FairMutex),
+    Rslock {
+        manager: rslock::LockManager,
+        resource: String,
+        lease: Duration,
+    },
     Poll {
         conn: ConnectionManager,
         key: String,
@@ -88,6 +100,7 @@ pub enum Lock {
 /// mutexes return a `MutexGuard`).
 pub enum Held {
     Redbell(redbell::MutexGuard),
+    Rslock(rslock::LockGuard),
     Poll(String),
 }
 
@@ -108,6 +121,11 @@ pub async fn manager(url: &str) -> Result<ConnectionManager, Failure> {
         .map_err(|e| Failure::redis(url, "cannot connect to Redis", &e))
 }
 
+/// rslock's key for lock `name`.
+pub fn rslock_key(name: &str) -> String {
+    format!("redbell-bench:{{{name}}}:rslock")
+}
+
 /// The poll baseline's key for lock `name`.
 pub fn poll_key(name: &str) -> String {
     format!("redbell-bench:{{{name}}}:poll")
@@ -117,6 +135,7 @@ pub fn poll_key(name: &str) -> String {
 #[derive(Clone)]
 pub enum Conn {
     Redbell(redbell::Client),
+    Rslock(rslock::LockManager),
     Poll(ConnectionManager),
 }
 
@@ -128,6 +147,17 @@ impl Conn {
                 .map(Conn::Redbell)
                 .map_err(|e| Failure::lock(url, "cannot connect to Redis", &e)),
             Strategy::Poll(_) => manager(url).await.map(Conn::Poll),
+            Strategy::Rslock => {
+                let client = redis::Client::open(url)
+                    .map_err(|e| Failure::redis(url, "invalid Redis URL", &e))?;
+                let manager = rslock::LockManager::from_clients(vec![client]);
+                // Connect now, as the others do, not on the first acquire.
+                manager
+                    .query_redis_for_key_value(b"redbell-bench:connect")
+                    .await
+                    .map_err(|e| Failure::new(EX_FAILURE, format!("rslock: {e}")))?;
+                Ok(Conn::Rslock(manager))
+            }
             Strategy::Cluster => Err(Failure::new(
                 EX_FAILURE,
                 "redbell cluster needs the cluster's node URLs",
@@ -151,6 +181,11 @@ impl Conn {
                 Lock::Fair(client.fair_mutex(name).with_lease(lease))
             }
             (Conn::Redbell(client), _) => Lock::Redbell(client.mutex(name).with_lease(lease)),
+            (Conn::Rslock(manager), _) => Lock::Rslock {
+                manager: manager.clone(),
+                resource: rslock_key(name),
+                lease,
+            },
             (Conn::Poll(conn), Strategy::Poll(interval)) => Lock::Poll {
                 conn: conn.clone(),
                 key: poll_key(name),
@@ -158,9 +193,7 @@ impl Conn {
                 interval,
                 release: redis::Script::new(POLL_RELEASE),
             },
-            (Conn::Poll(_), Strategy::Redbell | Strategy::Fair | Strategy::Cluster) => {
-                unreachable!("a poll connection for redbell")
-            }
+            (Conn::Poll(_), _) => unreachable!("a poll connection for another strategy"),
         }
     }
 }
@@ -178,6 +211,15 @@ impl Lock {
                 .lock()
                 .await
                 .map(Held::Redbell)
+                .map_err(|e| fail("acquire", &e)),
+            Lock::Rslock {
+                manager,
+                resource,
+                lease,
+            } => manager
+                .acquire(resource.as_bytes(), *lease)
+                .await
+                .map(Held::Rslock)
                 .map_err(|e| fail("acquire", &e)),
             Lock::Poll {
                 conn,
@@ -212,6 +254,10 @@ impl Lock {
     pub async fn release(&self, held: Held) -> Result<(), Failure> {
         match (held, self) {
             (Held::Redbell(guard), _) => guard.unlock().await.map_err(|e| fail("release", &e)),
+            (Held::Rslock(guard), _) => {
+                guard.release().await; // best effort: rslock reports nothing
+                Ok(())
+            }
             (
                 Held::Poll(token),
                 Lock::Poll {
@@ -230,9 +276,7 @@ impl Lock {
                     Err(Failure::new(EX_FAILURE, "release: the poll lock was lost"))
                 }
             }
-            (Held::Poll(_), Lock::Redbell(_) | Lock::Fair(_)) => {
-                unreachable!("a poll token on a redbell lock")
-            }
+            (Held::Poll(_), _) => unreachable!("a poll token on another lock"),
         }
     }
 }

@@ -18,17 +18,21 @@ pub struct Plan {
     pub samples: usize,
     /// W of the hand-off scenarios.
     pub workers: Vec<u32>,
-    /// Hand-offs per hand-off scenario: redbell, redbell fair, poll 10 ms,
-    /// poll 100 ms.
-    pub n: [u64; 4],
+    /// Hand-offs per hand-off scenario: redbell, redbell fair, rslock,
+    /// poll 10 ms, poll 100 ms.
+    pub n: [u64; 5],
     /// Waiters of the scaling scenarios (redbell).
     pub waiters: Vec<u32>,
     /// Waiters of the scaling scenarios (poll 10 ms).
     pub poll_waiters: Vec<u32>,
     /// Hand-offs per scaling scenario: redbell, poll 10 ms.
     pub scaling_n: [u64; 2],
-    pub uncontended_tasks: u32,
+    /// Workers of the uncontended scenario, each with its own client and lock.
+    pub uncontended_workers: u32,
+    /// Length of one round of the uncontended scenario, per strategy.
     pub uncontended: Duration,
+    /// Rounds of the uncontended scenario (strategies take turns).
+    pub uncontended_rounds: u32,
     pub crash_runs: u32,
 }
 
@@ -38,37 +42,40 @@ impl Plan {
             Plan {
                 samples: 300,
                 workers: vec![2, 8, 32],
-                n: [200, 200, 200, 200],
+                n: [200, 200, 200, 200, 200],
                 waiters: vec![1, 10, 100, 1000],
                 // 1,000 pollers saturate a debug build's connections (~10 s).
                 poll_waiters: vec![1, 10, 100],
                 scaling_n: [200, 200],
-                uncontended_tasks: 64,
-                uncontended: Duration::from_millis(500),
+                uncontended_workers: 8,
+                uncontended: Duration::from_millis(200),
+                uncontended_rounds: 3,
                 crash_runs: 3,
             }
         } else {
             Plan {
                 samples: 2000,
                 workers: vec![2, 8, 32],
-                n: [2000, 2000, 2000, 2000],
+                n: [2000, 2000, 2000, 2000, 2000],
                 waiters: vec![1, 10, 100, 1000],
                 poll_waiters: vec![1, 10, 100, 1000],
                 scaling_n: [2000, 2000],
-                uncontended_tasks: 64,
-                uncontended: Duration::from_secs(3),
+                uncontended_workers: 8,
+                uncontended: Duration::from_secs(1),
+                uncontended_rounds: 5,
                 crash_runs: 20,
             }
         }
     }
 
     /// The strategies of the hand-off scenarios, with their N.
-    pub fn handoff_strategies(&self) -> [(Strategy, u64); 4] {
+    pub fn handoff_strategies(&self) -> [(Strategy, u64); 5] {
         [
             (Strategy::Redbell, self.n[0]),
             (Strategy::Fair, self.n[1]),
-            (Strategy::Poll(Duration::from_millis(10)), self.n[2]),
-            (Strategy::Poll(Duration::from_millis(100)), self.n[3]),
+            (Strategy::Rslock, self.n[2]),
+            (Strategy::Poll(Duration::from_millis(10)), self.n[3]),
+            (Strategy::Poll(Duration::from_millis(100)), self.n[4]),
         ]
     }
 

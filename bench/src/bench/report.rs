@@ -7,6 +7,14 @@ use super::contend::Outcome;
 use super::lock::Strategy;
 use super::results::{Results, fmt_us};
 
+/// Redis CPU per hand-off over the measured window.
+fn cpu(o: &Outcome) -> String {
+    o.commands
+        .as_ref()
+        .and_then(|c| c.per_handoff(1).map(|per| c.cpu_us * per))
+        .map_or("–".to_owned(), |v| format!("{v:.1} µs"))
+}
+
 fn per(o: &Outcome, round_trips: bool) -> String {
     o.commands
         .as_ref()
@@ -64,7 +72,9 @@ pub fn markdown(r: &Results) -> String {
 
     let _ = writeln!(
         s,
-        "## 2–3. Hand-off on one lock (W workers, each with its own client, over 2 processes)\n"
+        "## 2–3. Hand-off on one lock (W workers, each with its own client, over 2 processes)\n\n\
+         What a user feels first: how often the lock reaches *another* worker (a polling releaser mostly \
+         re-takes its own lock, which is no hand-off), and how long `lock()` waits.\n"
     );
     let sf = &r.serial_floor;
     let _ = writeln!(
@@ -81,30 +91,38 @@ pub fn markdown(r: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "| strategy | W | N | hand-offs/s | to another worker | busiest worker's share (fair) | gap p50 | gap p99 | wait p50 | wait p99 | wait max | round trips / hand-off | all cmds / hand-off |"
+        "| strategy | W | N | hand-offs/s to another worker (× rslock) | all hand-offs/s (% of floor) | share to another worker | busiest worker's share (fair) | wait p50 | wait p99 | wait max | cmds / hand-off | round trips / hand-off | Redis CPU / hand-off |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for o in &r.handoff {
+        let rs = r
+            .handoff
+            .iter()
+            .find(|x| x.strategy == "rslock" && x.workers == o.workers);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0}{} | {:.0}% ({:.0}/s) | {:.0}% ({:.0}%) | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | **{:.0}**{} | {:.0}{} | {:.0}% | {:.0}% ({:.0}%) | {} | {} | {} | {} | {} | {} |",
             o.strategy,
             o.workers,
             o.n,
+            o.handovers_per_s,
+            rs.filter(|x| x.handovers_per_s > 0.0)
+                .map_or(String::new(), |x| format!(
+                    " ({:.1}×)",
+                    o.handovers_per_s / x.handovers_per_s
+                )),
             o.handoffs_per_s,
             r.of_floor(o.handoffs_per_s)
-                .map_or(String::new(), |f| format!(" ({:.0}% of floor)", f * 100.0)),
+                .map_or(String::new(), |f| format!(" ({:.0}%)", f * 100.0)),
             o.handover_share * 100.0,
-            o.handovers_per_s,
             o.busiest_share * 100.0,
             100.0 / f64::from(o.workers),
-            r.lat(o.gap_us.p50),
-            r.lat(o.gap_us.p99),
             r.lat(o.wait_us.p50),
             r.lat(o.wait_us.p99),
             fmt_us(o.wait_max_us),
-            per(o, true),
             per(o, false),
+            per(o, true),
+            cpu(o),
         );
     }
 
@@ -135,20 +153,36 @@ pub fn markdown(r: &Results) -> String {
     let u = &r.uncontended;
     let _ = writeln!(
         s,
-        "\n## 5. Uncontended throughput ({} tasks on distinct locks, one client, {:.1} s each)\n",
-        u.tasks, u.seconds
-    );
-    let _ = writeln!(s, "| what | pairs/s |\n|---|---|");
-    let _ = writeln!(
-        s,
-        "| redbell `lock()` + `unlock()` (2 round trips) | {:.0} |",
-        u.redbell_pairs_per_s
+        "\n## 5. Uncontended lock+unlock ({} workers, each with its own client and its own lock; median of {} rounds of {:.1} s, strategies in turn)\n",
+        u.workers, u.rounds, u.seconds
     );
     let _ = writeln!(
         s,
-        "| raw `SET NX PX` + `DEL`, pipelined (1 round trip; the ceiling) | {:.0} |",
-        u.raw_pairs_per_s
+        "| strategy | ops/s (× rslock) | cmds / op (× rslock) | round trips / op | Redis CPU / op (× rslock) | commands in one op |\n|---|---|---|---|---|---|"
     );
+    let rs = u.rows.iter().find(|x| x.strategy == "rslock");
+    let ratio = |a: f64, b: Option<f64>| {
+        b.filter(|b| *b > 0.0)
+            .map_or(String::new(), |b| format!(" ({:.2}×)", a / b))
+    };
+    for row in &u.rows {
+        let mut cmds: Vec<&(String, f64)> = row.by_command.iter().filter(|c| c.1 >= 0.05).collect();
+        cmds.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let list: Vec<String> = cmds.iter().map(|(n, v)| format!("{n} {v:.1}")).collect();
+        let _ = writeln!(
+            s,
+            "| {} | {:.0}{} | {:.2}{} | {:.2} | {:.1} µs{} | {} |",
+            row.strategy,
+            row.ops_per_s,
+            ratio(row.ops_per_s, rs.map(|x| x.ops_per_s)),
+            row.commands_per_op,
+            ratio(row.commands_per_op, rs.map(|x| x.commands_per_op)),
+            row.round_trips_per_op,
+            row.cpu_us_per_op,
+            ratio(row.cpu_us_per_op, rs.map(|x| x.cpu_us_per_op)),
+            list.join(", "),
+        );
+    }
 
     let _ = writeln!(
         s,
@@ -170,6 +204,27 @@ pub fn markdown(r: &Results) -> String {
             t.max_us.map_or("–".into(), fmt_us),
         );
     }
+    let m = &r.semaphore;
+    let _ = writeln!(
+        s,
+        "\n## 7. Semaphore ({} permits, {} workers, each with its own client, in one process)\n",
+        m.permits, m.workers
+    );
+    let _ = writeln!(
+        s,
+        "| acquisitions | acquisitions/s | wait p50 | wait p99 | round trips / acq. | all cmds / acq. |\n|---|---|---|---|---|---|"
+    );
+    let per = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
+    let _ = writeln!(
+        s,
+        "| {} | {:.0} | {} | {} | {} | {} |",
+        m.acquisitions,
+        m.acquisitions_per_s,
+        m.wait_us.p50.map_or("–".into(), fmt_us),
+        m.wait_us.p99.map_or("–".into(), fmt_us),
+        per(m.round_trips_per_acquisition),
+        per(m.commands_per_acquisition),
+    );
     s.push_str(NOTES);
     if r.cluster.is_some() {
         s.push_str(CLUSTER_NOTES);
@@ -179,17 +234,20 @@ pub fn markdown(r: &Results) -> String {
 }
 
 const NOTES: &str = "
-Definitions: *gap* = next holder's `lock()` returning minus the previous holder's `unlock()` \
-returning (one machine clock; slightly negative when the next holder hears back first). \
-*serial floor* = the hand-off loop without the lock (no acquire, no unlock), one task \
-on one connection: the rate with zero lock overhead. *redbell fair* = `client.fair_mutex()`: \
-FIFO, the release grants the lock to the head waiter. \
-*wait* = `lock()` returning minus `lock()` called, for every call before the N-th release, \
-cut off there. *to another worker* = the share (and rate) of hand-offs where the lock changed \
-worker: a polling releaser mostly re-takes the lock itself. *round trips* = commands the \
-clients sent (script calls; the poll recipe's `SET`; SUBSCRIBE); *all cmds* adds those run \
-inside the Lua scripts. Commands are counted between N/10 and N (`CONFIG RESETSTAT`, \
-`INFO commandstats`), the bench's own bookkeeping excluded.
+Definitions: *hand-offs/s to another worker* = acquisitions per second where the lock changed \
+worker (all hand-offs/s × the share that changed worker): a polling releaser mostly re-takes the \
+lock itself, which hands nothing to anyone. *wait* = `lock()` returning minus `lock()` called, for \
+every call before the N-th release, cut off there (a starved worker shows in *wait max*). \
+*serial floor* = the hand-off loop without the lock (no acquire, no unlock), one task on one \
+connection: the rate with zero lock overhead. *redbell fair* = `client.fair_mutex()`: FIFO, the \
+release grants the lock to the head waiter. *rslock* = the `rslock` crate (Redlock over redis-rs \
+on one server: `SET NX PX`, and after a failed try its compare-and-delete and a random 0–200 ms \
+sleep). *gap* (scaling table) = next holder's `lock()` returning minus the previous holder's \
+`unlock()` returning. *cmds* = every Redis command, those run inside Lua scripts included; \
+*round trips* = the commands the clients sent (script calls; `SET`; SUBSCRIBE). *Redis CPU* = \
+`used_cpu_sys + used_cpu_user` of `INFO cpu` over the window, per operation. Commands and CPU \
+are counted between N/10 and N (`CONFIG RESETSTAT`, `INFO commandstats`), the bench's own \
+bookkeeping commands excluded.
 ";
 
 const CLUSTER_NOTES: &str = "

@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::cluster::ClusterInfo;
 use super::contend::Outcome;
 use super::floor::{Floor, SerialFloor, Takeover, Uncontended};
+use super::semaphore::SemaphoreRow;
 
 /// Everything one run measured.
 #[derive(Debug, Serialize)]
@@ -27,6 +28,7 @@ pub struct Results {
     pub scaling: Vec<Outcome>,
     pub uncontended: Uncontended,
     pub takeover: Vec<Takeover>,
+    pub semaphore: SemaphoreRow,
 }
 
 impl Results {

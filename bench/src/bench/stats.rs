@@ -51,6 +51,10 @@ pub struct Commands {
     pub scripts: u64,
     /// The raw counts, bookkeeping excluded.
     pub by_command: Vec<(String, u64)>,
+    /// Redis CPU time over the window (`INFO cpu`: `used_cpu_sys +
+    /// used_cpu_user`), in µs; the bench's bookkeeping included (a few
+    /// commands per millisecond of the window).
+    pub cpu_us: f64,
 }
 
 impl Commands {
@@ -63,6 +67,7 @@ impl Commands {
             round_trips: 0,
             scripts: 0,
             by_command: Vec::new(),
+            cpu_us: 0.0,
         };
         for (name, calls) in stats {
             let base = name.split('|').next().unwrap_or(name);

@@ -39,6 +39,9 @@ pub struct WorkerArgs {
     /// Use redbell's fair mutex (default: redbell's plain mutex).
     #[arg(long)]
     pub fair: bool,
+    /// Use the rslock crate (default: redbell's plain mutex).
+    #[arg(long, conflicts_with_all = ["fair", "poll"])]
+    pub rslock: bool,
     /// Use redbell's plain mutex through a Redis Cluster client on these
     /// nodes (comma-separated URLs); `--url` then names the primary that
     /// owns the lock's slot, for the counter.
@@ -68,6 +71,9 @@ impl WorkerArgs {
     pub fn strategy(&self) -> Strategy {
         if !self.cluster.is_empty() {
             return Strategy::Cluster;
+        }
+        if self.rslock {
+            return Strategy::Rslock;
         }
         match (self.fair, self.poll) {
             (true, _) => Strategy::Fair,

@@ -22,6 +22,7 @@ impl Windows {
             hold: args.hold,
             serve: args.serve,
             lease: args.lease,
+            open: args.open,
         };
         if args.tasks {
             let tasks = (1..=args.windows)
@@ -51,6 +52,11 @@ impl Windows {
                 .args(["--poll-interval", &dur(args.poll_interval)])
                 .args(["--hold", &dur(args.hold), "--serve", &dur(args.serve)])
                 .args(["--lease", &dur(args.lease)])
+                .args(
+                    args.open
+                        .iter()
+                        .flat_map(|k| ["--open".to_owned(), k.to_string()]),
+                )
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .kill_on_drop(true)

@@ -37,6 +37,56 @@ pub struct Report {
     /// Of those, script calls (`EVAL`, `EVALSHA`, `FCALL`) per sale: each is
     /// one round trip whose inner commands are counted in `commands_per_sale`.
     pub scripts_per_sale: Option<f64>,
+    /// With `--open K`: the concurrency check of the open windows.
+    pub open: Option<OpenCheck>,
+}
+
+/// How many windows were open at once, against the semaphore's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenCheck {
+    /// K, the semaphore's permits.
+    pub limit: u32,
+    /// The most windows whose open intervals overlapped at any instant.
+    pub max_seen: u32,
+    /// Openings recorded.
+    pub openings: u64,
+}
+
+/// One opening of a window, `window:opened:closed` (µs on this machine's
+/// clock: opened after the permit was taken, closed before it was given
+/// back, so intervals of permits that did not coexist do not overlap).
+#[derive(Debug, Clone, Copy)]
+pub struct Open {
+    pub opened: u64,
+    pub closed: u64,
+}
+
+pub fn parse_open(s: &str) -> Option<Open> {
+    let f: Vec<u64> = s
+        .split(':')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    match f[..] {
+        [_, opened, closed] if opened <= closed => Some(Open { opened, closed }),
+        _ => None,
+    }
+}
+
+/// The most intervals open at one instant (a sweep over the start and end
+/// points; an end at the same instant as a start counts first).
+pub fn max_open(opens: &[Open]) -> u32 {
+    let mut points: Vec<(u64, i32)> = opens
+        .iter()
+        .flat_map(|o| [(o.opened, 1), (o.closed, -1)])
+        .collect();
+    points.sort_unstable();
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, step) in points {
+        now += step;
+        max = max.max(now);
+    }
+    u32::try_from(max).unwrap_or(0)
 }
 
 /// Commands counted over a run (see [`Report::commands_per_sale`]).
@@ -55,6 +105,7 @@ impl Report {
             && self.oversold == 0
             && self.fences_increasing
             && self.sold == self.tickets
+            && self.open.is_none_or(|o| o.max_seen <= o.limit)
     }
 }
 
@@ -162,6 +213,7 @@ pub fn analyse(
         waits,
         commands_per_sale: commands.map(|c| c.total as f64 / sold.max(1) as f64),
         scripts_per_sale: commands.map(|c| c.scripts as f64 / sold.max(1) as f64),
+        open: None,
     }
 }
 
@@ -278,6 +330,19 @@ fn rows(r: &Report) -> Vec<(String, Cell, Ratio)> {
         }),
         Ratio::None,
     ));
+    if let Some(o) = r.open {
+        rows.push((
+            "most windows open at once".into(),
+            cell(format!(
+                "{} (limit {}){}",
+                o.max_seen,
+                o.limit,
+                mark(o.max_seen > o.limit)
+            )),
+            Ratio::None,
+        ));
+        rows.push(("openings".into(), cell(o.openings.to_string()), Ratio::None));
+    }
     rows.push((
         "wall time".into(),
         num(secs(r.wall), r.wall.as_secs_f64()),
@@ -485,6 +550,16 @@ mod tests {
         assert_eq!(h.min(), 100);
         assert_eq!(r.wall, Duration::from_micros(1500));
         assert_eq!(r.waits.unwrap().max(), 350);
+    }
+
+    #[test]
+    fn max_open_sweeps_the_intervals() {
+        let o = |opened, closed| Open { opened, closed };
+        assert_eq!(max_open(&[]), 0);
+        assert_eq!(max_open(&[o(0, 10), o(10, 20), o(20, 30)]), 1);
+        assert_eq!(max_open(&[o(0, 10), o(5, 15), o(6, 7), o(16, 20)]), 3);
+        assert!(parse_open("1:5:4").is_none());
+        assert_eq!(parse_open("1:4:5").map(|o| o.closed), Some(5));
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! broken lock shows up as a duplicate ticket or an oversell. Between two
 //! sales the window serves its next customer outside the lock (`--serve`).
 //!
+//! With `--open K` a window first opens: it takes a permit of the
+//! semaphore `demo-RUN-open` (K permits), and closes (gives it back) after
+//! the sale, recording when it was open (`opens`, µs) for the report's
+//! concurrency check.
+//!
 //! A window stops when it reads `remaining <= 0`, and then uploads the
 //! timestamps of its acquisitions (one `LPUSH`) for the hand-off statistics.
 
@@ -38,6 +43,8 @@ pub struct WindowConfig {
     pub hold: Duration,
     pub serve: Duration,
     pub lease: Duration,
+    /// `--open K`: at most K windows open at once.
+    pub open: Option<u32>,
 }
 
 /// The Redis keys of one demo run. Every key carries the run id as its hash
@@ -61,6 +68,10 @@ pub struct RunKeys {
     /// The redbell lock's name; its keys are `redbell:{NAME}` and
     /// `redbell:{NAME}:fence`.
     pub lock_name: String,
+    /// With `--open`: one record per opening, `window:opened:closed` (µs).
+    pub opens: String,
+    /// With `--open`: the redbell semaphore's name.
+    pub open_name: String,
 }
 
 impl RunKeys {
@@ -75,7 +86,9 @@ impl RunKeys {
             go: format!("{base}:go"),
             poll_lock: format!("{base}:lock"),
             poll_fence: format!("{base}:fence"),
+            opens: format!("{base}:opens"),
             lock_name,
+            open_name: format!("demo-{run}-open"),
         }
     }
 
@@ -91,6 +104,12 @@ impl RunKeys {
             self.poll_fence.clone(),
             format!("redbell:{{{}}}", self.lock_name),
             format!("redbell:{{{}}}:fence", self.lock_name),
+            self.opens.clone(),
+            format!("redbell:{{{}}}:holders", self.open_name),
+            format!("redbell:{{{}}}:permits", self.open_name),
+            format!("redbell:{{{}}}:queue", self.open_name),
+            format!("redbell:{{{}}}:queue:expiry", self.open_name),
+            format!("redbell:{{{}}}:fence", self.open_name),
         ]
     }
 }
@@ -141,17 +160,26 @@ enum Lock {
 pub async fn sell(url: &str, cfg: &WindowConfig) -> Result<(), Failure> {
     let keys = RunKeys::new(&cfg.run);
     let mut conn = connect(url).await?;
-    let lock = match cfg.mode {
+    let (lock, gate) = match cfg.mode {
         Mode::Pubsub => {
             let client = redbell::Client::connect(url)
                 .await
                 .map_err(|e| Failure::lock(url, "cannot connect to Redis", &e))?;
-            Lock::Redbell(client.mutex(&keys.lock_name).with_lease(cfg.lease))
+            let gate = cfg
+                .open
+                .map(|k| client.semaphore(&keys.open_name, k).with_lease(cfg.lease));
+            (
+                Lock::Redbell(client.mutex(&keys.lock_name).with_lease(cfg.lease)),
+                gate,
+            )
         }
-        Mode::Poll => Lock::Poll {
-            release: redis::Script::new(POLL_RELEASE),
-        },
-        Mode::Unlocked => Lock::Unlocked,
+        Mode::Poll => (
+            Lock::Poll {
+                release: redis::Script::new(POLL_RELEASE),
+            },
+            None,
+        ),
+        Mode::Unlocked => (Lock::Unlocked, None),
     };
     let r = |e: redis::RedisError| Failure::redis(url, &format!("window {}", cfg.window), &e);
 
@@ -159,7 +187,16 @@ pub async fn sell(url: &str, cfg: &WindowConfig) -> Result<(), Failure> {
     wait_for_go(&mut conn, &keys, cfg.window).await.map_err(r)?;
 
     let mut timings = Vec::new();
+    let mut opens = Vec::new();
     loop {
+        let permit =
+            match &gate {
+                Some(gate) => Some(gate.acquire().await.map_err(|e| {
+                    Failure::lock(url, &format!("window {}: open", cfg.window), &e)
+                })?),
+                None => None,
+            };
+        let opened = now_us();
         let request = now_us();
         let (held, fence) = acquire(&lock, &mut conn, &keys, cfg, url).await?;
         let acquired = now_us();
@@ -173,6 +210,10 @@ pub async fn sell(url: &str, cfg: &WindowConfig) -> Result<(), Failure> {
         }
         let unlock = now_us();
         release(held, &lock, &mut conn, &keys, cfg, url).await?;
+        if let Some(permit) = permit {
+            opens.push(format!("{}:{opened}:{}", cfg.window, now_us()));
+            close(permit, cfg, url).await?;
+        }
         timings.push(format!(
             "{}:{fence}:{request}:{acquired}:{unlock}:{}",
             cfg.window,
@@ -184,7 +225,27 @@ pub async fn sell(url: &str, cfg: &WindowConfig) -> Result<(), Failure> {
         tokio::time::sleep(cfg.serve).await; // serving the next customer
     }
     let _: () = conn.lpush(&keys.timings, timings).await.map_err(r)?;
+    if !opens.is_empty() {
+        let _: () = conn.lpush(&keys.opens, opens).await.map_err(r)?;
+    }
     Ok(())
+}
+
+/// Closes the window: gives its permit back. A permit lost before that
+/// (its lease ran out) is an error: more than K windows may have been open.
+async fn close(permit: redbell::Permit, cfg: &WindowConfig, url: &str) -> Result<(), Failure> {
+    let what = format!("window {}: close", cfg.window);
+    match permit.release().await {
+        Ok(()) => Ok(()),
+        Err(redbell::Error::NotHeld) => Err(Failure::new(
+            EX_FAILURE,
+            format!(
+                "{what}: the permit's lease ({}) ran out while open; raise --lease",
+                humantime::format_duration(cfg.lease)
+            ),
+        )),
+        Err(e) => Err(Failure::lock(url, &what, &e)),
+    }
 }
 
 /// Blocks until the parent pushes the start token (at most 60 s).

@@ -72,20 +72,64 @@ pub enum Event {
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     Sigkill,
+    SigkillRun,
     Sigstop,
+    SigstopWaiter,
     ClientKillNormal,
     ClientKillPubsub,
     ClientPause,
+    Partition,
+    HalfOpen,
+    Restart,
+    Failover,
+    KillPrimary,
+    ClusterFailover,
+    Migrate,
 }
 
 impl FaultKind {
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Sigkill => "SIGKILL worker",
+            FaultKind::SigkillRun => "SIGKILL redbell run worker",
             FaultKind::Sigstop => "SIGSTOP worker past its lease",
+            FaultKind::SigstopWaiter => "SIGSTOP woken waiter past its lease",
             FaultKind::ClientKillNormal => "CLIENT KILL TYPE normal",
             FaultKind::ClientKillPubsub => "CLIENT KILL TYPE pubsub",
             FaultKind::ClientPause => "CLIENT PAUSE 300 ALL",
+            FaultKind::Partition => "partition a worker past its lease (proxy)",
+            FaultKind::HalfOpen => "half-open a worker's connections (proxy)",
+            FaultKind::Restart => "Redis SIGKILL + restart (AOF everysec)",
+            FaultKind::Failover => "SENTINEL FAILOVER",
+            FaultKind::KillPrimary => "SIGKILL the primary (Sentinel fails over)",
+            FaultKind::ClusterFailover => "CLUSTER FAILOVER of a lock's shard",
+            FaultKind::Migrate => "slot migration of a lock's slot",
+        }
+    }
+
+    /// A fault of the servers rather than of one worker.
+    pub fn is_server(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Restart
+                | FaultKind::Failover
+                | FaultKind::KillPrimary
+                | FaultKind::ClusterFailover
+                | FaultKind::Migrate
+        )
+    }
+
+    /// Why two holds may overlap after this fault (`None`: they may not).
+    fn cause(self) -> Option<&'static str> {
+        match self {
+            FaultKind::Sigstop | FaultKind::SigstopWaiter => Some("SIGSTOP past the lease"),
+            FaultKind::Partition => Some("partition past the lease"),
+            FaultKind::HalfOpen => Some("half-open connection"),
+            FaultKind::Restart => Some("restart (writes lost with the AOF's last second)"),
+            FaultKind::Failover | FaultKind::KillPrimary | FaultKind::ClusterFailover => {
+                Some("unreplicated write lost in failover")
+            }
+            _ => None,
         }
     }
 }
@@ -100,6 +144,39 @@ pub struct Fault {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_us: Option<u64>,
 }
+
+/// The kind of the workers that hold a lock shared (`RwLock` readers).
+pub const READER: &str = "rw-read";
+
+/// The kind of the `redbell run` workers.
+pub const RUN: &str = "run";
+
+/// How long after its command's last record `redbell run` may still be
+/// releasing, and how long before the hold a killed connection may still
+/// be the one its release meets.
+const RUN_RELEASE_US: u64 = 500_000;
+
+/// How long after a Sentinel failover the old primary may still take
+/// writes: the sentinels turn it into a replica only once they see it
+/// still claims the master role (their INFO every 10 s), and clients that
+/// met no error keep using it meanwhile.
+const SENTINEL_SPLIT_US: u64 = 12_000_000;
+
+fn split_us(kind: FaultKind) -> u64 {
+    if kind == FaultKind::Failover {
+        SENTINEL_SPLIT_US
+    } else {
+        0
+    }
+}
+
+/// How far apart a restart and the store write it lost may be (the AOF
+/// is fsynced every second).
+const AOF_SLACK_US: u64 = 2_000_000;
+
+/// How far back before a gap the holds that may have ended into it are
+/// looked for.
+const LOOK_BACK_US: u64 = 30_000_000;
 
 /// The free-wait bound without a holder fault, and the slack added to the
 /// lease after one.
@@ -124,6 +201,9 @@ pub struct Verdict {
     pub writes_rejected: u64,
     pub stale_writes_accepted: u64,
     pub overlaps_explained: u64,
+    pub overlaps_by_cause: BTreeMap<String, u64>,
+    pub stale_writes_after_restart: u64,
+    pub same_fence_double_grants: u64,
     pub overlaps_unexplained: u64,
     pub late_writes_before_successor: u64,
     pub longest_free_wait_us: u64,
@@ -136,6 +216,12 @@ pub struct Verdict {
 #[derive(Debug, Clone)]
 struct Hold {
     worker: String,
+    /// When its wait began (the grant came after).
+    from: u64,
+    fence: u64,
+    kind: String,
+    /// A reader's hold (readers may overlap each other).
+    shared: bool,
     start: u64,
     end: u64,
     write: Option<(u64, u64, String)>,
@@ -146,6 +232,8 @@ struct Wait {
     worker: String,
     start: u64,
     end: Option<u64>,
+    /// It ended in an error rather than a grant.
+    failed: bool,
 }
 
 /// Checks the records of a run against its faults; `lease_us` is the
@@ -157,26 +245,59 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     }
     let killed: HashMap<&str, u64> = faults
         .iter()
-        .filter(|f| f.kind == FaultKind::Sigkill)
+        .filter(|f| matches!(f.kind, FaultKind::Sigkill | FaultKind::SigkillRun))
         .filter_map(|f| Some((f.worker.as_deref()?, f.at_us)))
         .collect();
-    let stops: Vec<(&str, u64, u64)> = faults
+    // A worker stopped, partitioned or half-open: not live meanwhile.
+    let stops: Vec<(&str, u64, u64, FaultKind)> = faults
         .iter()
-        .filter(|f| f.kind == FaultKind::Sigstop)
+        .filter(|f| !f.kind.is_server() && f.kind.cause().is_some())
         .filter_map(|f| {
             Some((
                 f.worker.as_deref()?,
                 f.at_us,
                 f.until_us.unwrap_or(u64::MAX),
+                f.kind,
             ))
         })
+        .collect();
+    let servers: Vec<(u64, u64, FaultKind)> = faults
+        .iter()
+        .filter(|f| f.kind.is_server())
+        .map(|f| (f.at_us, f.until_us.unwrap_or(f.at_us), f.kind))
+        .collect();
+    let restarts: Vec<u64> = servers
+        .iter()
+        .filter(|s| s.2 == FaultKind::Restart)
+        .map(|s| s.0)
+        .collect();
+    // `redbell run` releases after its command exits, and does not retry a
+    // release that met a killed connection: the lock frees at its lease.
+    let conn_faults: Vec<u64> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::ClientKillNormal)
+        .map(|f| f.at_us)
         .collect();
     let stopped_in = |worker: &str, a: u64, b: u64| -> Vec<(u64, u64)> {
         stops
             .iter()
-            .filter(|(w, s, u)| *w == worker && *s <= b && *u >= a)
-            .map(|&(_, s, u)| (s, u))
+            .filter(|(w, s, u, _)| *w == worker && *s <= b && *u >= a)
+            .map(|&(_, s, u, _)| (s, u))
             .collect()
+    };
+    // The fault that lets hold `x` overlap `other`: its worker stopped past
+    // the lease during it, or during its wait when it holds the lower fence
+    // (granted first, frozen before it could log the grant).
+    let stop_cause = |x: &Hold, other: &Hold| {
+        stops
+            .iter()
+            .find(|(w, s, u, _)| {
+                *w == x.worker
+                    && u.saturating_sub(*s) > lease_us
+                    && *s <= x.end
+                    && (*u >= x.start || (x.fence < other.fence && *u >= x.from))
+            })
+            .and_then(|f| f.3.cause())
     };
 
     // Index the records of each (worker, seq).
@@ -212,7 +333,9 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         if let Some(w) = find(Event::Wait) {
             let lock_err = recs.iter().find(|r| {
                 r.event == Event::Error
-                    && r.outcome.as_deref().is_some_and(|o| o.starts_with("lock:"))
+                    && r.outcome
+                        .as_deref()
+                        .is_some_and(|o| o.starts_with("lock:") || o.starts_with("run:"))
             });
             let end = acquired
                 .and_then(|a| a.end_us)
@@ -222,6 +345,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 worker: worker.to_string(),
                 start: w.start_us,
                 end,
+                failed: acquired.is_none() && lock_err.is_some(),
             });
         }
         // The section's writes; the hold is judged by its last one.
@@ -248,6 +372,10 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 .unwrap_or(start);
             holds.entry(lock.clone()).or_default().push(Hold {
                 worker: worker.to_string(),
+                from: a.start_us,
+                fence: a.fence.unwrap_or(0),
+                kind: recs[0].kind.clone(),
+                shared: recs[0].kind == READER,
                 start,
                 end,
                 write,
@@ -270,6 +398,15 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 j += 1;
             }
             if let Some(m) = max.filter(|m| m.2 > fence) {
+                // The store lives on the restarted server: a maximum
+                // written within the AOF's lost second may be gone.
+                if restarts
+                    .iter()
+                    .any(|&r| m.1 <= r + AOF_SLACK_US && m.1 + AOF_SLACK_US >= r && r <= start)
+                {
+                    v.stale_writes_after_restart += 1;
+                    continue;
+                }
                 v.stale_writes_accepted += 1;
                 v.violations.push(Violation {
                     bound: "stale writes accepted = 0".into(),
@@ -288,16 +425,19 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         let mut active: Vec<&Hold> = Vec::new();
         for h in hs.iter() {
             active.retain(|a| a.end > h.start);
-            for a in &active {
-                let stopped = |x: &Hold| {
-                    stopped_in(&x.worker, x.start, x.end)
-                        .into_iter()
-                        .any(|(s, u)| u.saturating_sub(s) > lease_us)
-                };
-                let (paused, other) = if stopped(a) {
-                    (*a, h)
-                } else if stopped(h) {
-                    (h, *a)
+            for a in active.iter().filter(|a| !(a.shared && h.shared)) {
+                // `a` started first; a server fault between the two grants
+                // may have lost `a`'s.
+                let lost = servers
+                    .iter()
+                    .find(|s| a.start <= s.1 + split_us(s.2) && s.0 <= h.start)
+                    .and_then(|s| s.2.cause());
+                let (paused, other, cause) = if let Some(c) = stop_cause(a, h) {
+                    (*a, h, c)
+                } else if let Some(c) = stop_cause(h, a) {
+                    (h, *a, c)
+                } else if let Some(c) = lost {
+                    (*a, h, c)
                 } else {
                     v.overlaps_unexplained += 1;
                     v.violations.push(Violation {
@@ -310,6 +450,22 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     continue;
                 };
                 v.overlaps_explained += 1;
+                *v.overlaps_by_cause.entry(cause.to_owned()).or_default() += 1;
+                let accepted = |x: &Hold| x.write.as_ref().is_some_and(|w| w.2 == "accepted");
+                if !a.shared && !h.shared && a.fence == h.fence && accepted(a) && accepted(h) {
+                    // Fencing cannot tell these two apart.
+                    v.same_fence_double_grants += 1;
+                    v.violations.push(Violation {
+                        bound: "double grants with one fence, both written = 0".into(),
+                        lock: lock.clone(),
+                        start_us: h.start,
+                        end_us: a.end.min(h.end),
+                        detail: format!(
+                            "{} and {} both wrote fence {} ({cause})",
+                            a.worker, h.worker, h.fence
+                        ),
+                    });
+                }
                 if let Some((ws, _, o)) = &paused.write
                     && o == "accepted"
                     && *ws > other.start
@@ -328,8 +484,29 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         for list in by_worker.values_mut() {
             list.sort_by_key(|w| w.start);
         }
+        // Whether a fault hit a holder whose lock may have sat taken in
+        // Redis (up to its lease) into the gap before `gap_end`.
+        let hit = |x: &Hold, gap_end: u64| {
+            killed
+                .get(x.worker.as_str())
+                .is_some_and(|&k| k >= x.start && k <= gap_end)
+                // (A woken waiter stopped had let go of its last hold: not
+                // a holder fault; if it was granted the lock just before,
+                // `frozen_grant` below tells, but for a reader, whose grant
+                // may be shared and need not show in the fences.)
+                || stops.iter().any(|(w, s, u, k)| {
+                    *w == x.worker
+                        && *s <= gap_end
+                        && *u >= x.start
+                        && (*k != FaultKind::SigstopWaiter || x.shared)
+                })
+                || (x.kind == RUN
+                    && conn_faults
+                        .iter()
+                        .any(|&t| t + RUN_RELEASE_US >= x.start && t <= x.end + RUN_RELEASE_US))
+        };
         let mut last: Option<&Hold> = None;
-        for h in hs.iter() {
+        for (i, h) in hs.iter().enumerate() {
             let Some(prev) = last else {
                 last = Some(h);
                 continue;
@@ -351,14 +528,50 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     }
                     free = free.max(gap_end.saturating_sub(from));
                 }
-                let holder_fault = killed
-                    .get(prev.worker.as_str())
-                    .is_some_and(|&k| k >= prev.start && k <= gap_end)
-                    || !stopped_in(&prev.worker, prev.start, gap_end).is_empty();
-                let bound = if holder_fault {
+                // Any hold that ended within a lease of the gap counts
+                // (readers share the lock: the last to let go may not be
+                // the one hit).
+                let holder_fault = hs[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|x| x.start + LOOK_BACK_US >= gap_start)
+                    .any(|x| x.end + lease_us >= gap_start && hit(x, gap_end));
+                // A stopped worker granted the lock in the gap logs its hold
+                // only once continued: later, with a lower fence.
+                let frozen_grant = !h.shared
+                    && hs[i..]
+                        .iter()
+                        .take_while(|x| x.start <= gap_end + LOOK_BACK_US)
+                        .any(|x| {
+                            !x.shared
+                                && x.fence < h.fence
+                                && !stopped_in(
+                                    &x.worker,
+                                    gap_start.saturating_sub(lease_us),
+                                    gap_end,
+                                )
+                                .is_empty()
+                        })
+                    // Or its call met the stop with the grant's reply still
+                    // unread, and failed once continued: the grant stands
+                    // until its lease runs out.
+                    || by_worker.values().flatten().any(|w| {
+                        w.failed
+                            && w.start <= gap_end
+                            && w.end.is_some_and(|e| e >= gap_end)
+                            && !stopped_in(&w.worker, w.start.max(gap_start.saturating_sub(lease_us)), gap_end)
+                                .is_empty()
+                    });
+                // The servers' faults: their downtime on top.
+                let down = servers
+                    .iter()
+                    .filter(|s| s.0 <= gap_end && s.1 + lease_us + FREE_WAIT_BOUND_US >= gap_start)
+                    .map(|s| s.1 - s.0)
+                    .max();
+                let bound = if holder_fault || frozen_grant || down.is_some() {
                     v.longest_free_wait_after_fault_us =
                         v.longest_free_wait_after_fault_us.max(free);
-                    lease_us + FREE_WAIT_BOUND_US
+                    lease_us + FREE_WAIT_BOUND_US + down.unwrap_or(0)
                 } else {
                     v.longest_free_wait_us = v.longest_free_wait_us.max(free);
                     FREE_WAIT_BOUND_US
@@ -404,148 +617,4 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(
-        worker: &str,
-        event: Event,
-        seq: u64,
-        fence: Option<u64>,
-        start: u64,
-        end: Option<u64>,
-        outcome: Option<&str>,
-    ) -> Record {
-        Record {
-            worker: worker.into(),
-            kind: "mutex".into(),
-            lock: "L".into(),
-            event,
-            seq,
-            fence,
-            start_us: start,
-            end_us: end,
-            outcome: outcome.map(str::to_owned),
-        }
-    }
-
-    /// A full critical section: wait from `w`, hold [a, b], write in it.
-    fn section(
-        worker: &str,
-        seq: u64,
-        fence: u64,
-        w: u64,
-        a: u64,
-        b: u64,
-        outcome: &str,
-    ) -> Vec<Record> {
-        vec![
-            rec(worker, Event::Wait, seq, None, w, None, None),
-            rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
-            rec(
-                worker,
-                Event::Write,
-                seq,
-                Some(fence),
-                a + 1,
-                Some(a + 2),
-                Some(outcome),
-            ),
-            rec(worker, Event::Hold, seq, Some(fence), a, Some(b), None),
-        ]
-    }
-
-    const LEASE: u64 = 1_500_000;
-
-    #[test]
-    fn a_clean_run_passes() {
-        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
-        r.extend(section("b", 1, 11, 5, 1_100, 2_000, "accepted"));
-        let v = check(&r, &[], LEASE);
-        assert!(v.violations.is_empty(), "{:?}", v.violations);
-        assert_eq!(v.acquisitions["mutex"], 2);
-        assert_eq!(v.longest_free_wait_us, 100);
-    }
-
-    #[test]
-    fn reports_a_double_grant() {
-        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
-        r.extend(section("b", 1, 11, 5, 500, 2_000, "accepted"));
-        let v = check(&r, &[], LEASE);
-        assert_eq!(v.overlaps_unexplained, 1);
-        assert_eq!(v.violations[0].bound, "unexplained overlapping holds = 0");
-        assert_eq!(
-            (v.violations[0].start_us, v.violations[0].end_us),
-            (500, 1_000)
-        );
-    }
-
-    #[test]
-    fn an_overlap_of_a_stopped_holder_is_explained() {
-        let mut r = section("a", 1, 10, 0, 10, 3_000_000, "rejected");
-        r.extend(section("b", 1, 11, 5, 2_000_000, 2_100_000, "accepted"));
-        let stop = Fault {
-            at_us: 20,
-            kind: FaultKind::Sigstop,
-            worker: Some("a".into()),
-            until_us: Some(2_900_000),
-        };
-        let v = check(&r, &[stop], LEASE);
-        assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (1, 0));
-        assert!(v.violations.is_empty(), "{:?}", v.violations);
-    }
-
-    #[test]
-    fn reports_a_stale_accepted_write() {
-        let mut r = section("a", 1, 20, 0, 10, 1_000, "accepted");
-        r.extend(section("b", 1, 11, 5, 1_100, 2_000, "accepted"));
-        let v = check(&r, &[], LEASE);
-        assert_eq!(v.stale_writes_accepted, 1);
-        assert!(
-            v.violations
-                .iter()
-                .any(|x| x.bound == "stale writes accepted = 0" && x.end_us == 1_102)
-        );
-    }
-
-    #[test]
-    fn reports_a_stranded_waiter_and_a_long_free_wait() {
-        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
-        r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
-        r.push(rec("c", Event::Wait, 1, None, 2_500_000, None, None));
-        let v = check(&r, &[], LEASE);
-        assert_eq!(v.stranded_waiters, 1);
-        assert!(
-            v.violations
-                .iter()
-                .any(|x| x.bound == "stranded waiters = 0" && x.start_us == 2_500_000)
-        );
-        assert!(
-            v.violations
-                .iter()
-                .any(|x| x.bound.starts_with("lock free") && x.start_us == 1_000)
-        );
-        assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
-    }
-
-    #[test]
-    fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
-        let mut r = vec![
-            rec("a", Event::Wait, 1, None, 0, None, None),
-            rec("a", Event::Acquired, 1, Some(10), 0, Some(10), None),
-            rec("a", Event::Wait, 2, None, 100, None, None),
-        ];
-        r.truncate(2);
-        r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
-        let kill = Fault {
-            at_us: 20,
-            kind: FaultKind::Sigkill,
-            worker: Some("a".into()),
-            until_us: None,
-        };
-        let v = check(&r, &[kill], LEASE);
-        assert!(v.violations.is_empty(), "{:?}", v.violations);
-        assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 20);
-        assert_eq!(v.faults["SIGKILL worker"], 1);
-    }
-}
+mod tests;

@@ -45,22 +45,48 @@ pub enum WorkerKind {
     Fair,
     /// `RwLock` writers.
     RwWrite,
+    /// `RwLock` readers (on the writers' lock; they do not write).
+    RwRead,
+    /// `redbell run` (a plain `Mutex` in the CLI), on a lock of its own.
+    Run,
 }
 
 impl WorkerKind {
-    pub const ALL: [WorkerKind; 3] = [WorkerKind::Mutex, WorkerKind::Fair, WorkerKind::RwWrite];
+    pub const ALL: [WorkerKind; 5] = [
+        WorkerKind::Mutex,
+        WorkerKind::Fair,
+        WorkerKind::RwWrite,
+        WorkerKind::RwRead,
+        WorkerKind::Run,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             WorkerKind::Mutex => "mutex",
             WorkerKind::Fair => "fair",
             WorkerKind::RwWrite => "rw-write",
+            WorkerKind::RwRead => "rw-read",
+            WorkerKind::Run => "run",
+        }
+    }
+
+    /// The lock's part of the lock name (readers share the writers' lock).
+    pub fn lock_part(self) -> &'static str {
+        match self {
+            WorkerKind::RwWrite | WorkerKind::RwRead => "rw",
+            k => k.name(),
+        }
+    }
+
+    /// How many workers of this kind run at once (`redbell run` workers
+    /// start two processes a section: fewer of them).
+    pub fn workers(self) -> usize {
+        match self {
+            WorkerKind::Run => 2,
+            _ => 3,
         }
     }
 }
-
-/// How many workers of each kind run at once.
-pub const WORKERS_PER_KIND: usize = 3;
 
 /// The workers' lease (renewed by the library every third of it).
 pub const LEASE: Duration = Duration::from_millis(1500);
@@ -78,23 +104,70 @@ pub struct Planned {
     pub slot: usize,
 }
 
-/// The fault schedule of a run of `secs` seconds: one fault every 1–2 s,
-/// none in the first second and the last two (so the end of the run is
-/// calm enough to judge stranded waiters).
-pub fn schedule(seed: u64, secs: u64) -> Vec<Planned> {
+/// The faults that hit each topology's workers.
+fn worker_faults(topology: &str) -> &'static [FaultKind] {
+    match topology {
+        "single" => &[
+            FaultKind::Sigkill,
+            FaultKind::SigkillRun,
+            FaultKind::Sigstop,
+            FaultKind::SigstopWaiter,
+            FaultKind::SigstopWaiter,
+            FaultKind::ClientKillNormal,
+            FaultKind::ClientKillPubsub,
+            FaultKind::ClientPause,
+            FaultKind::Partition,
+            FaultKind::HalfOpen,
+        ],
+        _ => &[
+            FaultKind::Sigkill,
+            FaultKind::Sigstop,
+            FaultKind::SigstopWaiter,
+        ],
+    }
+}
+
+/// The faults of each topology's servers, and how far apart they are.
+fn server_faults(topology: &str) -> (&'static [FaultKind], u64) {
+    match topology {
+        "single" => (&[FaultKind::Restart], 8_000),
+        "sentinel" => (&[FaultKind::Failover, FaultKind::KillPrimary], 12_000),
+        "cluster" => (&[FaultKind::ClusterFailover, FaultKind::Migrate], 10_000),
+        _ => (&[], 0),
+    }
+}
+
+/// The fault schedule of a run of `secs` seconds on `topology`: one fault
+/// every 1–2 s, none in the first second and the last two (so the end of
+/// the run is calm enough to judge stranded waiters); a server fault
+/// instead of a worker's once its spacing has passed since the last one
+/// (from the fifth second on).
+pub fn schedule(seed: u64, secs: u64, topology: &str, only: &[FaultKind]) -> Vec<Planned> {
     let mut rng = Rng::new(seed);
-    let kinds = [
-        FaultKind::Sigkill,
-        FaultKind::Sigstop,
-        FaultKind::ClientKillNormal,
-        FaultKind::ClientKillPubsub,
-        FaultKind::ClientPause,
-    ];
+    let keep = |k: &&FaultKind| only.is_empty() || only.contains(k);
+    let kinds: Vec<FaultKind> = worker_faults(topology)
+        .iter()
+        .filter(keep)
+        .copied()
+        .collect();
+    let (server, spacing) = server_faults(topology);
+    let server: Vec<FaultKind> = server.iter().filter(keep).copied().collect();
+    let kinds = if kinds.is_empty() {
+        server.clone()
+    } else {
+        kinds
+    };
     let end_ms = secs.saturating_mul(1000).saturating_sub(2000);
     let mut at_ms = 1000 + rng.range(0, 1000);
+    let mut last_server = 0;
     let mut out = Vec::new();
     while at_ms < end_ms {
-        let kind = kinds[rng.range(0, kinds.len() as u64) as usize];
+        let mut kind = kinds[rng.range(0, kinds.len() as u64) as usize];
+        let pick = rng.range(0, server.len().max(1) as u64) as usize;
+        if !server.is_empty() && at_ms >= 5_000 && at_ms >= last_server + spacing {
+            kind = server[pick];
+            last_server = at_ms;
+        }
         let slot = rng.range(0, 1 << 16) as usize;
         out.push(Planned {
             at: Duration::from_millis(at_ms),
@@ -112,14 +185,29 @@ mod tests {
 
     #[test]
     fn the_schedule_is_replayed_by_its_seed() {
-        assert_eq!(schedule(42, 60), schedule(42, 60));
-        assert_ne!(schedule(42, 60), schedule(43, 60));
-        let s = schedule(7, 60);
+        assert_eq!(
+            schedule(42, 60, "single", &[]),
+            schedule(42, 60, "single", &[])
+        );
+        assert_ne!(
+            schedule(42, 60, "single", &[]),
+            schedule(43, 60, "single", &[])
+        );
+        let only = schedule(42, 60, "single", &[FaultKind::SigstopWaiter]);
+        assert!(only.iter().all(|p| p.kind == FaultKind::SigstopWaiter));
+        let s = schedule(7, 60, "cluster", &[]);
         assert!(s.len() >= 25 && s.len() <= 58, "{}", s.len());
         assert!(s.windows(2).all(|w| {
             let gap = w[1].at - w[0].at;
             gap >= Duration::from_secs(1) && gap <= Duration::from_secs(2)
         }));
         assert!(s.last().unwrap().at <= Duration::from_secs(58));
+        let server: Vec<_> = s.iter().filter(|p| p.kind.is_server()).collect();
+        assert!(server.len() >= 4, "{}", server.len());
+        assert!(
+            server
+                .windows(2)
+                .all(|w| w[1].at - w[0].at >= Duration::from_secs(10))
+        );
     }
 }

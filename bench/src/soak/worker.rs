@@ -1,7 +1,9 @@
 //! One soak worker process (the hidden `soak-worker` subcommand): takes its
 //! lock over and over until told to stop, writes the guard's fence to the
-//! fence-checked store on entering and on leaving each critical section, and logs every wait,
-//! acquisition, write and hold as a JSON line (see `checker.rs`).
+//! fence-checked store on entering and on leaving each critical section
+//! (readers do not write), and logs every wait, acquisition, write and hold
+//! as a JSON line (see `checker.rs`). `redbell run` workers are in
+//! `runner.rs`.
 
 use std::fs::File;
 use std::io::Write;
@@ -32,6 +34,50 @@ pub fn store_key(lock: &str) -> String {
     format!("soak:{{{lock}}}:store")
 }
 
+/// How a worker reaches Redis: the library's client and the store.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Target {
+    /// Connect the library through these sentinels (comma-separated URLs,
+    /// master `mymaster`) instead of the global --url.
+    #[arg(long)]
+    pub sentinels: Option<String>,
+    /// Connect the library to this Redis Cluster (comma-separated node
+    /// URLs) instead of the global --url.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// The server of the fence-checked store (default: the global --url).
+    #[arg(long)]
+    pub store_url: Option<String>,
+}
+
+impl Target {
+    /// The library's client, with the soak's lease.
+    pub async fn client(&self, url: &str) -> Result<redbell::Client, Failure> {
+        let split = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
+        let builder = if let Some(s) = &self.sentinels {
+            let urls = split(s);
+            let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+            redbell::Client::sentinel_builder(&refs, "mymaster")
+        } else if let Some(c) = &self.cluster {
+            let urls = split(c);
+            let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+            redbell::Client::cluster_builder(&refs)
+        } else {
+            redbell::Client::builder(url)
+        };
+        builder
+            .default_lease(LEASE)
+            .renew_every(LEASE / 3)
+            .connect()
+            .await
+            .map_err(|e| Failure::lock(url, "soak worker cannot connect", &e))
+    }
+
+    pub fn store_url<'a>(&'a self, url: &'a str) -> &'a str {
+        self.store_url.as_deref().unwrap_or(url)
+    }
+}
+
 /// Options of the hidden `soak-worker` subcommand.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
@@ -53,6 +99,8 @@ pub struct WorkerArgs {
     /// How long each critical section holds the lock, in ms.
     #[arg(long, default_value_t = 5)]
     pub hold_ms: u64,
+    #[command(flatten)]
+    pub target: Target,
 }
 
 /// Wall clock µs (one clock: every process is on this machine).
@@ -81,6 +129,7 @@ enum Handle {
 enum Guard {
     Mutex(redbell::MutexGuard),
     Write(redbell::WriteGuard),
+    Read(redbell::ReadGuard),
 }
 
 impl Guard {
@@ -88,6 +137,7 @@ impl Guard {
         match self {
             Guard::Mutex(g) => g.fence(),
             Guard::Write(g) => g.fence(),
+            Guard::Read(g) => g.fence(),
         }
     }
 
@@ -95,29 +145,50 @@ impl Guard {
         match self {
             Guard::Mutex(g) => g.unlock().await,
             Guard::Write(g) => g.unlock().await,
+            Guard::Read(g) => g.unlock().await,
         }
     }
 }
 
 impl Handle {
-    async fn lock(&self) -> Result<Guard, redbell::Error> {
+    async fn lock(&self, kind: WorkerKind) -> Result<Guard, redbell::Error> {
         Ok(match self {
             Handle::Mutex(m) => Guard::Mutex(m.lock().await?),
             Handle::Fair(m) => Guard::Mutex(m.lock().await?),
+            Handle::Rw(l) if kind == WorkerKind::RwRead => Guard::Read(l.read().await?),
             Handle::Rw(l) => Guard::Write(l.write().await?),
         })
     }
 }
 
-struct Log {
+/// A worker's JSON-lines log.
+pub struct Log {
     file: File,
-    args: WorkerArgs,
+    worker: String,
+    kind: WorkerKind,
+    lock: String,
 }
 
 impl Log {
+    pub fn open(path: &Path, worker: &str, kind: WorkerKind, lock: &str) -> Result<Log, Failure> {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                Failure::new(EX_FAILURE, format!("cannot open {}: {e}", path.display()))
+            })?;
+        Ok(Log {
+            file,
+            worker: worker.to_owned(),
+            kind,
+            lock: lock.to_owned(),
+        })
+    }
+
     /// Appends one record in a single write, so a SIGKILL never leaves half
     /// a line.
-    fn put(
+    pub fn put(
         &mut self,
         event: Event,
         seq: u64,
@@ -126,9 +197,9 @@ impl Log {
         outcome: Option<String>,
     ) {
         let rec = Record {
-            worker: self.args.id.clone(),
-            kind: self.args.kind.name().to_owned(),
-            lock: self.args.lock.clone(),
+            worker: self.worker.clone(),
+            kind: self.kind.name().to_owned(),
+            lock: self.lock.clone(),
             event,
             seq,
             fence,
@@ -139,50 +210,114 @@ impl Log {
         let mut line = serde_json::to_string(&rec).unwrap_or_default();
         line.push('\n');
         if let Err(e) = self.file.write_all(line.as_bytes()) {
-            eprintln!("soak worker {}: cannot log: {e}", self.args.id);
+            eprintln!("soak worker {}: cannot log: {e}", self.worker);
         }
+    }
+}
+
+/// The fence-checked store of one lock.
+pub struct Store {
+    script: redis::Script,
+    key: String,
+    conn: ConnectionManager,
+}
+
+impl Store {
+    pub async fn open(url: &str, lock: &str) -> Result<Store, Failure> {
+        let client = redis::Client::open(url).map_err(|e| Failure::redis(url, "soak store", &e))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_connection_timeout(Some(Duration::from_secs(2)));
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| Failure::redis(url, "soak store", &e))?;
+        Ok(Store {
+            script: redis::Script::new(STORE_WRITE),
+            key: store_key(lock),
+            conn,
+        })
+    }
+
+    /// One fence-checked write, logged; returns its outcome.
+    async fn write(&mut self, fence: u64, log: &mut Log, seq: u64) -> String {
+        let start = now_us();
+        let res: Result<i64, _> = self
+            .script
+            .key(&self.key)
+            .arg(fence)
+            .invoke_async(&mut self.conn)
+            .await;
+        let outcome = match res {
+            Ok(1) => "accepted".to_owned(),
+            Ok(_) => "rejected".to_owned(),
+            Err(e) => format!("error:{:?}", e.kind()),
+        };
+        log.put(
+            Event::Write,
+            seq,
+            Some(fence),
+            (start, Some(now_us())),
+            Some(outcome.clone()),
+        );
+        outcome
+    }
+
+    /// A critical section that began waiting at `wait` and got `fence` at
+    /// `got`: logs the acquisition, writes on entry and on the way out (a
+    /// holder paused in between comes back with a stale fence, which the
+    /// store must reject) unless it is a reader, and logs the hold.
+    pub async fn section(
+        store: Option<&mut Store>,
+        log: &mut Log,
+        seq: u64,
+        (wait, got, fence): (u64, u64, u64),
+        hold: Duration,
+    ) {
+        log.put(Event::Acquired, seq, Some(fence), (wait, Some(got)), None);
+        let outcome = match store {
+            Some(store) => {
+                let first = store.write(fence, log, seq).await;
+                tokio::time::sleep(hold).await;
+                let last = store.write(fence, log, seq).await;
+                Some(if first == "accepted" { last } else { first })
+            }
+            None => {
+                tokio::time::sleep(hold).await;
+                None
+            }
+        };
+        log.put(
+            Event::Hold,
+            seq,
+            Some(fence),
+            (got, Some(now_us())),
+            outcome,
+        );
     }
 }
 
 /// Runs one worker until the stop file appears.
 pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
-    let client = redbell::Client::builder(url)
-        .default_lease(LEASE)
-        .renew_every(LEASE / 3)
-        .connect()
-        .await
-        .map_err(|e| Failure::lock(url, "soak worker cannot connect", &e))?;
-    let store = redis::Client::open(url).map_err(|e| Failure::redis(url, "soak store", &e))?;
-    let mut conn = ConnectionManager::new(store)
-        .await
-        .map_err(|e| Failure::redis(url, "soak store", &e))?;
+    if args.kind == WorkerKind::Run {
+        return super::runner::drive(url, args).await;
+    }
+    let client = args.target.client(url).await?;
+    let mut store = Store::open(args.target.store_url(url), &args.lock).await?;
     let handle = match args.kind {
-        WorkerKind::Mutex => Handle::Mutex(client.mutex(&args.lock)),
+        WorkerKind::Mutex | WorkerKind::Run => Handle::Mutex(client.mutex(&args.lock)),
         WorkerKind::Fair => Handle::Fair(client.fair_mutex(&args.lock)),
-        WorkerKind::RwWrite => Handle::Rw(client.rwlock(&args.lock)),
+        WorkerKind::RwWrite | WorkerKind::RwRead => Handle::Rw(client.rwlock(&args.lock)),
     };
-    let file = File::options()
-        .create(true)
-        .append(true)
-        .open(&args.log)
-        .map_err(|e| {
-            Failure::new(
-                EX_FAILURE,
-                format!("cannot open {}: {e}", args.log.display()),
-            )
-        })?;
-    let script = redis::Script::new(STORE_WRITE);
-    let key = store_key(&args.lock);
+    let mut log = Log::open(&args.log, &args.id, args.kind, &args.lock)?;
     let hold = Duration::from_millis(args.hold_ms);
-    let stop_file = args.stop_file.clone();
-    let mut log = Log { file, args };
+    let reader = args.kind == WorkerKind::RwRead;
 
     let mut seq = 0;
-    while !stopped(&stop_file) {
+    while !stopped(&args.stop_file) {
         seq += 1;
         let wait = now_us();
         log.put(Event::Wait, seq, None, (wait, None), None);
-        let guard = match handle.lock().await {
+        let guard = match handle.lock(args.kind).await {
             Ok(g) => g,
             Err(e) => {
                 log.put(
@@ -196,24 +331,9 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
                 continue;
             }
         };
-        let got = now_us();
         let fence = guard.fence();
-        log.put(Event::Acquired, seq, Some(fence), (wait, Some(got)), None);
-
-        // Write once on entry and once on the way out: a holder paused in
-        // between (past its lease) comes back with a stale fence, which the
-        // store must reject.
-        let first = write(&script, &key, fence, &mut conn, &mut log, seq).await;
-        tokio::time::sleep(hold).await;
-        let last = write(&script, &key, fence, &mut conn, &mut log, seq).await;
-        let outcome = if first == "accepted" { last } else { first };
-        log.put(
-            Event::Hold,
-            seq,
-            Some(fence),
-            (got, Some(now_us())),
-            Some(outcome),
-        );
+        let store = (!reader).then_some(&mut store);
+        Store::section(store, &mut log, seq, (wait, now_us(), fence), hold).await;
         if let Err(e) = guard.unlock().await {
             let t = now_us();
             log.put(
@@ -224,38 +344,18 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
                 Some(format!("unlock:{}", error_kind(&e))),
             );
         }
-        // A short pause between sections so others get a turn.
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        // A short pause between sections so others get a turn (a longer one
+        // for writers, or the writer-preferring RwLock starves its readers).
+        let pause = if args.kind == WorkerKind::RwWrite {
+            30
+        } else {
+            2
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     }
     Ok(())
 }
 
-/// One fence-checked store write, logged; returns its outcome.
-async fn write(
-    script: &redis::Script,
-    key: &str,
-    fence: u64,
-    conn: &mut ConnectionManager,
-    log: &mut Log,
-    seq: u64,
-) -> String {
-    let start = now_us();
-    let res: Result<i64, _> = script.key(key).arg(fence).invoke_async(conn).await;
-    let outcome = match res {
-        Ok(1) => "accepted".to_owned(),
-        Ok(_) => "rejected".to_owned(),
-        Err(e) => format!("error:{:?}", e.kind()),
-    };
-    log.put(
-        Event::Write,
-        seq,
-        Some(fence),
-        (start, Some(now_us())),
-        Some(outcome.clone()),
-    );
-    outcome
-}
-
-fn stopped(stop_file: &Path) -> bool {
+pub fn stopped(stop_file: &Path) -> bool {
     stop_file.exists()
 }

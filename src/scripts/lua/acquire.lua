@@ -1,12 +1,15 @@
--- acquire: take the lock if it is free and advance its fencing counter;
--- otherwise (for a waiting caller) enter or refresh its place in the queue.
--- While a release's hand-off to a woken waiter is pending, the lock counts as
--- held for everyone but that waiter.
+-- acquire: take the lock if it is free (or reserved for this waiter by the
+-- release that woke it) and advance its fencing counter; otherwise (for a
+-- waiting caller) enter or refresh its place in the queue. While a
+-- release's hand-off to a woken waiter is pending, the lock key holds the
+-- reservation "m:<member>" (PX = the reservation), so it counts as held for
+-- everyone but that waiter.
 --
--- KEYS[1]  lock key      P:{N}          string: the owner's token, PX = lease
+-- KEYS[1]  lock key      P:{N}          string: the owner's token (or a
+--                                       reservation), PX = lease
 -- KEYS[2]  fence key     P:{N}:fence    string: integer fencing counter
 -- KEYS[3]  waiter queue  P:{N}:waiters  sorted set: member -> expiry (server ms)
--- KEYS[4]  hand-off      P:{N}:handoff  string: the woken member, short PX
+-- KEYS[4]  readers       P:{N}:readers  an RwLock's read holds (checked only)
 -- ARGV[1]  token         this acquisition's random owner token
 -- ARGV[2]  lease_ms      lease in milliseconds (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key in milliseconds (> 0)
@@ -26,59 +29,112 @@
 --               waiter; pttl = the remaining ms of the holder's lease (-1:
 --               no expiry), or of the hand-off reservation. The member, if
 --               any, is queued with expiry now + (pttl or park_ms) + grace_ms.
+--   error WRONGKIND  the name is in use as a FairMutex or RwLock (the lock
+--                    key holds a token of that kind, or live readers hold
+--                    it); nothing is written
 --   error WRONGTYPE  the lock key exists but is not a string
 --   error WRONGTYPE  the fence key is not a string, or the waiter queue not
 --                    a sorted set (no lock key is left either way)
+--
+-- What each command of the uncontended path buys (5 with this call):
+--   SET NX GET   takes a free lock, or reads the holder, in one command
+--   EXISTS       readers and queue at once: refuses a Mutex beside live
+--                RwLock readers, and skips the queue work when nobody waits
+--   TIME, SET GET  the fence: max(previous + 1, server time in us), written
+--                and the previous value read in one command
 local QUEUE_WRONGTYPE = 'WRONGTYPE waiter queue key holds a value that is not a redbell queue'
+local FENCE_WRONGTYPE = 'WRONGTYPE fence key holds a value that is not a redbell fence'
+local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
 local function queue_error(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
 
-local handoff = redis.call('GET', KEYS[4])
-if (not handoff or handoff == ARGV[4])
-    and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local prev = redis.pcall('GET', KEYS[2])
+local function other_kind(token, mine)
+  -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
+  -- writer), r (RwLock reader). A token of another kind means the name is
+  -- in use as another kind of lock, whose waiters this one would never
+  -- wake (tokens of older clients, plain hex, are not judged).
+  local tag = string.sub(token, 1, 1)
+  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+end
+
+-- Advances the fence and returns it, or nil (and undoes the lock) when the
+-- fence key holds foreign data.
+local function advance_fence()
+  local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.pcall('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3], 'GET')
   if type(prev) == 'table' and prev.err then
     redis.call('DEL', KEYS[1]) -- foreign data under the fence key: undo
-    return redis.error_reply('WRONGTYPE fence key holds a value that is not a redbell fence')
+    return nil
   end
   prev = tonumber(prev) or 0
-  local now = redis.call('TIME')
-  local fence = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
-  if handoff then
-    redis.call('DEL', KEYS[4])
+  if prev >= fence then
+    -- The clock is behind the counter (a step back, or a failover to a
+    -- server whose clock lags): keep counting up instead.
+    fence = prev + 1
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   end
-  if ARGV[4] ~= '' and queue_error(redis.pcall('ZREM', KEYS[3], ARGV[4])) then
-    redis.call('DEL', KEYS[1]) -- foreign data under the queue key: undo
-    return redis.error_reply(QUEUE_WRONGTYPE)
+  return fence
+end
+
+local member = ARGV[4]
+local holder = redis.pcall('SET', KEYS[1], ARGV[1], 'GET', 'NX', 'PX', ARGV[2])
+if type(holder) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
+end
+if not holder then
+  -- The lock was free and is ours now. Readers or queued waiters are rare
+  -- on a free lock: one EXISTS rules both out.
+  if redis.call('EXISTS', KEYS[4], KEYS[3]) > 0 then
+    if redis.call('EXISTS', KEYS[4]) == 1 then
+      local t = redis.call('TIME')
+      if redis.call('ZCOUNT', KEYS[4], tonumber(t[1]) * 1000, '+inf') > 0 then
+        redis.call('DEL', KEYS[1])
+        return redis.error_reply(KIND_ERROR)
+      end
+    end
+    if member ~= '' and queue_error(redis.pcall('ZREM', KEYS[3], member)) then
+      redis.call('DEL', KEYS[1]) -- foreign data under the queue key: undo
+      return redis.error_reply(QUEUE_WRONGTYPE)
+    end
+  end
+  local fence = advance_fence()
+  if not fence then
+    return redis.error_reply(FENCE_WRONGTYPE)
   end
   return {1, fence}
 end
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
+if member ~= '' and holder == 'm:' .. member then
+  -- Reserved for us by the release that woke us (which also took us out
+  -- of the queue). No reader can have joined: a reservation is a Mutex's.
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  local fence = advance_fence()
+  if not fence then
+    return redis.error_reply(FENCE_WRONGTYPE)
+  end
+  return {1, fence}
+end
+if other_kind(holder, 'm') then
+  return redis.error_reply(KIND_ERROR)
 end
 if holder == ARGV[1] then
   -- A re-sent attempt (its first run's reply was lost) finds its own token:
   -- that run acquired, so this one reports it again and changes nothing.
-  if ARGV[4] ~= '' then
-    redis.pcall('ZREM', KEYS[3], ARGV[4])
+  if member ~= '' then
+    redis.pcall('ZREM', KEYS[3], member)
   end
   return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
+-- Held, or reserved for the waiter a release just woke: park until the
+-- holder's lease or the reservation ends (if that waiter is frozen or dead,
+-- the lock is free by then), then attempt again.
 local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 then
-  -- Free, but reserved for the waiter a release just woke: park until the
-  -- reservation ends, then attempt again (if that waiter is frozen or dead,
-  -- the lock is free by then).
-  pttl = math.max(redis.call('PTTL', KEYS[4]), 1)
-end
-if ARGV[4] ~= '' then
+if member ~= '' then
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ttl = (pttl >= 0 and pttl or tonumber(ARGV[6])) + tonumber(ARGV[5])
-  if queue_error(redis.pcall('ZADD', KEYS[3], now_ms + ttl, ARGV[4])) then
+  if queue_error(redis.pcall('ZADD', KEYS[3], now_ms + ttl, member)) then
     return redis.error_reply(QUEUE_WRONGTYPE)
   end
   if redis.call('PTTL', KEYS[3]) < ttl then

@@ -7,6 +7,7 @@
 -- KEYS[3]  queue         P:{N}:fifo         sorted set: member -> arrival us
 -- KEYS[4]  expiry        P:{N}:fifo:expiry  sorted set: member -> expiry ms
 -- KEYS[5]  granted       P:{N}:handoff      string: the member last granted
+-- KEYS[6]  readers       P:{N}:readers      an RwLock's read holds (checked only)
 -- ARGV[1]  token         this waiter's owner token
 -- ARGV[2]  lease_ms      the lease once acquired (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key
@@ -28,10 +29,25 @@
 --               lapses), lease_ms for the others (they are woken in turn).
 --               If the lock was free with others queued ahead, the head was
 --               granted it.
+--   error WRONGKIND  the name is in use as a Mutex or RwLock; nothing is
+--                    written
 --   error WRONGTYPE  the lock key is not a string
+local function other_kind(token, mine)
+  -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
+  -- writer), r (RwLock reader). A token of another kind means the name is
+  -- in use as another kind of lock, whose waiters this one would never
+  -- wake (tokens of older clients, plain hex, are not judged).
+  local tag = string.sub(token, 1, 1)
+  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+end
+local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
 local now_us, now_ms = now()
-prune(KEYS[3], KEYS[4], now_ms)
 local holder = redis.call('GET', KEYS[1])
+if (holder and other_kind(holder, 'q'))
+    or redis.call('ZCOUNT', KEYS[6], now_ms, '+inf') > 0 then
+  return redis.error_reply(KIND_ERROR)
+end
+prune(KEYS[3], KEYS[4], now_ms)
 local member = ARGV[4]
 
 local function leave_queue()

@@ -3,17 +3,22 @@
 --
 -- KEYS[1]  lock key      P:{N}
 -- KEYS[2]  waiter queue  P:{N}:waiters
--- KEYS[3]  hand-off      P:{N}:handoff
 -- ARGV[1]  wake prefix   P:{N}:wake:
 -- ARGV[2]  handoff_ms    how long the lock is reserved for the woken waiter
 --
 -- Returns
---   the removed owner token, or "" when the lock was free
+--   the removed owner token, or "" when the lock was free (or only
+--   reserved for a woken waiter)
 --   error WRONGTYPE  the lock key is not a string
 local holder = redis.call('GET', KEYS[1])
 if not holder then
   return ''
 end
-redis.call('DEL', KEYS[1])
-wake_next(KEYS[2], ARGV[1], KEYS[3], ARGV[2])
+local head = redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES')
+if wake_next(KEYS[1], KEYS[2], ARGV[1], ARGV[2], head) == 0 then
+  redis.call('DEL', KEYS[1])
+end
+if string.sub(holder, 1, 2) == 'm:' then
+  return ''
+end
 return holder

@@ -3,16 +3,23 @@
 --
 -- KEYS[1]  lock key      P:{N}
 -- KEYS[2]  waiter queue  P:{N}:waiters
--- KEYS[3]  hand-off      P:{N}:handoff
 -- ARGV[1]  token         the owner token of the acquisition being released
 -- ARGV[2]  wake prefix   P:{N}:wake:  (a client's wake channel is prefix .. id)
 -- ARGV[3]  handoff_ms    how long the lock is reserved for the woken waiter
 --
 -- Returns
---   1   the key was ours: deleted, and the head waiter (if any) woken
+--   1   the key was ours: deleted (or turned into the woken waiter's
+--       reservation), and the head waiter (if any) woken
 --   0   the key is held by another token (ours expired and was re-taken)
 --  -1   the key is gone (our lease expired and nobody took it since)
---   error WRONGTYPE  the lock key is not a string
+--   error WRONGTYPE  the lock key is not a string, or the queue not a
+--                    sorted set
+--
+-- With nobody waiting it runs GET (is it ours?), ZRANGE (the queue's head:
+-- empty, so nothing to wake and nothing published) and DEL. The queue read
+-- is the one command that tells an empty queue, and it is atomic with the
+-- DEL: an attempt that queued before it is seen, one after it finds the
+-- lock free.
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   if v then
@@ -20,6 +27,8 @@ if v ~= ARGV[1] then
   end
   return -1
 end
-redis.call('DEL', KEYS[1])
-wake_next(KEYS[2], ARGV[2], KEYS[3], ARGV[3])
+local head = redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES')
+if wake_next(KEYS[1], KEYS[2], ARGV[2], ARGV[3], head) == 0 then
+  redis.call('DEL', KEYS[1])
+end
 return 1

@@ -14,10 +14,24 @@
 --               lease_ms; fence = the lock's current fence (0 if none)
 --   {0, park}   a writer holds the lock (park = its PTTL) or waits for it
 --               (park = until the earliest waiting writer's entry expires)
+--   error WRONGKIND  the writer key holds a Mutex or FairMutex token
 --   error WRONGTYPE  a key holds foreign data
+local function other_kind(token, mine)
+  -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
+  -- writer), r (RwLock reader). A token of another kind means the name is
+  -- in use as another kind of lock, whose waiters this one would never
+  -- wake (tokens of older clients, plain hex, are not judged).
+  local tag = string.sub(token, 1, 1)
+  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+end
+local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('GET', KEYS[1]) then
+local writer = redis.call('GET', KEYS[1])
+if writer and other_kind(writer, 'r') and string.sub(writer, 1, 1) ~= 'w' then
+  return redis.error_reply(KIND_ERROR)
+end
+if writer then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then
     pttl = tonumber(ARGV[3])

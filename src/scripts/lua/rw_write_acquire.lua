@@ -24,12 +24,25 @@
 --   {0, park}   blocked by a writer (park = its PTTL) or by readers (park =
 --               until the last reader's lease ends); a waiting caller's
 --               intent is registered with expiry now + park + grace_ms
+--   error WRONGKIND  the writer key holds a Mutex or FairMutex token
 --   error WRONGTYPE  a key holds foreign data
+local function other_kind(token, mine)
+  -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
+  -- writer), r (RwLock reader). A token of another kind means the name is
+  -- in use as another kind of lock, whose waiters this one would never
+  -- wake (tokens of older clients, plain hex, are not judged).
+  local tag = string.sub(token, 1, 1)
+  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+end
+local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 local park
 local writer = redis.call('GET', KEYS[1])
+if writer and other_kind(writer, 'w') then
+  return redis.error_reply(KIND_ERROR)
+end
 if writer == ARGV[1] then
   -- A re-sent attempt whose first run acquired: report it again.
   if ARGV[4] ~= '' then

@@ -1,0 +1,195 @@
+//! The checker's unit tests: hand-made logs with a known verdict.
+
+use super::*;
+
+fn rec(
+    worker: &str,
+    event: Event,
+    seq: u64,
+    fence: Option<u64>,
+    start: u64,
+    end: Option<u64>,
+    outcome: Option<&str>,
+) -> Record {
+    Record {
+        worker: worker.into(),
+        kind: "mutex".into(),
+        lock: "L".into(),
+        event,
+        seq,
+        fence,
+        start_us: start,
+        end_us: end,
+        outcome: outcome.map(str::to_owned),
+    }
+}
+
+/// A full critical section: wait from `w`, hold [a, b], write in it.
+fn section(
+    worker: &str,
+    seq: u64,
+    fence: u64,
+    w: u64,
+    a: u64,
+    b: u64,
+    outcome: &str,
+) -> Vec<Record> {
+    vec![
+        rec(worker, Event::Wait, seq, None, w, None, None),
+        rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
+        rec(
+            worker,
+            Event::Write,
+            seq,
+            Some(fence),
+            a + 1,
+            Some(a + 2),
+            Some(outcome),
+        ),
+        rec(worker, Event::Hold, seq, Some(fence), a, Some(b), None),
+    ]
+}
+
+const LEASE: u64 = 1_500_000;
+
+#[test]
+fn a_clean_run_passes() {
+    let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+    r.extend(section("b", 1, 11, 5, 1_100, 2_000, "accepted"));
+    let v = check(&r, &[], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.acquisitions["mutex"], 2);
+    assert_eq!(v.longest_free_wait_us, 100);
+}
+
+#[test]
+fn reports_a_double_grant() {
+    let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+    r.extend(section("b", 1, 11, 5, 500, 2_000, "accepted"));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.overlaps_unexplained, 1);
+    assert_eq!(v.violations[0].bound, "unexplained overlapping holds = 0");
+    assert_eq!(
+        (v.violations[0].start_us, v.violations[0].end_us),
+        (500, 1_000)
+    );
+}
+
+#[test]
+fn an_overlap_of_a_stopped_holder_is_explained() {
+    let mut r = section("a", 1, 10, 0, 10, 3_000_000, "rejected");
+    r.extend(section("b", 1, 11, 5, 2_000_000, 2_100_000, "accepted"));
+    let stop = Fault {
+        at_us: 20,
+        kind: FaultKind::Sigstop,
+        worker: Some("a".into()),
+        until_us: Some(2_900_000),
+    };
+    let v = check(&r, &[stop], LEASE);
+    assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (1, 0));
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+}
+
+#[test]
+fn reports_a_stale_accepted_write() {
+    let mut r = section("a", 1, 20, 0, 10, 1_000, "accepted");
+    r.extend(section("b", 1, 11, 5, 1_100, 2_000, "accepted"));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.stale_writes_accepted, 1);
+    assert!(
+        v.violations
+            .iter()
+            .any(|x| x.bound == "stale writes accepted = 0" && x.end_us == 1_102)
+    );
+}
+
+#[test]
+fn reports_a_stranded_waiter_and_a_long_free_wait() {
+    let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+    r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
+    r.push(rec("c", Event::Wait, 1, None, 2_500_000, None, None));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.stranded_waiters, 1);
+    assert!(
+        v.violations
+            .iter()
+            .any(|x| x.bound == "stranded waiters = 0" && x.start_us == 2_500_000)
+    );
+    assert!(
+        v.violations
+            .iter()
+            .any(|x| x.bound.starts_with("lock free") && x.start_us == 1_000)
+    );
+    assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
+}
+
+fn as_kind(mut r: Vec<Record>, kind: &str) -> Vec<Record> {
+    for x in &mut r {
+        x.kind = kind.into();
+    }
+    r
+}
+
+#[test]
+fn readers_may_overlap_each_other_but_not_a_writer() {
+    let mut r = as_kind(section("a", 1, 10, 0, 10, 1_000, "accepted"), READER);
+    r.extend(as_kind(
+        section("b", 1, 10, 5, 500, 2_000, "accepted"),
+        READER,
+    ));
+    let v = check(&r, &[], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    r.extend(as_kind(
+        section("c", 1, 11, 5, 1_500, 2_500, "accepted"),
+        "rw-write",
+    ));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.overlaps_unexplained, 1);
+    assert!(
+        v.violations[0].detail.contains("b and c"),
+        "{:?}",
+        v.violations
+    );
+}
+
+#[test]
+fn a_waiter_frozen_right_after_its_grant_is_explained() {
+    // b is granted fence 10 at about 100, frozen until 2_000_000, logs
+    // its hold then; a got fence 11 once b's lease ran out.
+    let mut r = section("a", 1, 11, 5, 1_990_000, 2_005_000, "accepted");
+    r.extend(section("b", 1, 10, 50, 2_000_100, 2_010_000, "rejected"));
+    let stop = Fault {
+        at_us: 150,
+        kind: FaultKind::SigstopWaiter,
+        worker: Some("b".into()),
+        until_us: Some(2_000_000),
+    };
+    let v = check(&r, std::slice::from_ref(&stop), LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.overlaps_explained, 1);
+    // With the higher fence, b's overlap is not explained.
+    let mut r = section("a", 1, 10, 5, 1_990_000, 2_005_000, "accepted");
+    r.extend(section("b", 1, 11, 50, 2_000_100, 2_010_000, "accepted"));
+    assert_eq!(check(&r, &[stop], LEASE).overlaps_unexplained, 1);
+}
+
+#[test]
+fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
+    let mut r = vec![
+        rec("a", Event::Wait, 1, None, 0, None, None),
+        rec("a", Event::Acquired, 1, Some(10), 0, Some(10), None),
+        rec("a", Event::Wait, 2, None, 100, None, None),
+    ];
+    r.truncate(2);
+    r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
+    let kill = Fault {
+        at_us: 20,
+        kind: FaultKind::Sigkill,
+        worker: Some("a".into()),
+        until_us: None,
+    };
+    let v = check(&r, &[kill], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 20);
+    assert_eq!(v.faults["SIGKILL worker"], 1);
+}

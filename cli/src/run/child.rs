@@ -1,0 +1,111 @@
+//! The command's process group: signals to it, whether anything of it
+//! remains, and reaping what `redbell` adopted (it is the group's subreaper).
+
+use std::ffi::OsString;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::Pid;
+
+use super::RunArgs;
+use super::guardian::Guardian;
+use crate::fail::Failure;
+
+/// Starts the command in a process group of its own, with `REDBELL_NAME`,
+/// `REDBELL_TOKEN` and `REDBELL_FENCE` in its environment. Returns it and
+/// its group; fails with 127 when the program is not found, 126 when it
+/// cannot be executed. `guardian` learns of the group before the command
+/// runs.
+pub(super) fn spawn(
+    args: &RunArgs,
+    token: &str,
+    fence: u64,
+    guardian: &Guardian,
+) -> Result<(tokio::process::Child, Pid), Failure> {
+    let (program, mut command) = match &args.shell {
+        Some(script) => {
+            let mut c = tokio::process::Command::new("sh");
+            c.arg("-c").arg(script);
+            (OsString::from("sh"), c)
+        }
+        None => {
+            // clap guarantees a non-empty argv when -c is absent.
+            let program = args.argv.first().cloned().unwrap_or_default();
+            let mut c = tokio::process::Command::new(&program);
+            c.args(args.argv.get(1..).unwrap_or_default());
+            (program, c)
+        }
+    };
+    command
+        .env("REDBELL_NAME", &args.name)
+        .env("REDBELL_TOKEN", token)
+        .env("REDBELL_FENCE", fence.to_string())
+        .process_group(0);
+    guardian.enroll(&mut command);
+    let child = command.spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        Failure::new(code, format!("cannot run {program:?}: {e}"))
+    })?;
+    // A spawned child has an id until it has been waited for.
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .unwrap_or(0);
+    Ok((child, Pid::from_raw(pid)))
+}
+
+/// Sends `sig` to every process of `group`; a group already gone is fine.
+pub(crate) fn signal_group(group: Pid, sig: Signal) {
+    if group.as_raw() > 1 {
+        let _ = killpg(group, sig);
+    }
+}
+
+/// Whether any process of `group` remains, after reaping those of its
+/// members that were re-parented to us and have exited.
+pub(crate) fn group_alive(group: Pid) -> bool {
+    if group.as_raw() <= 1 {
+        return false;
+    }
+    loop {
+        match waitpid(Pid::from_raw(-group.as_raw()), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    !matches!(killpg(group, None), Err(Errno::ESRCH))
+}
+
+/// Makes `redbell` the reaper of its descendants' orphans (Linux), so a
+/// grandchild whose parent died is re-parented to us, not to PID 1, and
+/// the supervisor sees (and reaps) it.
+pub(crate) fn adopt_orphans() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+    }
+}
+
+/// Reaps adopted orphans that have exited, never the command itself (`skip`,
+/// which Tokio waits for).
+pub(crate) fn reap_adopted(skip: Option<i32>) {
+    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    for _ in 0..1024 {
+        let pid = match waitid(Id::All, peek) {
+            Ok(status) => match status.pid() {
+                Some(pid) => pid,
+                None => return,
+            },
+            Err(_) => return,
+        };
+        if Some(pid.as_raw()) == skip {
+            return;
+        }
+        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+    }
+}

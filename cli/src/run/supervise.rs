@@ -1,0 +1,229 @@
+//! While the command runs: wait for it and for the rest of its group,
+//! forward signals, keep the lease renewed, and stop the group in time.
+//!
+//! The group must be dead before the lock's key can expire on the server,
+//! because another host may take the lock from then on. So a lease that was
+//! not renewed in time is treated as lost *before* its deadline: the group
+//! gets SIGTERM at the deadline − the grace − a margin, and SIGKILL at the
+//! deadline − the margin at the latest. The grace is `--kill-grace`, capped
+//! at a third of the lease so that the lease leaves time for it.
+
+use std::io;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::child::{group_alive, reap_adopted, signal_group};
+use super::hold::Held;
+use super::lease::Lease;
+use super::signals::Signals;
+use super::terminal::Terminal;
+
+/// When the group gets SIGTERM and SIGKILL.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Schedule {
+    /// The time between SIGTERM and SIGKILL: `--kill-grace`, at most a
+    /// third of the lease.
+    pub(super) grace: Duration,
+    /// How long before the lease's deadline the group gets SIGKILL at the
+    /// latest: a tenth of the lease, at most a second. It covers a late
+    /// timer on a busy machine and the time processes take to die.
+    margin: Duration,
+}
+
+impl Schedule {
+    pub(super) fn new(ttl: Duration, kill_grace: Duration) -> Schedule {
+        Schedule {
+            grace: kill_grace.min(ttl / 3),
+            margin: (ttl / 10).min(Duration::from_secs(1)),
+        }
+    }
+
+    /// When an unrenewed lease must have its group stopped.
+    fn stop_at(self, lease: &Lease) -> Instant {
+        sub(lease.deadline(), self.grace + self.margin)
+    }
+
+    /// When a group being stopped gets SIGKILL.
+    fn kill_at(self, lease: &Lease, stop: Stop) -> Instant {
+        (stop.since + self.grace).min(sub(lease.deadline(), self.margin))
+    }
+}
+
+/// How the command ended.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    pub(super) status: io::Result<ExitStatus>,
+    /// The lease was lost, could not be renewed in time, or outlived
+    /// `--max-hold`: the group was stopped for it.
+    pub(super) lost: bool,
+}
+
+/// What `supervise` needs to know.
+#[derive(Debug)]
+pub(super) struct Supervisor<'a> {
+    pub(super) name: &'a str,
+    /// The command's process group (its pid).
+    pub(super) group: Pid,
+    pub(super) lease: &'a Lease,
+    pub(super) schedule: Schedule,
+    /// `--max-hold` after the acquisition.
+    pub(super) max_hold_end: Option<Instant>,
+    pub(super) verbose: bool,
+}
+
+/// The group is being stopped: SIGTERM was sent at `since`.
+#[derive(Debug, Clone, Copy)]
+struct Stop {
+    since: Instant,
+    killed: Option<Instant>,
+}
+
+impl Supervisor<'_> {
+    /// Runs until the command and every process of its group are gone.
+    /// Renewal stops when this returns.
+    pub(super) async fn supervise(
+        &self,
+        child: &mut tokio::process::Child,
+        guard: &Held,
+        signals: &mut Signals,
+        terminal: Option<&Terminal>,
+    ) -> Outcome {
+        let plan = self.schedule;
+        let grace = plan.grace;
+        let renewal = self.lease.keep_renewed(guard);
+        tokio::pin!(renewal);
+        let mut renewing = true;
+        let mut status = None;
+        let mut stop: Option<Stop> = None;
+        let mut lost = false;
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // A renewal moves the deadline on without ending this turn, so
+            // the timers below may fire early: each checks again.
+            let stop_at = plan.stop_at(self.lease);
+            let kill_at = stop.map(|s| plan.kill_at(self.lease, s));
+            tokio::select! {
+                done = child.wait(), if status.is_none() => {
+                    status = Some(done);
+                    if !group_alive(self.group) {
+                        break;
+                    }
+                    if stop.is_none() {
+                        eprintln!(
+                            "redbell: the command left processes in its process group: sending \
+                             them SIGTERM (SIGKILL after {})",
+                            humantime::format_duration(grace)
+                        );
+                        stop = Some(self.terminate());
+                    }
+                }
+                sig = signals.recv() => {
+                    if self.verbose {
+                        eprintln!("redbell: forwarding {sig} to the command's process group");
+                    }
+                    signal_group(self.group, sig);
+                }
+                () = &mut renewal, if renewing => {
+                    renewing = false;
+                    lost = true;
+                    if stop.is_none() {
+                        eprintln!(
+                            "redbell: lost the lease on lock {:?}: sending SIGTERM to the \
+                             command's process group (SIGKILL after {})",
+                            self.name,
+                            humantime::format_duration(grace)
+                        );
+                        stop = Some(self.terminate());
+                    }
+                }
+                () = sleep_until(Some(stop_at)), if stop.is_none() => {
+                    if Instant::now() >= plan.stop_at(self.lease) {
+                        lost = true;
+                        eprintln!(
+                            "redbell: could not renew the lease on lock {:?} ({}): stopping the \
+                             command before the lease can expire: SIGTERM to its process group, \
+                             SIGKILL after {}",
+                            self.name,
+                            self.lease.failure().unwrap_or_else(|| "no answer".into()),
+                            humantime::format_duration(grace)
+                        );
+                        stop = Some(self.terminate());
+                    }
+                }
+                () = sleep_until(self.max_hold_end), if stop.is_none() => {
+                    lost = true;
+                    eprintln!(
+                        "redbell: held lock {:?} for --max-hold: stopping the command as for a \
+                         lost lease: SIGTERM to its process group, SIGKILL after {}",
+                        self.name,
+                        humantime::format_duration(grace)
+                    );
+                    stop = Some(self.terminate());
+                }
+                () = sleep_until(kill_at), if stop.is_some_and(|s| s.killed.is_none()) => {
+                    if let Some(s) = stop.as_mut()
+                        && Instant::now() >= plan.kill_at(self.lease, *s)
+                    {
+                        eprintln!(
+                            "redbell: the command's process group outlived the grace: sending \
+                             it SIGKILL"
+                        );
+                        signal_group(self.group, Signal::SIGKILL);
+                        s.killed = Some(Instant::now());
+                    }
+                }
+                () = tokio::time::sleep(Duration::from_millis(10)), if status.is_some() => {
+                    if !group_alive(self.group) {
+                        break;
+                    }
+                    // SIGKILL cannot be ignored; what remains is a zombie
+                    // some other parent has not reaped. Do not wait forever.
+                    if let Some(killed) = stop.and_then(|s| s.killed)
+                        && killed.elapsed() >= Duration::from_secs(2)
+                    {
+                        eprintln!("redbell: processes of the command's group could not be reaped");
+                        break;
+                    }
+                }
+                _ = tick.tick(), if status.is_none() => {
+                    reap_adopted(Some(self.group.as_raw()));
+                    if let Some(terminal) = terminal {
+                        terminal.resume_if_stopped(self.group);
+                    }
+                }
+            }
+        }
+        reap_adopted(None);
+        Outcome {
+            // The loop only ends once the command was waited for.
+            status: status
+                .unwrap_or_else(|| Err(io::Error::other("the command was not waited for"))),
+            lost,
+        }
+    }
+
+    /// Sends SIGTERM to the group and starts the grace.
+    fn terminate(&self) -> Stop {
+        signal_group(self.group, Signal::SIGTERM);
+        Stop {
+            since: Instant::now(),
+            killed: None,
+        }
+    }
+}
+
+/// `at − d`; now if that precedes the clock's origin.
+fn sub(at: Instant, d: Duration) -> Instant {
+    at.checked_sub(d).unwrap_or_else(Instant::now)
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,183 @@
+//! What an operator sees: `Client::stats()` adds up after a contended run,
+//! and each warning fires in its fault (a lease lost by DEL, a lease lost by
+//! its deadline under `CLIENT PAUSE`, a pub/sub reconnect storm) and stays
+//! silent on a healthy contended run.
+//!
+//! The warnings are captured by a process-wide `tracing` subscriber; each
+//! test looks only at the lines naming its own lock (the storm warning names
+//! none, so only its own test makes one).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use redbell_integration_tests::{
+    client, eventually, kill_clients_of_type, lock_key, raw, redis_url, renewing_client, unique,
+};
+
+/// The tests run one at a time: the pause and the storm would disturb the
+/// others.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Every line the subscriber wrote (WARN and INFO levels).
+fn log() -> &'static Arc<Mutex<Vec<String>>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || Capture(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
+        lines
+    })
+}
+
+struct Capture(Arc<Mutex<Vec<String>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(buf).into_owned());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The captured WARN lines that contain every one of `needles`.
+fn warnings(needles: &[&str]) -> Vec<String> {
+    log()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("WARN") && needles.iter().all(|n| l.contains(n)))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_contended_run_adds_up_and_warns_nothing() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let url = redis_url();
+    let name = unique("observe-healthy");
+    let c = client(&url).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mutex = c.mutex(&name);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let guard = mutex.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let busy = c.mutex(&name).try_lock().await.unwrap().unwrap();
+    assert!(c.mutex(&name).try_lock().await.unwrap().is_none());
+    let s = c.stats();
+    assert_eq!(s.acquired, 201, "{s:?}");
+    assert_eq!(s.busy, 1, "{s:?}");
+    assert_eq!(s.released_ours, 200, "{s:?}");
+    assert_eq!(
+        s.acquired,
+        s.releases() + s.guards as u64,
+        "acquired = released + held: {s:?}"
+    );
+    assert_eq!(s.guards, 1, "{s:?}");
+    assert_eq!(s.waiters, 0, "{s:?}");
+    assert_eq!(s.leases_lost(), 0, "{s:?}");
+    assert!(s.wakeups_received > 0, "{s:?}");
+    busy.unlock().await.unwrap();
+    assert_eq!(c.stats().guards, 0);
+    assert!(
+        warnings(&[&name]).is_empty(),
+        "a healthy run warned: {:?}",
+        warnings(&[&name])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_by_del_is_counted_and_warned() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let url = redis_url();
+    let name = unique("observe-del");
+    let c = renewing_client(&url, Duration::from_secs(3), Duration::from_millis(300)).await;
+    let guard = c.mutex(&name).lock().await.unwrap();
+    let mut conn = raw(&url).await;
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key(&name))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the lease was reported lost");
+    assert_eq!(c.stats().lost_gone, 1, "{:?}", c.stats());
+    let lines = warnings(&["lease lost", &name, "gone"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_by_its_deadline_under_client_pause_is_counted_and_warned() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let url = redis_url();
+    let name = unique("observe-pause");
+    let c = renewing_client(&url, Duration::from_secs(1), Duration::from_millis(300)).await;
+    let guard = c.mutex(&name).lock().await.unwrap();
+    let mut conn = raw(&url).await;
+    // Only writes pause, so other tests' reads go on; the renewals wait.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_500)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the lease was reported lost at its deadline");
+    let lines = warnings(&["lease lost", &name, "deadline"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(c.stats().lost_deadline >= 1, "{:?}", c.stats());
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_storm_is_warned() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let url = redis_url();
+    let name = unique("observe-storm");
+    let c = client(&url).await;
+    let holder = c.mutex(&name).lock().await.unwrap();
+    let waiter = {
+        let mutex = c.mutex(&name);
+        tokio::spawn(async move { mutex.lock().await })
+    };
+    let mut conn = raw(&url).await;
+    let before = c.stats().hub_reconnects;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        kill_clients_of_type(&mut conn, "pubsub").await;
+    }
+    let stormed = eventually(Duration::from_secs(5), || async {
+        !warnings(&["keeps reconnecting"]).is_empty()
+    })
+    .await;
+    assert!(stormed, "no storm warning after 6 reconnects in 2 s");
+    assert!(c.stats().hub_reconnects >= before + 5, "{:?}", c.stats());
+    holder.unlock().await.unwrap();
+    waiter.await.unwrap().unwrap().unlock().await.unwrap();
+}

@@ -1,0 +1,438 @@
+//! A cluster's sharded subscriptions, handled shard by shard.
+//!
+//! On a cluster the pub/sub connection is one socket per node, and a node
+//! (a shard) can fail while the others serve on. So the control task keeps,
+//! beside each channel's `subscribed` flag in the registry, per channel:
+//!
+//! - **a subscription in flight**: SSUBSCRIBEs run concurrently as tasks
+//!   of their own, at most one per channel, so one to an unreachable shard
+//!   (which takes up to the connect timeout to fail) never holds up the
+//!   others, nor a new waiter's subscription on a healthy shard;
+//! - **a retry** with backoff (100 ms doubling to 1 s) for a channel whose
+//!   subscription failed or was lost;
+//! - **a re-check** [`CLUSTER_RECHECK`] after a subscription made to recover
+//!   from a loss.
+//!
+//! A failed or lost subscription costs only its own channel: it is marked
+//! unsubscribed, its waiters are woken (their attempts report the shard's
+//! failure, or succeed after a failover) and it is resubscribed with
+//! backoff; when that succeeds its waiters are woken once more, since
+//! whatever was published meanwhile reached nobody.
+//!
+//! ## The probe
+//!
+//! Every probe period the hub asks each node that holds subscriptions for
+//! the `CLIENT ID` of our socket to it: one command per distinct primary
+//! (grouped by the slot ranges of a `CLUSTER SLOTS`, routed by slot to the
+//! primary), on the pub/sub connection itself. A node that does not answer
+//! within half the period, or whose id changed (redis-rs reconnected that
+//! socket, and a message published in between is lost), loses the
+//! subscriptions of its slots as above. The others are untouched.
+//!
+//! ## A lost node connection
+//!
+//! redis-rs reports a dropped node socket as a `Disconnection` push without
+//! saying which node, and reconnects (and resubscribes) it by itself. The
+//! hub answers it with an immediate probe in which a node whose id it never
+//! saw counts as changed too: the reconnected node shows a new id (or no
+//! answer, if it is down), so exactly the channels of the node that dropped
+//! are resubscribed and woken, and a node whose socket survived is left
+//! alone. The probe costs one command per node, however many channels. A
+//! release published while a node's socket was down is therefore missed
+//! for at most one probe period (the push, or failing that the next
+//! periodic probe, reveals the new socket), never for a lease.
+//!
+//! ## After a failover or migration
+//!
+//! A subscription made while the cluster changes may land on a demoted
+//! primary, which as a replica accepts SSUBSCRIBE while the new primary's
+//! publish counts no receiver (so releases drop our waiters as gone). So a
+//! channel resubscribed after a loss is re-checked once when the cluster
+//! has settled: a keyed read routed to its slot's primary (a demoted one
+//! answers `MOVED`, which refreshes redis-rs's slot map), SSUBSCRIBE again
+//! (harmless where still subscribed), and its waiters are woken, so those
+//! dropped meanwhile re-queue. Only the affected channels.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::oneshot;
+
+use crate::Error;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::pubsub;
+use super::registry::Shared;
+use crate::keys::hash_slot;
+
+/// How long after a subscription made to recover from a loss it is checked
+/// again (see the module docs): by then the cluster has settled.
+pub(super) const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
+
+/// The first retry of a failed or lost subscription, doubled per failure.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+
+/// The longest wait between two retries of one channel.
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// The per-shard state of a cluster's subscriptions.
+pub(super) struct Shards {
+    shared: Arc<Shared>,
+    connect_timeout: Duration,
+    probe: Duration,
+    /// Channels whose subscription failed or was lost: when to try again,
+    /// and the current backoff. Removed when a subscription succeeds.
+    retry: HashMap<String, Retry>,
+    /// Channels with an SSUBSCRIBE (or a re-check) in flight, and the
+    /// callers of [`Hub::subscribe`](super::Hub::subscribe) waiting for it.
+    in_flight: HashMap<String, Vec<oneshot::Sender<Result<(), Error>>>>,
+    /// Channels to re-check, and when.
+    recheck: HashMap<String, Instant>,
+    /// The subscriptions in flight.
+    tasks: JoinSet<Done>,
+    /// Per primary (its node id), the `CLIENT ID` of our socket to it as the
+    /// last probe saw it.
+    sockets: HashMap<String, i64>,
+    /// Slot ranges and the node id of their primary, from the last
+    /// `CLUSTER SLOTS` that was answered.
+    owners: Vec<(u16, u16, String)>,
+}
+
+struct Retry {
+    at: Instant,
+    backoff: Duration,
+}
+
+/// What a finished subscription task reports.
+pub(super) struct Done {
+    channel: String,
+    /// The connection it was made on.
+    generation: u64,
+    why: Why,
+    result: Result<(), String>,
+}
+
+/// Why a channel is being subscribed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// A waiter asked: nothing was missed, nobody to wake.
+    Asked,
+    /// Its subscription failed or was lost (or the connection is new):
+    /// wake its waiters once it holds, and re-check it later.
+    Recover,
+    /// The re-check after a recovery: wake its waiters once it holds.
+    Recheck,
+}
+
+impl Shards {
+    pub(super) fn new(shared: Arc<Shared>, connect_timeout: Duration, probe: Duration) -> Shards {
+        Shards {
+            shared,
+            connect_timeout,
+            probe,
+            retry: HashMap::new(),
+            in_flight: HashMap::new(),
+            recheck: HashMap::new(),
+            tasks: JoinSet::new(),
+            sockets: HashMap::new(),
+            owners: Vec::new(),
+        }
+    }
+
+    /// The next finished subscription task; pending while there is none.
+    pub(super) async fn next_done(&mut self) -> Option<Done> {
+        loop {
+            match self.tasks.join_next().await {
+                None => return std::future::pending().await,
+                Some(Ok(done)) => return Some(done),
+                Some(Err(_)) => {} // aborted by `reset`
+            }
+        }
+    }
+
+    /// Forgets everything: the connection is gone (the reconnect
+    /// subscribes every wanted channel again). Callers waiting for a
+    /// subscription are answered: the reconnect will wake their waiters.
+    pub(super) fn reset(&mut self) {
+        self.tasks.abort_all();
+        for (_, waiting) in self.in_flight.drain() {
+            for done in waiting {
+                let _ = done.send(Ok(()));
+            }
+        }
+        self.retry.clear();
+        self.recheck.clear();
+        self.sockets.clear();
+    }
+
+    /// Whether a subscription task for `channel` is in flight.
+    pub(super) fn busy(&self, channel: &str) -> bool {
+        self.in_flight.contains_key(channel)
+    }
+
+    /// A waiter asks for `channel`. Answered at once when there is nothing
+    /// to do, or when the channel is waiting for a retry (its shard failed:
+    /// the retry wakes the waiter once it holds); otherwise when the
+    /// subscription in flight for it finishes.
+    pub(super) fn subscribe(
+        &mut self,
+        conn: &ClusterConnection,
+        generation: u64,
+        channel: &str,
+        done: oneshot::Sender<Result<(), Error>>,
+    ) {
+        let wanted = matches!(self.shared.lock().get(channel), Some(e) if !e.subscribed);
+        if !wanted || self.retry.contains_key(channel) {
+            let _ = done.send(Ok(()));
+            return;
+        }
+        if let Some(waiting) = self.in_flight.get_mut(channel) {
+            waiting.push(done);
+            return;
+        }
+        self.start(conn, generation, channel, Why::Asked, vec![done]);
+    }
+
+    /// A new connection: subscribes every channel in `wanted`, each on its
+    /// own; one that fails goes to the retry list.
+    pub(super) fn resubscribe(
+        &mut self,
+        conn: &ClusterConnection,
+        generation: u64,
+        wanted: &[String],
+    ) {
+        for channel in wanted {
+            if !self.in_flight.contains_key(channel) {
+                self.start(conn, generation, channel, Why::Recover, Vec::new());
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        conn: &ClusterConnection,
+        generation: u64,
+        channel: &str,
+        why: Why,
+        waiting: Vec<oneshot::Sender<Result<(), Error>>>,
+    ) {
+        self.in_flight.insert(channel.to_owned(), waiting);
+        let mut conn = conn.clone();
+        let channel = channel.to_owned();
+        let timeout = self.connect_timeout;
+        self.tasks.spawn(async move {
+            let work = async {
+                if why == Why::Recheck {
+                    pubsub::check_owner(&mut conn, &channel).await?;
+                }
+                conn.ssubscribe(&channel).await
+            };
+            let result = match tokio::time::timeout(timeout, work).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("timed out".to_owned()),
+            };
+            Done {
+                channel,
+                generation,
+                why,
+                result,
+            }
+        });
+    }
+
+    /// Records a finished subscription task. Returns the channel when it
+    /// must be unsubscribed again (its waiters left meanwhile).
+    pub(super) fn finished(&mut self, generation: u64, done: Done) -> Option<String> {
+        for waiting in self.in_flight.remove(&done.channel).unwrap_or_default() {
+            let _ = waiting.send(Ok(()));
+        }
+        if done.generation != generation {
+            return None; // made on a connection since replaced
+        }
+        let channel = done.channel;
+        match done.result {
+            Ok(()) => {
+                let kept = match self.shared.lock().get_mut(&channel) {
+                    Some(entry) => {
+                        entry.subscribed = true;
+                        true
+                    }
+                    None => false,
+                };
+                self.retry.remove(&channel);
+                if !kept {
+                    return Some(channel);
+                }
+                if done.why == Why::Recover {
+                    self.recheck
+                        .insert(channel.clone(), Instant::now() + CLUSTER_RECHECK);
+                }
+                if done.why != Why::Asked {
+                    tracing::debug!(%channel, "sharded subscription restored; waking its waiters");
+                    self.shared.wake_channel(&channel);
+                }
+                None
+            }
+            Err(error) => {
+                let retry = self.retry.entry(channel.clone()).or_insert(Retry {
+                    at: Instant::now(),
+                    backoff: FIRST_RETRY / 2,
+                });
+                retry.backoff = (retry.backoff * 2).min(MAX_RETRY);
+                retry.at = Instant::now() + retry.backoff;
+                tracing::debug!(%channel, %error, retry_in = ?retry.backoff, "SSUBSCRIBE failed");
+                if let Some(entry) = self.shared.lock().get_mut(&channel) {
+                    entry.subscribed = false;
+                }
+                self.shared.wake_channel(&channel);
+                None
+            }
+        }
+    }
+
+    /// The subscriptions of `channels` were lost: mark them unsubscribed,
+    /// wake their waiters and resubscribe them (with backoff).
+    pub(super) fn lose(&mut self, channels: &[String]) {
+        let now = Instant::now();
+        {
+            let mut registry = self.shared.lock();
+            for channel in channels {
+                if let Some(entry) = registry.get_mut(channel) {
+                    entry.subscribed = false;
+                    for (waiter, _) in entry.waiters.values() {
+                        waiter.notify.notify_one();
+                    }
+                }
+            }
+        }
+        for channel in channels {
+            self.recheck.remove(channel);
+            self.retry.entry(channel.clone()).or_insert(Retry {
+                at: now,
+                backoff: FIRST_RETRY / 2,
+            });
+        }
+    }
+
+    /// Starts the retries and re-checks that are due. A channel to retry
+    /// whose waiters all left is forgotten.
+    pub(super) fn due(&mut self, conn: &ClusterConnection, generation: u64) {
+        let now = Instant::now();
+        let retries: Vec<String> = self
+            .retry
+            .iter()
+            .filter(|(c, r)| r.at <= now && !self.in_flight.contains_key(*c))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in retries {
+            let used = {
+                let mut registry = self.shared.lock();
+                let used = registry
+                    .get(&channel)
+                    .is_some_and(|e| !e.waiters.is_empty());
+                if !used && registry.get(&channel).is_some_and(|e| !e.subscribed) {
+                    registry.remove(&channel);
+                }
+                used
+            };
+            if used {
+                self.start(conn, generation, &channel, Why::Recover, Vec::new());
+            } else {
+                self.retry.remove(&channel);
+            }
+        }
+        let rechecks: Vec<String> = self
+            .recheck
+            .iter()
+            .filter(|(c, at)| **at <= now && !self.in_flight.contains_key(*c))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in rechecks {
+            self.recheck.remove(&channel);
+            if self.shared.wants(&channel) {
+                tracing::debug!(%channel, "re-checking a sharded subscription after a cluster change");
+                self.start(conn, generation, &channel, Why::Recheck, Vec::new());
+            }
+        }
+    }
+
+    /// The probe of the module docs. `after_push`: a node connection was
+    /// just lost, so a node whose socket id is unknown counts as changed.
+    pub(super) async fn probe(&mut self, conn: &ClusterConnection, after_push: bool) {
+        let subscribed: Vec<String> = self
+            .shared
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.subscribed)
+            .map(|(name, _)| name.clone())
+            .collect();
+        if subscribed.is_empty() {
+            return;
+        }
+        let half = self.probe / 2;
+        match tokio::time::timeout(half, pubsub::slot_owners(&mut conn.clone())).await {
+            Ok(Ok(owners)) if !owners.is_empty() => self.owners = owners,
+            _ => {} // keep the last map; without one, each slot is its own group
+        }
+        // Per primary: one slot of it to route by, and its channels.
+        let mut groups: HashMap<String, (u16, Vec<String>)> = HashMap::new();
+        for channel in subscribed {
+            let slot = hash_slot(&channel);
+            let node = self
+                .owners
+                .iter()
+                .find(|(start, end, _)| *start <= slot && slot <= *end)
+                .map_or_else(|| format!("slot {slot}"), |(_, _, node)| node.clone());
+            groups
+                .entry(node)
+                .or_insert((slot, Vec::new()))
+                .1
+                .push(channel);
+        }
+        let mut asks = JoinSet::new();
+        for (node, (slot, _)) in &groups {
+            let (mut conn, node, slot) = (conn.clone(), node.clone(), *slot);
+            asks.spawn(async move {
+                let id = match tokio::time::timeout(half, pubsub::client_id(&mut conn, slot)).await
+                {
+                    Ok(Ok(id)) => Some(id),
+                    _ => None,
+                };
+                (node, id)
+            });
+        }
+        let mut lost = Vec::new();
+        while let Some(asked) = asks.join_next().await {
+            let Ok((node, id)) = asked else { continue };
+            let Some((_, channels)) = groups.remove(&node) else {
+                continue;
+            };
+            let changed = match id {
+                Some(id) => match self.sockets.insert(node.clone(), id) {
+                    Some(before) => before != id,
+                    None => after_push,
+                },
+                None => {
+                    self.sockets.remove(&node);
+                    true
+                }
+            };
+            if changed {
+                tracing::info!(
+                    %node,
+                    channels = channels.len(),
+                    reachable = id.is_some(),
+                    "a shard's pub/sub socket failed its probe or was reconnected; resubscribing its channels"
+                );
+                lost.extend(channels);
+            }
+        }
+        if !lost.is_empty() {
+            self.lose(&lost);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+-- break_lock: an operator breaks a lock of any kind whoever holds it, and
+-- moves it on as its holder's release would: a Mutex wakes its head waiter,
+-- a FairMutex is granted to its head waiter, an RwLock loses its writer and
+-- every reader and wakes its waiters. (wake_next.lua and fair_common.lua
+-- are prepended.)
+--
+-- KEYS[1]  lock key     P:{N}              owner token: Mutex, FairMutex, RwLock writer
+-- KEYS[2]  waiters      P:{N}:waiters      Mutex queue
+-- KEYS[3]  hand-off     P:{N}:handoff      FairMutex: the member granted (a Mutex
+--                                          keeps its reservation in the lock key)
+-- KEYS[4]  fence key    P:{N}:fence
+-- KEYS[5]  fair queue   P:{N}:fifo
+-- KEYS[6]  fair expiry  P:{N}:fifo:expiry
+-- KEYS[7]  readers      P:{N}:readers      RwLock read holds: token -> expiry ms
+-- KEYS[8]  channel      P:{N}:rw           the RwLock's release channel
+-- ARGV[1]  wake prefix   P:{N}:wake:
+-- ARGV[2]  handoff_ms    how long a Mutex is reserved for the woken waiter
+-- ARGV[3]  claim_ms      the lease of a FairMutex grant until it is confirmed
+-- ARGV[4]  fence_ttl_ms  expiry of the fence key
+--
+-- The kind is told by the holder's token, which opens with its kind's
+-- letter (m Mutex, q FairMutex, w RwLock writer), or by live read holds.
+-- A token of no known kind (older clients, foreign writers) is broken as a
+-- Mutex's.
+--
+-- Returns {kind, removed...}:
+--   kind     "mutex", "fair" or "rwlock"; "" when nothing was held
+--   removed  the tokens removed: the holder's, or an RwLock's writer and
+--            live readers
+--   error WRONGTYPE  a key holds foreign data
+local now_us, now_ms = now()
+local holder = redis.call('GET', KEYS[1])
+local readers = redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. now_ms, '+inf')
+local tag = holder and string.sub(holder, 1, 1)
+if tag == 'w' or #readers > 0 then
+  local removed = {'rwlock'}
+  if holder then
+    removed[#removed + 1] = holder
+  end
+  for _, r in ipairs(readers) do
+    removed[#removed + 1] = r
+  end
+  redis.call('DEL', KEYS[1], KEYS[7])
+  redis.call('PUBLISH', KEYS[8], 'w')
+  return removed
+end
+if not holder then
+  return {''}
+end
+redis.call('DEL', KEYS[1])
+if tag == 'q' then
+  prune(KEYS[5], KEYS[6], now_ms)
+  grant_next(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[3], ARGV[1], ARGV[3], ARGV[4], now_us, '')
+  return {'fair', holder}
+end
+if string.sub(holder, 1, 2) == 'm:' then
+  return {''} -- only reserved for a woken waiter: nothing is held
+end
+wake_next(KEYS[1], KEYS[2], ARGV[1], ARGV[2], redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES'))
+return {'mutex', holder}

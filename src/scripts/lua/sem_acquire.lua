@@ -1,0 +1,104 @@
+-- sem_acquire: take a permit of the semaphore if one is free and not owed
+-- to a waiter ahead of us (FIFO by arrival at the server); otherwise, for a
+-- waiting caller, enter or refresh its place in the queue. Expired holders
+-- are reclaimed, and the waiters newly owed their permits are woken.
+-- (sem_common.lua is prepended.)
+--
+-- KEYS[1]  holders       P:{N}:holders       sorted set: token -> expiry (server ms)
+-- KEYS[2]  fence key     P:{N}:fence         string: fencing counter
+-- KEYS[3]  queue         P:{N}:queue         sorted set: member -> arrival (server us)
+-- KEYS[4]  expiry        P:{N}:queue:expiry  sorted set: member -> expiry (server ms)
+-- KEYS[5]  count         P:{N}:permits       string: the permit count
+-- ARGV[1]  token         this acquisition's random permit token
+-- ARGV[2]  lease_ms      the permit's lease in milliseconds (> 0)
+-- ARGV[3]  fence_ttl_ms  expiry of the fence key (> 0)
+-- ARGV[4]  member        "<client id>:<waiter id>" of a waiting caller, or ""
+--                        for a caller that will not wait (nothing is queued)
+-- ARGV[5]  grace_ms      how long a queue entry outlives the park it is told
+-- ARGV[6]  park_ms       the park when no holder has an expiry to wait for
+-- ARGV[7]  wake prefix   P:{N}:wake:
+-- ARGV[8]  permits       the caller's permit count (> 0)
+-- ARGV[9]  reserve_ms    how long a woken waiter keeps its place unconfirmed
+--
+-- Returns
+--   {1, fence}  a permit is ours: the token is in the holders set with
+--               expiry now + lease_ms, the member left the queue; fence =
+--               max(previous + 1, server TIME in us). The same token already
+--               holding a live permit (this call re-sent after its first
+--               run's reply was lost) also counts: {1, current fence}, and
+--               nothing changes.
+--   {0, park}   no permit for us: all are held, or the free ones are owed
+--               to waiters ahead. park = ms until the earliest holder's
+--               lease ends (park_ms if none). A waiting caller is queued
+--               (its arrival kept if it was queued already) with expiry
+--               now + park + grace_ms.
+--   error PERMITS <stored>  the semaphore exists with another permit count
+--                           (nothing was written)
+--   error WRONGTYPE  a key holds foreign data
+local now_us, now_ms = now()
+local token, member = ARGV[1], ARGV[4]
+local lease = tonumber(ARGV[2])
+local stored = redis.call('GET', KEYS[5])
+if stored and stored ~= ARGV[8] then
+  if not tonumber(stored) then
+    return redis.error_reply('WRONGTYPE count key holds a value that is not a permit count')
+  end
+  return redis.error_reply('PERMITS ' .. stored)
+end
+local permits = tonumber(ARGV[8])
+
+local function leave_queue()
+  if member ~= '' then
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('ZREM', KEYS[4], member)
+  end
+end
+
+local mine = redis.call('ZSCORE', KEYS[1], token)
+if mine and tonumber(mine) > now_ms then
+  leave_queue()
+  return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
+end
+
+local freed = reclaim(KEYS[1], now_ms)
+local free = permits - redis.call('ZCARD', KEYS[1])
+freed = freed + prune(KEYS[3], KEYS[4], now_ms, member,
+                      math.max(math.min(free, redis.call('ZCARD', KEYS[3])), 0))
+local rank = member ~= '' and redis.call('ZRANK', KEYS[3], member)
+if not rank then
+  rank = redis.call('ZCARD', KEYS[3])
+end
+
+if rank < free then
+  local prev = redis.pcall('GET', KEYS[2])
+  if type(prev) == 'table' then
+    return redis.error_reply('WRONGTYPE fence key holds a value that is not a redbell fence')
+  end
+  local fence = math.max((tonumber(prev) or 0) + 1, now_us)
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+  redis.call('ZADD', KEYS[1], now_ms + lease, token)
+  keep_key(KEYS[1], lease)
+  keep_count(KEYS[5], permits, lease)
+  leave_queue()
+  settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
+  return {1, fence}
+end
+
+local park = tonumber(ARGV[6])
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] then
+  park = math.max(tonumber(first[2]) - now_ms, 1)
+end
+if member ~= '' then
+  local ttl = park + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[3], 'NX', now_us, member)
+  redis.call('ZADD', KEYS[4], now_ms + ttl, member)
+  for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+  keep_count(KEYS[5], permits, ttl)
+end
+settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
+return {0, park}

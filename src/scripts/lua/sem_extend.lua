@@ -1,0 +1,37 @@
+-- sem_extend: reset the lease of semaphore permits we still hold; one call
+-- renews many (the renewal task batches them). Each permit takes two keys.
+--
+-- KEYS[1], KEYS[3], ..  holders  P:{N}:holders  sorted set: token -> expiry (server ms);
+--                                 KEYS[2i-1] for permit i
+-- KEYS[2], KEYS[4], ..  count    P:{N}:permits  string, kept alive as long as the
+--                                 holders; KEYS[2i] for permit i
+-- ARGV[1]      lease_ms  the new lease in milliseconds, from now (> 0)
+-- ARGV[i+1]    token     the permit token in KEYS[2i-1]
+--
+-- Returns an array with one code per permit (i = 1..#KEYS/2), in order:
+--   1   the permit was live; its expiry is now lease_ms from now
+--  -1   the permit is gone (expired or reclaimed), or a key holds foreign
+--       data (so one such key cannot fail the renewal of the others)
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local holders, count = KEYS[2 * i - 1], KEYS[2 * i]
+  local expiry = redis.pcall('ZSCORE', holders, ARGV[i + 1])
+  if type(expiry) == 'table' then
+    expiry = false
+  end
+  if expiry and tonumber(expiry) > now_ms then
+    redis.call('ZADD', holders, 'XX', now_ms + lease, ARGV[i + 1])
+    for _, key in ipairs({holders, count}) do
+      if redis.call('PTTL', key) < lease then
+        redis.call('PEXPIRE', key, lease) -- a no-op on a count that is gone
+      end
+    end
+    out[i] = 1
+  else
+    out[i] = -1
+  end
+end
+return out

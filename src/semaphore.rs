@@ -1,0 +1,238 @@
+//! The distributed counting [`Semaphore`] and its [`Permit`].
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::Error;
+use crate::acquire::Acquirer;
+use crate::client::Client;
+use crate::guard::guard_api;
+use crate::keys::{Kind, Replication};
+
+/// A distributed counting semaphore: at most `permits` holders at once,
+/// each with its own token, lease and fence.
+///
+/// Cheap to clone; clones name the same semaphore. Holding a `Semaphore`
+/// holds nothing in Redis: [`acquire`](Semaphore::acquire) and friends
+/// return a [`Permit`] that owns one permit.
+///
+/// # Data model
+///
+/// Every key lives under the hash tag `P:{N}` (`P` the client's prefix,
+/// `N` the name), so a semaphore lives in one cluster slot:
+///
+/// - `P:{N}:holders`, a sorted set: each permit's token, scored by its lease
+///   expiry in **server** time. A holder whose lease ran out (it crashed, or
+///   was cut off from Redis) is reclaimed by the next acquire or release.
+/// - `P:{N}:permits`: the permit count. A handle asking for another count
+///   gets [`Error::PermitsMismatch`]; the count is never resized silently.
+///   It expires with the holders and the queue, so once nobody holds or
+///   waits (for at most a lease) a new count may be used.
+/// - `P:{N}:queue` and `P:{N}:queue:expiry`: the waiters, FIFO by arrival,
+///   each entry expiring unless its waiter refreshes it.
+/// - `P:{N}:fence`: the fencing counter, shared with the other lock kinds
+///   of the same name.
+///
+/// # Policy
+///
+/// - **FIFO by arrival.** A free permit goes to the head of the queue; a
+///   newcomer (and [`try_acquire`](Semaphore::try_acquire)) takes one only
+///   when more permits are free than waiters are queued, so nobody is
+///   starved by newcomers.
+/// - **Event-driven.** A release wakes as many waiters as it freed permits,
+///   each through its own client's wake channel, at O(1) Redis work per
+///   permit whatever the number of waiters; parked waiters send nothing.
+///   A woken waiter that froze costs the next in line a short window
+///   (0.5 s), not a lease. Every park ends by the earliest holder's lease
+///   at the latest, so a crashed holder's permit is taken within moments of
+///   its expiry.
+/// - **One permit per call.** There is no `acquire_many`: under FIFO a
+///   request for several permits would hold up everyone behind it until all
+///   are free, and taking them one by one from two callers can deadlock.
+///   Hold several [`Permit`]s only if every caller takes them in one order.
+///
+/// # Guarantees, and their limits
+///
+/// While a permit's [`is_lost`](Permit::is_lost) is false, its token is in
+/// the holders set, and the holders set never has more than `permits`
+/// live members. The limits are those of the [`Mutex`](crate::Mutex) (see
+/// [`MutexGuard`](crate::MutexGuard#when-two-holders-can-coexist)): a
+/// holder that works on past its lease, a server that lost writes (a
+/// failover, a restart, keys removed from outside), or clocks that break
+/// the drift margin can give more than `permits` holders; the
+/// [fence](Permit::fence) lets a resource refuse the stale ones.
+#[derive(Clone)]
+pub struct Semaphore(Acquirer);
+
+impl Client {
+    /// A handle on the distributed semaphore called `name`, with `permits`
+    /// permits; see [`Semaphore`].
+    ///
+    /// This does no I/O and never fails: an invalid name, or zero permits,
+    /// is reported by the first call that uses it ([`Error::InvalidName`],
+    /// [`Error::InvalidPermits`]); a count that differs from the one stored
+    /// in Redis by the acquire that finds it ([`Error::PermitsMismatch`]).
+    /// Do not use one name both as a semaphore and as another kind of lock.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        Semaphore(Acquirer::new(self.clone(), name, Kind::Semaphore).with_permits(permits))
+    }
+}
+
+impl Semaphore {
+    /// Sets a fixed lease for every permit taken through this handle, with
+    /// no renewal; see [`Mutex::with_lease`](crate::Mutex::with_lease).
+    pub fn with_lease(self, lease: Duration) -> Semaphore {
+        Semaphore(self.0.with_lease(lease))
+    }
+
+    /// Stops renewing a permit's lease once it has been held for `hold`;
+    /// see [`Mutex::max_hold`](crate::Mutex::max_hold).
+    pub fn max_hold(self, hold: Duration) -> Semaphore {
+        Semaphore(self.0.with_max_hold(hold))
+    }
+
+    /// Waits after each acquire, extend and renewal until `replicas`
+    /// replicas acknowledged it; see
+    /// [`Mutex::min_replica_acks`](crate::Mutex::min_replica_acks).
+    pub fn min_replica_acks(self, replicas: u32, timeout: Duration) -> Semaphore {
+        Semaphore(self.0.with_replication(Replication::new(replicas, timeout)))
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// The permit count this handle was made with.
+    pub fn permits(&self) -> u32 {
+        self.0.permits()
+    }
+
+    /// Takes a permit, waiting in line as long as it takes.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redbell::Error> {
+    /// # let client = redbell::Client::connect("redis://127.0.0.1:6379").await?;
+    /// let downloads = client.semaphore("downloads", 4);
+    /// let permit = downloads.acquire().await?;
+    /// // ... at most 4 of these run at once, across all clients ...
+    /// permit.release().await?; // the next waiter in line is woken
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidName`], [`Error::InvalidPermits`],
+    ///   [`Error::InvalidLease`] for bad input.
+    /// - [`Error::PermitsMismatch`] when the semaphore exists with another
+    ///   permit count.
+    /// - [`Error::WrongType`] when one of its keys holds foreign data.
+    /// - [`Error::NotReplicated`] with `min_replica_acks`, when too few
+    ///   replicas acknowledged (the permit was given back).
+    /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
+    ///   held (a possibly applied attempt is released in the background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point leaves no permit
+    /// behind. If an acquire script was in flight its token is released in
+    /// the background, and the waiter leaves the queue, passing a permit
+    /// owed to it on to the next waiter in line (in any client).
+    /// `tokio::time::timeout(d, semaphore.acquire())` is safe.
+    pub async fn acquire(&self) -> Result<Permit, Error> {
+        self.0.lock().await.map(Permit)
+    }
+
+    /// Takes a permit, giving up with [`Error::Timeout`] once `timeout` has
+    /// passed; the waiter then leaves the queue at once. A zero timeout
+    /// makes exactly one attempt.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] at the deadline; otherwise as
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Permit, Error> {
+        self.0.lock_timeout(timeout).await.map(Permit)
+    }
+
+    /// Makes one attempt: `Some(permit)` if a permit is free and not owed
+    /// to a queued waiter, `None` otherwise. Never waits and never
+    /// subscribes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an attempt in flight when the future is dropped is
+    /// released in the background.
+    pub async fn try_acquire(&self) -> Result<Option<Permit>, Error> {
+        Ok(self.0.try_lock().await?.map(Permit))
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name())
+            .field("permits", &self.permits())
+            .field("lease", &self.0.lease())
+            .finish()
+    }
+}
+
+guard_api!(
+    /// One permit of a [`Semaphore`].
+    ///
+    /// Give it back with [`release`](Permit::release) (or
+    /// [`unlock`](Permit::unlock), the same) to learn whether it was still
+    /// ours. Dropping the permit releases it in the background (see
+    /// [Shutting down](crate::Client#shutting-down)). Its lease is renewed
+    /// by the client's renewal task unless the semaphore has a fixed lease;
+    /// [`lost`](Permit::lost) resolves when it is lost.
+    Permit,
+    "The fencing token of this acquisition: strictly greater than every fence \
+     handed out before for this semaphore's name, by any client (holders at \
+     the same time have distinct fences). Pass it to the storage you protect.",
+    "let guard = client.semaphore(\"uploads\", 4).acquire().await?;"
+);
+
+impl Permit {
+    /// Gives the permit back and wakes the next waiter in line; the same as
+    /// [`unlock`](Permit::unlock).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotHeld`] when the permit was no longer ours: its lease
+    ///   expired (and it may have been reclaimed and taken by someone else
+    ///   since). Nobody else's permit is touched.
+    /// - [`Error::Redis`] when Redis could not be reached; the release is
+    ///   retried in the background, and the lease bounds the damage.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before Redis answered, the
+    /// release is completed in the background.
+    pub async fn release(self) -> Result<(), Error> {
+        self.0.unlock().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Semaphore>();
+        assert_send_sync::<Permit>();
+    }
+}

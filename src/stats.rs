@@ -1,0 +1,320 @@
+//! What one client did: counters and gauges, kept in atomics (a relaxed
+//! add each, nothing on the server) and read with [`Client::stats`]. With
+//! the `metrics` feature every change also goes to the `metrics` facade, so
+//! the application's exporter (Prometheus, StatsD, ...) publishes it; without
+//! the feature that part compiles to nothing.
+//!
+//! Metric names (all labelled `kind` = `mutex`, `fair`, `read`, `write`,
+//! `semaphore`
+//! where it applies):
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `redbell_acquisitions_total` | counter | `kind`, `outcome` = `acquired`, `busy` (a `try_lock` that found it held), `timeout`, `cancelled`, `error` |
+//! | `redbell_releases_total` | counter | `outcome` = `ours`, `gone` (expired), `theirs` (taken over) |
+//! | `redbell_leases_lost_total` | counter | `cause` = `gone`, `taken`, `deadline` |
+//! | `redbell_renewals_total` | counter | `outcome` = `ok`, `failed` |
+//! | `redbell_hub_reconnects_total` | counter | |
+//! | `redbell_wakeups_total` | counter | `outcome` = `received`, `passed_on` |
+//! | `redbell_wait_seconds` | histogram | `kind`: from the call to the guard |
+//! | `redbell_hold_seconds` | histogram | from the acquisition to the release |
+//! | `redbell_waiters` | gauge | waiters parked now |
+//! | `redbell_guards` | gauge | guards held now |
+//!
+//! Lock names are never labels (millions of one-off names would explode an
+//! exporter's memory).
+//!
+//! [`Client::stats`]: crate::Client::stats
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::keys::Kind;
+use crate::scripts::Owned;
+
+/// A snapshot of one client's counters and gauges, from
+/// [`Client::stats`](crate::Client::stats). Counters only grow (from the
+/// client's start); gauges are the value now.
+///
+/// In a quiet moment, `acquired == releases() + guards` for the guards this
+/// client made, and every wake-up this client received was either acted on
+/// or passed on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Acquisitions that returned a guard.
+    pub acquired: u64,
+    /// `try_lock` calls (and zero-timeout waits) that found the lock held.
+    pub busy: u64,
+    /// Waits that ended at their deadline ([`Error::Timeout`](crate::Error::Timeout)).
+    pub timed_out: u64,
+    /// Waits whose future was dropped before they ended.
+    pub cancelled: u64,
+    /// Acquisitions that failed with another error.
+    pub failed: u64,
+    /// Releases that found the lock still ours.
+    pub released_ours: u64,
+    /// Releases that found it gone (the lease had run out).
+    pub released_gone: u64,
+    /// Releases that found another holder (the lease had run out and the
+    /// lock was taken since).
+    pub released_theirs: u64,
+    /// Leases lost because the key was gone.
+    pub lost_gone: u64,
+    /// Leases lost because another token held the key.
+    pub lost_taken: u64,
+    /// Leases lost because Redis did not confirm a renewal before the local
+    /// deadline (or a fixed lease ran out while its guard lived).
+    pub lost_deadline: u64,
+    /// Leases renewed.
+    pub renewals: u64,
+    /// Renewals that failed (they are retried until the lease's deadline).
+    pub renewal_failures: u64,
+    /// Times the pub/sub connection was replaced (lost, failed its probe,
+    /// or followed a failover).
+    pub hub_reconnects: u64,
+    /// Wake-ups that reached one of this client's waiters.
+    pub wakeups_received: u64,
+    /// Wake-ups passed on to the next waiter (the waiter had left, or left
+    /// with the wake-up in hand).
+    pub wakeups_passed_on: u64,
+    /// Waiters parked now.
+    pub waiters: i64,
+    /// Guards held now.
+    pub guards: i64,
+}
+
+impl Stats {
+    /// All releases, whatever they found.
+    pub fn releases(&self) -> u64 {
+        self.released_ours + self.released_gone + self.released_theirs
+    }
+
+    /// All lost leases, whatever the cause.
+    pub fn leases_lost(&self) -> u64 {
+        self.lost_gone + self.lost_taken + self.lost_deadline
+    }
+}
+
+/// How an acquisition ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acquired,
+    Busy,
+    Timeout,
+    Cancelled,
+    Error,
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    Ours,
+    Gone,
+    Theirs,
+}
+
+impl From<Owned> for Released {
+    fn from(owned: Owned) -> Released {
+        match owned {
+            Owned::Ours => Released::Ours,
+            Owned::Gone => Released::Gone,
+            Owned::Theirs => Released::Theirs,
+        }
+    }
+}
+
+/// Why a lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostCause {
+    /// A renewal or extend found the key gone.
+    Gone,
+    /// A renewal or extend found another token.
+    Taken,
+    /// The local deadline passed unconfirmed.
+    Deadline,
+}
+
+impl LostCause {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LostCause::Gone => "gone",
+            LostCause::Taken => "taken",
+            LostCause::Deadline => "deadline",
+        }
+    }
+}
+
+/// The live counters of one client, shared by its parts.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    acquired: AtomicU64,
+    busy: AtomicU64,
+    timed_out: AtomicU64,
+    cancelled: AtomicU64,
+    failed: AtomicU64,
+    released_ours: AtomicU64,
+    released_gone: AtomicU64,
+    released_theirs: AtomicU64,
+    lost_gone: AtomicU64,
+    lost_taken: AtomicU64,
+    lost_deadline: AtomicU64,
+    renewals: AtomicU64,
+    renewal_failures: AtomicU64,
+    hub_reconnects: AtomicU64,
+    wakeups_received: AtomicU64,
+    wakeups_passed_on: AtomicU64,
+    waiters: AtomicI64,
+    guards: AtomicI64,
+}
+
+fn kind_label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Plain => "mutex",
+        Kind::Fair => "fair",
+        Kind::Read => "read",
+        Kind::Write => "write",
+        Kind::Semaphore => "semaphore",
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    /// An acquisition of `kind` ended as `outcome` after `waited`.
+    pub(crate) fn acquisition(&self, kind: Kind, outcome: Outcome, waited: Duration) {
+        let (counter, label) = match outcome {
+            Outcome::Acquired => (&self.acquired, "acquired"),
+            Outcome::Busy => (&self.busy, "busy"),
+            Outcome::Timeout => (&self.timed_out, "timeout"),
+            Outcome::Cancelled => (&self.cancelled, "cancelled"),
+            Outcome::Error => (&self.failed, "error"),
+        };
+        add(counter, 1);
+        #[cfg(feature = "metrics")]
+        {
+            let kind = kind_label(kind);
+            metrics::counter!("redbell_acquisitions_total", "kind" => kind, "outcome" => label)
+                .increment(1);
+            if outcome == Outcome::Acquired {
+                metrics::histogram!("redbell_wait_seconds", "kind" => kind)
+                    .record(waited.as_secs_f64());
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (kind_label(kind), label, waited);
+    }
+
+    /// A release found `outcome`, `held` after the acquisition (`None`: a
+    /// release in the background, whose hold was timed at the drop).
+    pub(crate) fn release(&self, outcome: Released, held: Option<Duration>) {
+        let (counter, label) = match outcome {
+            Released::Ours => (&self.released_ours, "ours"),
+            Released::Gone => (&self.released_gone, "gone"),
+            Released::Theirs => (&self.released_theirs, "theirs"),
+        };
+        add(counter, 1);
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!("redbell_releases_total", "outcome" => label).increment(1);
+            if let Some(held) = held {
+                metrics::histogram!("redbell_hold_seconds").record(held.as_secs_f64());
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (label, held);
+    }
+
+    /// A lease was lost.
+    pub(crate) fn lost(&self, cause: LostCause) {
+        add(
+            match cause {
+                LostCause::Gone => &self.lost_gone,
+                LostCause::Taken => &self.lost_taken,
+                LostCause::Deadline => &self.lost_deadline,
+            },
+            1,
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!("redbell_leases_lost_total", "cause" => cause.as_str()).increment(1);
+    }
+
+    /// `ok` leases were renewed and `failed` renewals failed.
+    pub(crate) fn renewals(&self, ok: u64, failed: u64) {
+        add(&self.renewals, ok);
+        add(&self.renewal_failures, failed);
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!("redbell_renewals_total", "outcome" => "ok").increment(ok);
+            metrics::counter!("redbell_renewals_total", "outcome" => "failed").increment(failed);
+        }
+    }
+
+    /// The pub/sub connection was replaced.
+    pub(crate) fn hub_reconnect(&self) {
+        add(&self.hub_reconnects, 1);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("redbell_hub_reconnects_total").increment(1);
+    }
+
+    /// A wake-up reached one of our waiters (`passed_on`: or was passed on).
+    pub(crate) fn wakeup(&self, passed_on: bool) {
+        add(
+            if passed_on {
+                &self.wakeups_passed_on
+            } else {
+                &self.wakeups_received
+            },
+            1,
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!("redbell_wakeups_total",
+            "outcome" => if passed_on { "passed_on" } else { "received" })
+        .increment(1);
+    }
+
+    /// A waiter started (+1) or stopped (-1) waiting.
+    pub(crate) fn waiters(&self, delta: i64) {
+        let now = self.waiters.fetch_add(delta, Ordering::Relaxed) + delta;
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("redbell_waiters").set(now as f64);
+        #[cfg(not(feature = "metrics"))]
+        let _ = now;
+    }
+
+    /// A guard was made (+1) or dropped (-1).
+    pub(crate) fn guards(&self, delta: i64) {
+        let now = self.guards.fetch_add(delta, Ordering::Relaxed) + delta;
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("redbell_guards").set(now as f64);
+        #[cfg(not(feature = "metrics"))]
+        let _ = now;
+    }
+
+    /// A snapshot.
+    pub(crate) fn snapshot(&self) -> Stats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            acquired: get(&self.acquired),
+            busy: get(&self.busy),
+            timed_out: get(&self.timed_out),
+            cancelled: get(&self.cancelled),
+            failed: get(&self.failed),
+            released_ours: get(&self.released_ours),
+            released_gone: get(&self.released_gone),
+            released_theirs: get(&self.released_theirs),
+            lost_gone: get(&self.lost_gone),
+            lost_taken: get(&self.lost_taken),
+            lost_deadline: get(&self.lost_deadline),
+            renewals: get(&self.renewals),
+            renewal_failures: get(&self.renewal_failures),
+            hub_reconnects: get(&self.hub_reconnects),
+            wakeups_received: get(&self.wakeups_received),
+            wakeups_passed_on: get(&self.wakeups_passed_on),
+            waiters: self.waiters.load(Ordering::Relaxed),
+            guards: self.guards.load(Ordering::Relaxed),
+        }
+    }
+}
