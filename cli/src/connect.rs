@@ -48,6 +48,20 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
     pub master: Option<String>,
 
+    /// TLS: a PEM file of the CA that signed the server's certificate (for a
+    /// `rediss://` URL whose server the system's roots do not know).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// TLS: a PEM client certificate to present (with --tls-key), for a
+    /// server that requires one (`tls-auth-clients yes`).
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// TLS: the PEM private key of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
     /// Prefix of every key and channel: the lock N lives at `PREFIX:{N}`.
     #[arg(long, global = true, value_name = "P", default_value = "redbell")]
     pub prefix: String,
@@ -105,6 +119,10 @@ pub async fn connect_with(
     } else {
         Client::builder(global.url.as_str())
     };
+    let builder = match tls(global)? {
+        Some(certificates) => builder.tls(certificates),
+        None => builder,
+    };
     configure(builder.prefix(&global.prefix))
         .connect()
         .await
@@ -115,4 +133,27 @@ pub async fn connect_with(
             };
             Failure::input(&target, what, &e)
         })
+}
+
+/// The certificates `--tls-ca`, `--tls-cert` and `--tls-key` name, if any.
+fn tls(global: &GlobalArgs) -> Result<Option<redbell::redis::TlsCertificates>, Failure> {
+    if global.tls_ca.is_none() && global.tls_cert.is_none() {
+        return Ok(None);
+    }
+    let read = |path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| Failure::new(EX_USAGE, format!("cannot read {}: {e}", path.display())))
+    };
+    let root_cert = global.tls_ca.as_deref().map(read).transpose()?;
+    let client_tls = match (&global.tls_cert, &global.tls_key) {
+        (Some(cert), Some(key)) => Some(redbell::redis::ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        _ => None,
+    };
+    Ok(Some(redbell::redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }

@@ -275,10 +275,9 @@ async fn a_refused_wake_up_does_not_fail_a_release() {
         .expect("ZADD");
     let released: redis::RedisResult<i64> = redis::cmd("EVAL")
         .arg(source("release"))
-        .arg(3)
+        .arg(2)
         .arg(&lock)
         .arg(&waiters)
-        .arg(format!("{lock}:handoff"))
         .arg("token")
         .arg(format!("{lock}:wake:"))
         .arg(100)
@@ -297,10 +296,12 @@ async fn a_refused_wake_up_does_not_fail_a_release() {
     set(&mut admin, &lock, "token").await;
     let released: redis::RedisResult<i64> = redis::cmd("EVAL")
         .arg(source("rw_write_release"))
-        .arg(2)
+        .arg(3)
         .arg(&lock)
         .arg(format!("{lock}:rw"))
+        .arg(format!("{lock}:writers"))
         .arg("token")
+        .arg(500)
         .query_async(&mut conn)
         .await;
     assert!(

@@ -144,3 +144,40 @@ async fn the_server_certificate_is_verified() {
         "certificates for a redis:// URL: {mismatch:?}"
     );
 }
+
+/// The CLI over TLS: `--tls-ca`, and `--tls-cert`/`--tls-key` for the
+/// server that requires a client certificate. Before these options the CLI
+/// could not reach a TLS server with a CA of its own at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_runs_a_command_under_a_lock_over_tls() {
+    let servers = TlsServers::start().await;
+    let dir = repo_root().join("target/redis/tls");
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let run = |url: &str, with_cert: bool| {
+        let mut cmd = std::process::Command::new(redbell_integration_tests::redbell_binary());
+        cmd.args(["--url", url, "--tls-ca", &path("ca.crt")]);
+        if with_cert {
+            cmd.args([
+                "--tls-cert",
+                &path("client.crt"),
+                "--tls-key",
+                &path("client.key"),
+            ]);
+        }
+        cmd.args(["run", &unique("tls-cli"), "--", "echo", "held"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redbell")
+    };
+    let out = run(&servers.optional, false);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "held");
+    let refused = run(&servers.required, false);
+    assert_eq!(
+        refused.status.code(),
+        Some(69),
+        "no client certificate: {refused:?}"
+    );
+    let out = run(&servers.required, true);
+    assert!(out.status.success(), "with the client certificate: {out:?}");
+}
