@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod cli;
 pub mod cluster;
 pub mod sentinel;
 

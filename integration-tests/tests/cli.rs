@@ -8,12 +8,14 @@
 //! tests run on small, busy machines.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redbell_integration_tests::{free_port, lock_key, log_output, redbell_binary, redis_url};
+use redbell_integration_tests::cli::{
+    code, finish, kill, redbell, run, scratch, stderr, stdout, wait_for_file, wait_until,
+};
+use redbell_integration_tests::{free_port, lock_key, redis_url};
 
 /// A name no other test uses: `cli-what-<uuid>`.
 fn unique(what: &str) -> String {
@@ -39,96 +41,6 @@ fn del(name: &str) {
         .arg(lock_key(name))
         .query(&mut redis())
         .expect("DEL");
-}
-
-/// A fresh scratch directory.
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(unique("dir"));
-    std::fs::create_dir_all(&dir).expect("create a scratch dir");
-    dir
-}
-
-/// `redbell ARGS...` with `REDIS_URL` set and no stdin.
-fn redbell(args: &[&str]) -> Command {
-    let mut cmd = Command::new(redbell_binary());
-    cmd.args(args)
-        .env("REDIS_URL", redis_url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Waits for `child` at most `limit`, killing it and failing the test
-/// after that. Returns its output.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let end = Instant::now() + limit;
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => break,
-            None if Instant::now() >= end => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("wait");
-                panic!(
-                    "{what} took over {limit:?}\n{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => thread::sleep(Duration::from_millis(5)),
-        }
-    }
-    let out = child.wait_with_output().expect("wait");
-    log_output(what, &out);
-    out
-}
-
-/// Runs `redbell ARGS...` to completion (at most 60 s).
-fn run(args: &[&str]) -> Output {
-    let child = redbell(args).spawn().expect("redbell starts");
-    finish(child, Duration::from_secs(60), &format!("redbell {args:?}"))
-}
-
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("redbell itself was killed: {}", out.status))
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Waits until `path` exists with a complete line, and returns its text.
-fn wait_for_file(path: &Path, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text;
-        }
-        assert!(
-            Instant::now() < end,
-            "{} did not appear within {limit:?}",
-            path.display()
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Waits until `cond` holds, failing after `limit`.
-fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        thread::sleep(Duration::from_millis(5));
-    }
-    start.elapsed()
 }
 
 /// The processes (any state) whose process group is `pgid`, from /proc.
@@ -162,15 +74,6 @@ fn pids(path: &Path) -> (i32, i32) {
         .split_whitespace()
         .map(|p| p.parse::<i32>().expect("a pid"));
     (it.next().expect("$$"), it.next().expect("$!"))
-}
-
-fn kill(sig: &str, pid: u32) {
-    let ok = Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill -{sig} {pid} failed");
 }
 
 /// A flat JSON object (`{"k": "str" | number | true | false | null, ...}`),

@@ -8,106 +8,22 @@
 //! their own on free ports. Timing bounds are generous: the tests run on
 //! small, busy machines.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use redbell_integration_tests::cli::{
+    code, finish, kill, run, scratch, spawn, stdout, wait_for_file, wait_until,
+};
 use redbell_integration_tests::cluster::{self, Cluster, slot_of};
 use redbell_integration_tests::sentinel::{MASTER, Topology};
-use redbell_integration_tests::{lock_key, log_output, redbell_binary, redis_url};
+use redbell_integration_tests::{lock_key, redis_url};
 use serde_json::Value;
 
 /// A name no other test uses: `reach-what-<uuid>`.
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("reach-{what}"))
-}
-
-/// A fresh scratch directory.
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(unique("dir"));
-    std::fs::create_dir_all(&dir).expect("create a scratch dir");
-    dir
-}
-
-/// `redbell ARGS...` with `REDIS_URL` set and no stdin.
-fn redbell(args: &[&str]) -> Command {
-    let mut cmd = Command::new(redbell_binary());
-    cmd.args(args)
-        .env("REDIS_URL", redis_url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn spawn(args: &[&str]) -> Child {
-    redbell(args).spawn().expect("redbell starts")
-}
-
-/// Waits for `child` at most `limit`, killing it and failing the test after
-/// that. Returns its output.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let end = Instant::now() + limit;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            log_output(what, &out);
-            panic!("{what} took over {limit:?}");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    let out = child.wait_with_output().expect("wait");
-    log_output(what, &out);
-    out
-}
-
-/// Runs `redbell ARGS...` to completion (at most 60 s).
-fn run(args: &[&str]) -> Output {
-    finish(
-        spawn(args),
-        Duration::from_secs(60),
-        &format!("redbell {args:?}"),
-    )
-}
-
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("redbell itself was killed: {}", out.status))
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Waits until `path` exists with a complete line, and returns its text.
-fn wait_for_file(path: &Path, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text;
-        }
-        assert!(
-            Instant::now() < end,
-            "{} did not appear within {limit:?}",
-            path.display()
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Waits until `cond` holds, failing after `limit`; how long it took.
-fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        thread::sleep(Duration::from_millis(10));
-    }
-    start.elapsed()
 }
 
 /// `redbell [GLOBAL...] status --json NAME`: the lock's JSON object.
@@ -125,15 +41,6 @@ fn status(global: &[&str], name: &str) -> Value {
 fn owner_of(child: &Child) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("the host name");
     format!("{}:{}", host.trim(), child.id())
-}
-
-fn kill(sig: &str, pid: u32) {
-    let ok = Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill -{sig} {pid} failed");
 }
 
 /// A holder that writes its token to `token` and sleeps until killed.

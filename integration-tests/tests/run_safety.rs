@@ -7,14 +7,14 @@
 //! Each fault test failed on the code before its fix; the numbers are in
 //! the test's comment. Needs `REDIS_URL` and the built binary, as `cli.rs`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redbell_integration_tests::{lock_key, log_output, redbell_binary, redis_url};
+use redbell_integration_tests::cli::{code, finish, redbell, scratch, wait_for_file};
+use redbell_integration_tests::{lock_key, redis_url};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -41,60 +41,6 @@ fn del(name: &str) {
         .arg(lock_key(name))
         .query(&mut redis())
         .expect("DEL");
-}
-
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(unique("dir"));
-    std::fs::create_dir_all(&dir).expect("create a scratch dir");
-    dir
-}
-
-/// `redbell ARGS...` with `REDIS_URL` set and no stdin.
-fn redbell(args: &[&str]) -> Command {
-    let mut cmd = Command::new(redbell_binary());
-    cmd.args(args)
-        .env("REDIS_URL", redis_url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Waits for `child` at most `limit` (killing it and failing after that).
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let end = Instant::now() + limit;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            log_output(what, &out);
-            panic!("{what} took over {limit:?}");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    let out = child.wait_with_output().expect("wait");
-    log_output(what, &out);
-    out
-}
-
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("redbell itself was killed: {}", out.status))
-}
-
-/// Waits until `path` holds a complete line, and returns its text.
-fn wait_for_file(path: &Path, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text;
-        }
-        assert!(Instant::now() < end, "{} did not appear", path.display());
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Whether `pid` is gone: no such process, or a zombie (dead, only not
