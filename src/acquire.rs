@@ -474,7 +474,7 @@ impl Acquirer {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
-                lease.observe(inner.counters.clone(), &keys.name);
+                lease.observe(inner.counters.clone(), keys.clone());
                 inner.counters.guards(1);
                 let renewal = self.lease.is_none().then(|| {
                     inner.renewer.register(

@@ -145,7 +145,7 @@ pub(crate) struct Lease {
     changed: Notify,
     /// Told once when the lease is lost: the client's counters and the
     /// lock's name (for the warning). Set right after the acquisition.
-    observer: OnceLock<(Arc<Counters>, Arc<str>)>,
+    observer: OnceLock<(Arc<Counters>, Arc<LockKeys>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -235,9 +235,10 @@ impl Lease {
             .saturating_duration_since(Instant::now())
     }
 
-    /// Reports this lease's loss (once) to `counters`, as the lock `name`.
-    pub(crate) fn observe(&self, counters: Arc<Counters>, name: &str) {
-        let _ = self.observer.set((counters, Arc::from(name)));
+    /// Reports this lease's loss (once) to `counters`, as the lock `keys` names
+    /// (an `Arc` the guard holds already: no allocation per acquisition).
+    pub(crate) fn observe(&self, counters: Arc<Counters>, keys: Arc<LockKeys>) {
+        let _ = self.observer.set((counters, keys));
     }
 
     /// Marks the lease lost, for `cause`, and wakes everyone waiting on
@@ -247,9 +248,9 @@ impl Lease {
     pub(crate) fn set_lost(&self, cause: LostCause) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             // Counted before anyone waiting on `lost()` runs.
-            if let Some((counters, name)) = self.observer.get() {
+            if let Some((counters, keys)) = self.observer.get() {
                 counters.lost(cause);
-                tracing::warn!(lock = %name, cause = cause.as_str(), "lease lost");
+                tracing::warn!(lock = %keys.name, cause = cause.as_str(), "lease lost");
             }
             self.changed.notify_waiters();
         }
