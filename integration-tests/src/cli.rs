@@ -7,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::{log_output, redbell_binary, redis_url, unique};
+use crate::{lock_key, log_output, redbell_binary, redis_url, unique};
 
 /// A fresh scratch directory.
 pub fn scratch() -> PathBuf {
@@ -136,4 +136,33 @@ pub fn kill(sig: &str, pid: u32) {
         .expect("kill runs")
         .success();
     assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// A blocking connection to the test Redis (`REDIS_URL`), for the CLI
+/// tests' synchronous checks.
+///
+/// # Panics
+///
+/// When Redis cannot be reached.
+pub fn redis() -> redis::Connection {
+    redis::Client::open(redis_url())
+        .and_then(|c| c.get_connection())
+        .expect("the test Redis is reachable")
+}
+
+/// Whether the lock `name`'s key exists.
+pub fn lock_exists(name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(lock_key(name))
+        .query::<i64>(&mut redis())
+        .expect("EXISTS")
+        == 1
+}
+
+/// Deletes the lock `name`'s key.
+pub fn delete_lock(name: &str) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(lock_key(name))
+        .query(&mut redis())
+        .expect("DEL");
 }

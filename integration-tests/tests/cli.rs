@@ -13,34 +13,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redbell_integration_tests::cli::{
-    code, finish, kill, redbell, run, scratch, stderr, stdout, wait_for_file, wait_until,
+    code, delete_lock, finish, kill, lock_exists, redbell, redis, run, scratch, stderr, stdout,
+    wait_for_file, wait_until,
 };
-use redbell_integration_tests::{free_port, lock_key, redis_url};
+use redbell_integration_tests::{free_port, lock_key};
 
 /// A name no other test uses: `cli-what-<uuid>`.
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("cli-{what}"))
-}
-
-fn redis() -> redis::Connection {
-    redis::Client::open(redis_url())
-        .and_then(|c| c.get_connection())
-        .expect("the test Redis is reachable")
-}
-
-fn exists(name: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(lock_key(name))
-        .query::<i64>(&mut redis())
-        .expect("EXISTS")
-        == 1
-}
-
-fn del(name: &str) {
-    let _: i64 = redis::cmd("DEL")
-        .arg(lock_key(name))
-        .query(&mut redis())
-        .expect("DEL");
 }
 
 /// The processes (any state) whose process group is `pgid`, from /proc.
@@ -166,7 +146,7 @@ fn concurrent_runs_are_mutually_exclusive() {
     }
     let total = std::fs::read_to_string(&counter).unwrap();
     assert_eq!(total.trim(), "60", "increments were lost: runs overlapped");
-    assert!(!exists(&name), "the lock is left held");
+    assert!(!lock_exists(&name), "the lock is left held");
 }
 
 #[test]
@@ -213,7 +193,7 @@ fn a_held_lock_fails_fast_or_after_the_wait() {
         .query(&mut redis())
         .unwrap();
     assert_eq!(holder, "someone-else", "the holder's lock was touched");
-    del(&name);
+    delete_lock(&name);
 }
 
 #[test]
@@ -228,7 +208,7 @@ fn the_exit_code_passes_through() {
     ] {
         let out = run(&[&["run", &name][..], &args].concat());
         assert_eq!(code(&out), expected, "run {args:?}");
-        assert!(!exists(&name), "the lock is left held after {args:?}");
+        assert!(!lock_exists(&name), "the lock is left held after {args:?}");
     }
 }
 
@@ -244,7 +224,7 @@ fn sigterm_reaches_the_whole_group_and_frees_the_lock() {
         .spawn()
         .expect("redbell starts");
     let (shell, grandchild) = pids(&pid_file);
-    assert!(exists(&name));
+    assert!(lock_exists(&name));
     assert!(alive(grandchild));
 
     let signalled = Instant::now();
@@ -252,7 +232,7 @@ fn sigterm_reaches_the_whole_group_and_frees_the_lock() {
     let freed = wait_until(
         Duration::from_secs(1),
         "the lock freed after SIGTERM",
-        || !exists(&name),
+        || !lock_exists(&name),
     );
     let out = finish(child, Duration::from_secs(10), "run after SIGTERM");
     assert_eq!(code(&out), 143, "the shell died of the forwarded SIGTERM");
@@ -295,7 +275,7 @@ fn a_lost_lease_terminates_then_kills_the_group() {
     .expect("redbell starts");
     let (shell, grandchild) = pids(&pid_file);
 
-    del(&name); // an outside DEL: the lease is lost
+    delete_lock(&name); // an outside DEL: the lease is lost
     let deleted = Instant::now();
     let out = finish(child, Duration::from_secs(20), "run with a lost lease");
     let took = deleted.elapsed();
@@ -321,10 +301,10 @@ fn a_lost_lease_stops_a_command_that_obeys_sigterm() {
         .spawn()
         .expect("redbell starts");
     wait_until(Duration::from_secs(20), "the lock is taken", || {
-        exists(&name)
+        lock_exists(&name)
     });
     thread::sleep(Duration::from_millis(100));
-    del(&name);
+    delete_lock(&name);
     let deleted = Instant::now();
     let out = finish(child, Duration::from_secs(20), "run with a lost lease");
     assert_eq!(code(&out), 75);
@@ -334,7 +314,7 @@ fn a_lost_lease_stops_a_command_that_obeys_sigterm() {
         deleted.elapsed() < Duration::from_millis(4500),
         "no SIGTERM"
     );
-    assert!(!exists(&name));
+    assert!(!lock_exists(&name));
 }
 
 #[test]

@@ -13,34 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redbell_integration_tests::cli::{code, finish, redbell, scratch, wait_for_file};
+use redbell_integration_tests::cli::{
+    code, delete_lock, finish, lock_exists, redbell, redis, scratch, wait_for_file,
+};
 use redbell_integration_tests::{lock_key, redis_url};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("run-safety-{what}"))
-}
-
-fn redis() -> redis::Connection {
-    redis::Client::open(redis_url())
-        .and_then(|c| c.get_connection())
-        .expect("the test Redis is reachable")
-}
-
-fn exists(name: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(lock_key(name))
-        .query::<i64>(&mut redis())
-        .expect("EXISTS")
-        == 1
-}
-
-fn del(name: &str) {
-    let _: i64 = redis::cmd("DEL")
-        .arg(lock_key(name))
-        .query(&mut redis())
-        .expect("DEL");
 }
 
 /// Whether `pid` is gone: no such process, or a zombie (dead, only not
@@ -205,7 +186,7 @@ fn a_partitioned_holder_stops_its_command_before_the_lease_expires() {
         "both commands ran at once for {:.3} s",
         -gap_ms / 1e3
     );
-    del(&name);
+    delete_lock(&name);
 }
 
 /// `redbell` is SIGKILLed (as by the OOM killer) while its command runs:
@@ -260,7 +241,7 @@ fn a_sigkilled_redbell_takes_its_command_group_with_it() {
         "the command's group was gone {:?} after redbell",
         killed.elapsed()
     );
-    del(&name);
+    delete_lock(&name);
 }
 
 /// `--max-hold 1s` ends a command that would hold the lock for 30 s: it is
@@ -285,7 +266,7 @@ fn max_hold_stops_the_command_and_exits_75() {
         String::from_utf8_lossy(&out.stderr).contains("--max-hold"),
         "no explanation"
     );
-    assert!(!exists(&name), "the lock is released");
+    assert!(!lock_exists(&name), "the lock is released");
 }
 
 /// Bare numbers are seconds (as flock(1)), decimals allowed; units still work.
@@ -315,7 +296,7 @@ fn bare_numbers_are_seconds() {
             "-w {wait} gave up after {waited:?}"
         );
     }
-    del(&name);
+    delete_lock(&name);
 
     let dir = scratch();
     let file = dir.join("ran");

@@ -25,6 +25,27 @@ use redbell_integration_tests::{
 /// How long a live waiter may take to get a free lock after the release.
 const BOUND: Duration = Duration::from_secs(1);
 
+/// Awaits `waiter` (a task parked before the release at `released`) and
+/// asserts it got the lock within `bound` of that release; its guard.
+async fn got_within<G>(
+    waiter: tokio::task::JoinHandle<Result<G, redbell::Error>>,
+    released: Instant,
+    bound: Duration,
+    what: &str,
+) -> G {
+    let got = timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not get the lock within 10 s of the release"))
+        .expect("the waiter task")
+        .expect("the waiter's lock");
+    let waited = released.elapsed();
+    assert!(
+        waited < bound,
+        "{what} got the free lock {waited:?} after the release"
+    );
+    got
+}
+
 /// Sends `signal` (`STOP`, `CONT`, `KILL`) to `pid`.
 fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
@@ -165,16 +186,7 @@ async fn two_adjacent_frozen_fair_waiters_do_not_stall_the_third() {
     let _frozen: Vec<_> = futures_util::future::join_all(sides.iter().map(Side::freeze)).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
-    let got = timeout(Duration::from_secs(10), third)
-        .await
-        .expect("the live third waiter got the lock within 10 s")
-        .unwrap()
-        .unwrap();
-    let waited = released.elapsed();
-    assert!(
-        waited < BOUND,
-        "the third waiter got the free lock {waited:?} after the release"
-    );
+    let got = got_within(third, released, BOUND, "the third waiter got the free lock").await;
     got.unlock().await.unwrap();
     drop(frozen_waiters);
 }
@@ -210,16 +222,13 @@ async fn a_half_open_pubsub_connection_is_noticed_and_replaced() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
-    let got = timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter got the lock within 10 s")
-        .unwrap()
-        .unwrap();
-    let waited = released.elapsed();
-    assert!(
-        waited < Duration::from_secs(2),
-        "the waiter got the free lock {waited:?} after the release"
-    );
+    let got = got_within(
+        waiter,
+        released,
+        Duration::from_secs(2),
+        "the waiter got the free lock",
+    )
+    .await;
     got.unlock().await.unwrap();
 }
 
@@ -536,15 +545,6 @@ async fn a_frozen_waiting_writer_does_not_hold_readers_back() {
     let _frozen = side.freeze().await;
     let released = Instant::now();
     writer.unlock().await.unwrap();
-    let got = timeout(Duration::from_secs(10), reader)
-        .await
-        .expect("the reader got in within 10 s")
-        .unwrap()
-        .unwrap();
-    let waited = released.elapsed();
-    assert!(
-        waited < BOUND,
-        "the reader got in {waited:?} after the writer's release"
-    );
+    let got = got_within(reader, released, BOUND, "the reader got in").await;
     got.unlock().await.unwrap();
 }
