@@ -141,6 +141,66 @@ async fn the_client_follows_a_failover_and_parked_waiters_get_the_lock() {
     );
 }
 
+/// `SENTINEL FAILOVER` leaves the old primary answering as a primary until
+/// the sentinels convert it (8 s or more later), and a client that saw no
+/// error has no reason to ask where the primary is: it went on granting
+/// locks on the old primary, which the new one knew nothing of (the soak
+/// found two holders that way). The client follows the sentinels'
+/// `+switch-master` announcement instead: its next lock is on the new
+/// primary within a second of the sentinels naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() {
+    let topo = Topology::start().await;
+    let client = sentinel_client(&topo).await;
+    let name = unique("announced");
+    let warm = client.mutex(&name).lock().await.expect("lock before");
+    warm.unlock().await.expect("unlock before");
+
+    let mut sentinel = raw(&topo.sentinel_urls()[0]).await;
+    let asked: String = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query_async(&mut sentinel)
+        .await
+        .expect("SENTINEL FAILOVER");
+    assert_eq!(asked, "OK");
+    let failover = topo.wait_for_failover().await;
+    let switched = Instant::now();
+
+    let (mut old, mut new) = (
+        raw(&topo.primary_url()).await,
+        raw(&topo.replica_url()).await,
+    );
+    let mut on_old = 0;
+    let moved = loop {
+        let probe = format!("{name}-{on_old}");
+        let g = client
+            .mutex(&probe)
+            .try_lock()
+            .await
+            .expect("try_lock after the failover")
+            .expect("a fresh name is free");
+        let there = get(&mut new, &lock_key(&probe)).await;
+        let stale = get(&mut old, &lock_key(&probe)).await;
+        drop(g);
+        if there.is_some() {
+            break switched.elapsed();
+        }
+        assert!(stale.is_some(), "the lock is on neither server");
+        on_old += 1;
+        assert!(
+            switched.elapsed() < Duration::from_secs(3),
+            "{on_old} locks granted on the old primary in the 3 s after the sentinels \
+             named the new one"
+        );
+        sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "SENTINEL FAILOVER: sentinels agreed after {failover:?}; the client's locks were on \
+         the new primary {moved:?} after that ({on_old} granted on the old one first)"
+    );
+}
+
 // -------------------------------------------------------------- window
 
 /// One window run's outcome.

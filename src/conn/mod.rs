@@ -15,11 +15,20 @@
 //! sentinels where the primary is now; when it moved, a new manager
 //! replaces the old one. The hub also re-resolves before each reconnect, so
 //! parked waiters follow the failover even when no command is running.
+//!
+//! Errors are not enough: after a failover the old primary still answers as
+//! a primary until the sentinels convert it to a replica, 8 s or more
+//! later, and a client that stays on it grants locks the new primary never
+//! hears of. So the client also subscribes to every sentinel's
+//! `+switch-master` and re-resolves the moment one announces a new primary
+//! ([`follow_switches`]). Sentinels tell each other of a failover only
+//! every 2 s, so a re-resolution asks them all and takes the answer with the
+//! newest configuration epoch, and never goes back to an older one.
 
 mod sentinel;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock as StdRwLock};
+use std::sync::{Arc, Mutex as StdMutex, RwLock as StdRwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -27,10 +36,12 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::OnceCell;
+use tokio_stream::StreamExt;
 
 pub(crate) use sentinel::Sentinels;
 
 use crate::Error;
+use crate::task::AbortOnDrop;
 
 /// TLS certificates given to [`ClientBuilder::tls`](crate::ClientBuilder::tls).
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
@@ -68,6 +79,9 @@ struct Inner {
     resolving: AtomicBool,
     /// Counts switches to a new primary (see [`Conn::epoch`]).
     epoch: AtomicU64,
+    /// In sentinel mode, the tasks following `+switch-master` (see
+    /// [`follow_switches`]); they end with the last clone of the `Conn`.
+    watchers: StdMutex<Vec<AbortOnDrop>>,
 }
 
 #[derive(Clone)]
@@ -75,6 +89,10 @@ struct Current {
     /// `host:port` of the server (the primary in sentinel mode), or the
     /// cluster's seed nodes.
     addr: String,
+    /// In sentinel mode, the configuration epoch the sentinels named
+    /// `addr` in (0 otherwise): a re-resolution never goes back to an
+    /// older configuration.
+    config_epoch: u64,
     /// The client the pub/sub hub connects with (single node and sentinel).
     client: Option<redis::Client>,
     manager: Manager,
@@ -142,6 +160,7 @@ impl Conn {
             response_timeout: timeouts.1,
             resolving: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            watchers: StdMutex::new(Vec::new()),
         }))
     }
 
@@ -154,6 +173,7 @@ impl Conn {
         let manager = manager(&client, connect_timeout, response_timeout).await?;
         let current = Current {
             addr: client.get_connection_info().addr().to_string(),
+            config_epoch: 0,
             client: Some(client),
             manager,
             slow: Arc::default(),
@@ -175,15 +195,22 @@ impl Conn {
         let found = sentinels.find(timeouts).await?;
         let current = Current {
             addr: found.addr,
+            config_epoch: found.config_epoch,
             client: Some(found.client),
             manager: found.manager,
             slow: Arc::default(),
         };
-        Ok(Conn::new(
-            current,
-            Source::Sentinel(Box::new(sentinels)),
-            timeouts,
-        ))
+        let watched = sentinels.sentinel_clients().to_vec();
+        let conn = Conn::new(current, Source::Sentinel(Box::new(sentinels)), timeouts);
+        let watchers = watched
+            .into_iter()
+            .map(|sentinel| {
+                let weak = Arc::downgrade(&conn.0);
+                AbortOnDrop(tokio::spawn(follow_switches(weak, sentinel)))
+            })
+            .collect();
+        *conn.0.watchers.lock().unwrap_or_else(|p| p.into_inner()) = watchers;
+        Ok(conn)
     }
 
     /// Connects to a Redis Cluster: commands through `commands`, the hub's
@@ -198,6 +225,7 @@ impl Conn {
         let manager = commands.get_async_connection().await?;
         let current = Current {
             addr: seeds,
+            config_epoch: 0,
             client: None,
             manager: Manager::Cluster(manager),
             slow: Arc::default(),
@@ -314,15 +342,73 @@ impl Conn {
         else {
             return Ok(false);
         };
+        let mut slot = self.0.current.write().unwrap_or_else(|p| p.into_inner());
+        if found.config_epoch < slot.config_epoch {
+            // Only sentinels that have not heard of the last failover
+            // answered: stay on the newer primary.
+            return Ok(false);
+        }
         tracing::info!(primary = %found.addr, "following a failover to the new primary");
-        *self.0.current.write().unwrap_or_else(|p| p.into_inner()) = Current {
+        *slot = Current {
             addr: found.addr,
+            config_epoch: found.config_epoch,
             client: Some(found.client),
             manager: found.manager,
             slow: Arc::default(),
         };
+        drop(slot);
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(true)
+    }
+}
+
+/// Follows one sentinel's `+switch-master` announcements, so the client
+/// moves to a new primary as soon as a sentinel announces it rather than on
+/// its next command error. After a failover the old primary still answers
+/// as a primary until the sentinels convert it to a replica (seconds
+/// later); a client left on it would keep granting locks that the new
+/// primary knows nothing of. Reconnects with a backoff while the sentinel
+/// is unreachable; ends when the `Conn` is gone.
+async fn follow_switches(conn: Weak<Inner>, sentinel: redis::Client) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let subscribed = async {
+            let mut pubsub = sentinel.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            RedisResult::Ok(pubsub.into_on_message())
+        };
+        let timeout = match conn.upgrade() {
+            Some(inner) => inner.connect_timeout.max(Duration::from_secs(1)),
+            None => return,
+        };
+        if let Ok(Ok(mut messages)) = tokio::time::timeout(timeout, subscribed).await {
+            backoff = Duration::from_millis(100);
+            while let Some(message) = messages.next().await {
+                let Some(inner) = conn.upgrade() else { return };
+                let payload: String = message.get_payload().unwrap_or_default();
+                let Source::Sentinel(sentinels) = &inner.source else {
+                    return;
+                };
+                if sentinels.announces_ours(&payload) {
+                    tracing::info!(announced = %payload, "a sentinel announced a new primary");
+                    let conn = Conn(inner);
+                    // The announcing sentinel has the newest configuration;
+                    // the others may not have heard yet, so ask again for a
+                    // while if they still name the old primary.
+                    for _ in 0..20 {
+                        match conn.resolve().await {
+                            Ok(true) => break,
+                            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                }
+            }
+        }
+        if conn.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -12,8 +12,9 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::aio::ConnectionLike;
-use redis::{ConnectionAddr, ConnectionInfo, RedisError, Value};
+use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
 
 use super::{Manager, manager};
 use crate::Error;
@@ -34,6 +35,8 @@ pub(crate) struct Sentinels {
 pub(crate) struct Found {
     /// `host:port`, as the sentinel named it.
     pub(crate) addr: String,
+    /// The configuration epoch of the sentinel's answer (0 when unknown).
+    pub(crate) config_epoch: u64,
     pub(crate) client: redis::Client,
     pub(crate) manager: Manager,
 }
@@ -85,15 +88,27 @@ impl Sentinels {
         (connect, response): (Duration, Duration),
     ) -> Result<Option<Found>, Error> {
         let mut last = None;
-        for sentinel in &self.clients {
-            let (host, port) = match self.master_addr(sentinel, connect).await {
-                Ok(addr) => addr,
-                Err(e) => {
-                    last = Some(e);
-                    continue;
-                }
-            };
+        // The newest configuration first: a sentinel that has not heard of
+        // the last failover yet (they tell each other every 2 s) names the
+        // old primary, which answers `master` until it is converted.
+        // All at once, so a frozen sentinel costs one timeout, not one each.
+        let asked = join_all(self.clients.iter().map(|s| self.master_addr(s, connect))).await;
+        let mut named = Vec::with_capacity(asked.len());
+        for answer in asked {
+            match answer {
+                Ok(n) => named.push(n),
+                Err(e) => last = Some(e),
+            }
+        }
+        // Stable: among equal epochs the order the sentinels were given.
+        named.sort_by_key(|n| std::cmp::Reverse(n.epoch));
+        let mut tried = Vec::with_capacity(named.len());
+        for Named { host, port, epoch } in named {
             let addr = format!("{host}:{port}");
+            if tried.contains(&addr) {
+                continue;
+            }
+            tried.push(addr.clone());
             if let Some((current_addr, current_manager)) = current
                 && addr == current_addr
             {
@@ -105,36 +120,61 @@ impl Sentinels {
                 }
                 continue;
             }
-            let client = match redis::Client::open(self.primary_at(host, port)) {
-                Ok(client) => client,
-                Err(e) => return Err(Error::Redis(e)), // the settings, not the node
-            };
-            let mut candidate = match manager(&client, connect, response).await {
-                Ok(m) => m,
-                Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
-                    return Err(Error::Redis(e)); // another node would refuse as well
-                }
-                Err(e) => {
-                    last = Some(e);
-                    continue;
-                }
-            };
-            match role(&mut candidate, response).await {
-                Ok(Role::Master | Role::Unknown) => {
+            match self.connect_to(host, port, (connect, response)).await {
+                Ok((client, manager)) => {
                     return Ok(Some(Found {
                         addr,
+                        config_epoch: epoch,
                         client,
-                        manager: candidate,
+                        manager,
                     }));
                 }
-                Ok(Role::Other(role)) => {
-                    tracing::info!(node = %addr, %role, "a sentinel named a node that is not the primary; asking the next");
-                    last = Some(not_primary(&addr, &role));
-                }
-                Err(e) => last = Some(e),
+                Err(Refused::Settings(e)) => return Err(e),
+                Err(Refused::Node(e)) => last = Some(e),
             }
         }
         Err(last.map_or(Error::Closed, Error::Redis))
+    }
+
+    /// Connects to the node at `host:port` with the primary's settings and
+    /// asks it whether it is the primary.
+    async fn connect_to(
+        &self,
+        host: String,
+        port: u16,
+        (connect, response): (Duration, Duration),
+    ) -> Result<(redis::Client, Manager), Refused> {
+        let addr = format!("{host}:{port}");
+        let client = redis::Client::open(self.primary_at(host, port))
+            .map_err(|e| Refused::Settings(Error::Redis(e)))?; // the settings, not the node
+        let mut candidate = match manager(&client, connect, response).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                // Another node would refuse as well.
+                return Err(Refused::Settings(Error::Redis(e)));
+            }
+            Err(e) => return Err(Refused::Node(e)),
+        };
+        match role(&mut candidate, response).await {
+            Ok(Role::Master | Role::Unknown) => Ok((client, candidate)),
+            Ok(Role::Other(role)) => {
+                tracing::info!(node = %addr, %role, "a sentinel named a node that is not the primary; asking the next");
+                Err(Refused::Node(not_primary(&addr, &role)))
+            }
+            Err(e) => Err(Refused::Node(e)),
+        }
+    }
+
+    /// One client per sentinel, in the order given, for the watchers of
+    /// `+switch-master`.
+    pub(crate) fn sentinel_clients(&self) -> &[redis::Client] {
+        &self.clients
+    }
+
+    /// Whether a `+switch-master` message (`<master> <old ip> <old port>
+    /// <new ip> <new port>`) is about this master.
+    pub(crate) fn announces_ours(&self, payload: &str) -> bool {
+        payload.split(' ').next() == Some(self.master.as_str())
     }
 
     /// The primary's settings at `host:port`.
@@ -155,23 +195,47 @@ impl Sentinels {
         self.primary.clone().set_addr(addr)
     }
 
-    /// `SENTINEL get-master-addr-by-name` on one sentinel.
+    /// Where one sentinel says the primary is, and the configuration epoch
+    /// of that answer: `SENTINEL MASTER` (whose `config-epoch` counts the
+    /// failovers), else `SENTINEL get-master-addr-by-name` (epoch 0).
     async fn master_addr(
         &self,
         sentinel: &redis::Client,
         timeout: Duration,
-    ) -> Result<(String, u16), RedisError> {
+    ) -> Result<Named, RedisError> {
         let asked = tokio::time::timeout(timeout, async {
             let mut conn = sentinel.get_multiplexed_async_connection().await?;
+            let master: RedisResult<Value> = redis::cmd("SENTINEL")
+                .arg("MASTER")
+                .arg(&self.master)
+                .query_async(&mut conn)
+                .await;
+            if let Ok(reply) = &master {
+                let port = field(reply, "port").and_then(|p| p.parse().ok());
+                if let (Some(host), Some(port)) = (field(reply, "ip"), port) {
+                    let epoch = field(reply, "config-epoch")
+                        .and_then(|e| e.parse().ok())
+                        .unwrap_or(0);
+                    return Ok(Some(Named { host, port, epoch }));
+                }
+            }
+            // Denied by the sentinel's ACL, or an answer without the fields.
             redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(&self.master)
                 .query_async::<Option<(String, u16)>>(&mut conn)
                 .await
+                .map(|addr| {
+                    addr.map(|(host, port)| Named {
+                        host,
+                        port,
+                        epoch: 0,
+                    })
+                })
         })
         .await;
         match asked {
-            Ok(Ok(Some(addr))) => Ok(addr),
+            Ok(Ok(Some(named))) => Ok(named),
             Ok(Ok(None)) => Err(RedisError::from((
                 redis::ErrorKind::Client,
                 "the sentinels do not know this master",
@@ -184,6 +248,21 @@ impl Sentinels {
             ))),
         }
     }
+}
+
+/// A sentinel's answer: the primary's address and its configuration epoch.
+struct Named {
+    host: String,
+    port: u16,
+    epoch: u64,
+}
+
+/// Why a named node was not connected to.
+enum Refused {
+    /// The settings themselves (another node would refuse as well).
+    Settings(Error),
+    /// This node: unreachable, or not the primary.
+    Node(RedisError),
 }
 
 fn not_primary(addr: &str, role: &str) -> RedisError {
