@@ -139,10 +139,12 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether retrying the same call later may succeed: true for timeouts
-    /// and for connection-level Redis failures (refused, dropped, timed
-    /// out); false for invalid input, wrong key types, authentication
-    /// failures and [`Error::NotHeld`].
+    /// Whether retrying the same call later may succeed: true for timeouts,
+    /// for connection-level Redis failures (refused, dropped, timed out) and
+    /// for a server that cannot take writes for now (`READONLY`: a primary
+    /// demoted in a failover; `LOADING`, `MASTERDOWN`, `TRYAGAIN`,
+    /// `CLUSTERDOWN`); false for invalid input, wrong key types,
+    /// authentication failures and [`Error::NotHeld`].
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Timeout | Error::NotReplicated { .. } => true,
@@ -151,6 +153,10 @@ impl Error {
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_timeout()
+                    || matches!(
+                        e.code(),
+                        Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN")
+                    )
             }
             _ => false,
         }

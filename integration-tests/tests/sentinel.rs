@@ -201,6 +201,30 @@ async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() 
     );
 }
 
+/// A lock asked of a node that is now a replica (what a demoted primary
+/// becomes) fails with the server's `READONLY`, which sends a Sentinel
+/// client to look for the new primary. The acquire script used to turn every
+/// refusal of its first write into `WrongType`, a permanent error that
+/// callers give up on and that hid the failover (the soak saw 11).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_asked_of_a_replica_reports_readonly_not_a_wrong_type() {
+    let topo = Topology::start().await;
+    let on_replica = Client::connect(&topo.replica_url())
+        .await
+        .expect("a client of the replica");
+    let name = unique("on-replica");
+    let err = on_replica
+        .mutex(&name)
+        .try_lock()
+        .await
+        .expect_err("a replica cannot grant a lock");
+    match &err {
+        Error::Redis(e) => assert_eq!(e.code(), Some("READONLY"), "{err}"),
+        other => panic!("expected the server's READONLY, got {other:?}"),
+    }
+    assert!(err.is_retryable(), "READONLY should be retryable: {err}");
+}
+
 // -------------------------------------------------------------- window
 
 /// One window run's outcome.

@@ -157,10 +157,12 @@ pub const RUN: &str = "run";
 const RUN_RELEASE_US: u64 = 500_000;
 
 /// How long after a Sentinel failover the old primary may still take
-/// writes: the sentinels turn it into a replica only once they see it
-/// still claims the master role (their INFO every 10 s), and clients that
-/// met no error keep using it meanwhile.
-const SENTINEL_SPLIT_US: u64 = 12_000_000;
+/// writes: until the clients hear `+switch-master`, which the sentinels
+/// publish once the promoted replica reports the master role (their INFO of
+/// it runs every second during a failover). The old primary itself answers
+/// as a primary for 8 s or more, until it is converted; the clients no
+/// longer wait for that.
+const SENTINEL_SPLIT_US: u64 = 3_000_000;
 
 fn split_us(kind: FaultKind) -> u64 {
     if kind == FaultKind::Failover {

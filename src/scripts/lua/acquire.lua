@@ -81,7 +81,12 @@ end
 local member = ARGV[4]
 local holder = redis.pcall('SET', KEYS[1], ARGV[1], 'GET', 'NX', 'PX', ARGV[2])
 if type(holder) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
+  if string.sub(holder.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
+  end
+  -- Any other refusal (READONLY on a demoted primary, OOM, NOPERM) as it
+  -- came, so the client sees what happened (and follows a failover).
+  return holder
 end
 if not holder then
   -- The lock was free and is ours now. Readers or queued waiters are rare
