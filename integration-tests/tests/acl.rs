@@ -310,3 +310,105 @@ async fn a_refused_wake_up_does_not_fail_a_release() {
     );
     assert_eq!(released.as_ref().ok(), Some(&1), "{released:?}");
 }
+
+/// The same for the semaphore's release (sem_common.lua's wake-ups) and the
+/// election's resignation: a refused `PUBLISH` after their writes used to
+/// fail the whole script (`redis.call`), so a permit given back, or a
+/// leader that stepped down, was reported as an error.
+#[tokio::test]
+async fn a_refused_wake_up_does_not_fail_a_semaphore_release_or_a_resignation() {
+    let user = User::create(NO_CHANNELS).await;
+    let mut admin = raw(&redis_url()).await;
+    let mut conn = user.raw().await;
+    let source = |name: &str| {
+        redbell::scripts()
+            .into_iter()
+            .find(|s| s.name == name)
+            .expect("script")
+            .source
+    };
+    let far: i64 = 4_000_000_000_000;
+    let zadd = |key: String, score: i64, member: &'static str| {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(key).arg(score).arg(member);
+        cmd
+    };
+
+    // Semaphore: one permit held, one waiter queued (so the release wakes).
+    let name = unique("acl-sem-release");
+    let lock = lock_key(&name);
+    let (holders, queue, expiry) = (
+        format!("{lock}:holders"),
+        format!("{lock}:queue"),
+        format!("{lock}:queue:expiry"),
+    );
+    for cmd in [
+        zadd(holders.clone(), far, "token"),
+        zadd(queue.clone(), 1, "someclient:1"),
+        zadd(expiry.clone(), far, "someclient:1"),
+    ] {
+        let _: i64 = cmd.query_async(&mut admin).await.expect("ZADD");
+    }
+    let released: redis::RedisResult<i64> = redis::cmd("EVAL")
+        .arg(source("sem_release"))
+        .arg(4)
+        .arg(&holders)
+        .arg(&queue)
+        .arg(&expiry)
+        .arg(format!("{lock}:permits"))
+        .arg("token")
+        .arg(format!("{lock}:wake:"))
+        .arg(1)
+        .arg(100)
+        .query_async(&mut conn)
+        .await;
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&holders)
+        .arg("token")
+        .query_async(&mut admin)
+        .await
+        .expect("ZSCORE");
+    assert_eq!(score, None, "the permit was not given back");
+    assert_eq!(released.as_ref().ok(), Some(&1), "{released:?}");
+    for key in [&holders, &queue, &expiry] {
+        let _: i64 = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut admin)
+            .await
+            .expect("DEL");
+    }
+
+    // Election: the leader resigns; the channel is refused.
+    let name = unique("acl-resign");
+    let leader = format!("{}:leader", lock_key(&name));
+    let _: i64 = redis::cmd("HSET")
+        .arg(&leader)
+        .arg("token")
+        .arg("token")
+        .arg("term")
+        .arg(3)
+        .query_async(&mut admin)
+        .await
+        .expect("HSET");
+    let resigned: redis::RedisResult<i64> = redis::cmd("EVAL")
+        .arg(source("elect_resign"))
+        .arg(1)
+        .arg(&leader)
+        .arg("token")
+        .arg(format!("{leader}:events"))
+        .query_async(&mut conn)
+        .await;
+    let token: Option<String> = redis::cmd("HGET")
+        .arg(&leader)
+        .arg("token")
+        .query_async(&mut admin)
+        .await
+        .expect("HGET");
+    assert_eq!(token.as_deref(), Some(""), "the leader key still names it");
+    assert_eq!(resigned.as_ref().ok(), Some(&1), "{resigned:?}");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&leader)
+        .query_async(&mut admin)
+        .await
+        .expect("DEL");
+}

@@ -44,6 +44,8 @@ else
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 local pttl = redis.call('PTTL', KEYS[1])
-redis.call('PUBLISH', ARGV[5],
-           ARGV[4] .. ':' .. ARGV[2] .. ':' .. rev .. ':' .. pttl .. ':' .. ARGV[3])
+-- pcall: a PUBLISH the ACL refuses must not fail the script after its
+-- writes (observers then learn on their next read).
+redis.pcall('PUBLISH', ARGV[5],
+            ARGV[4] .. ':' .. ARGV[2] .. ':' .. rev .. ':' .. pttl .. ':' .. ARGV[3])
 return {1, rev}

@@ -18,5 +18,6 @@ if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'token', '')
-redis.call('PUBLISH', ARGV[2], 'resigned:' .. (redis.call('HGET', KEYS[1], 'term') or '0'))
+-- pcall: a PUBLISH the ACL refuses must not fail the script after its write.
+redis.pcall('PUBLISH', ARGV[2], 'resigned:' .. (redis.call('HGET', KEYS[1], 'term') or '0'))
 return 1

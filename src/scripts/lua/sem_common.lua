@@ -76,8 +76,17 @@ local function settle(holders, queue, expiry, permits, prefix, freed, reserve_ms
       break
     end
     local sep = string.find(m, ':', 1, true)
-    if sep and redis.call('PUBLISH', prefix .. string.sub(m, 1, sep - 1),
-                          string.sub(m, sep + 1)) > 0 then
+    local received = 0
+    if sep then
+      -- pcall: a PUBLISH the ACL refuses must not fail the script after its
+      -- writes; the waiters then fall back to their parks' own bounds.
+      received = redis.pcall('PUBLISH', prefix .. string.sub(m, 1, sep - 1),
+                             string.sub(m, sep + 1))
+      if type(received) == 'table' then
+        return woken
+      end
+    end
+    if received > 0 then
       redis.call('ZADD', expiry, 'XX', now_ms + reserve, m)
       rank = rank + 1
       woken = woken + 1
@@ -91,8 +100,8 @@ local function settle(holders, queue, expiry, permits, prefix, freed, reserve_ms
     for _, m in ipairs(redis.call('ZRANGE', queue, rank, rank + 1)) do
       local s = string.find(m, ':', 1, true)
       if s then
-        redis.call('PUBLISH', prefix .. string.sub(m, 1, s - 1),
-                   string.sub(m, s + 1) .. '::s' .. (2 * reserve))
+        redis.pcall('PUBLISH', prefix .. string.sub(m, 1, s - 1),
+                    string.sub(m, s + 1) .. '::s' .. (2 * reserve))
       end
     end
   end
