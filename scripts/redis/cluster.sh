@@ -56,18 +56,10 @@ done
 dir="$root/target/redis-cluster/$base"
 
 
-pid_of() {
-    cat "$dir/$1.pid" 2>/dev/null || true
-}
-
 
 
 stop_all() {
-    local port pidfiles=()
-    for port in "${ports[@]}"; do
-        pidfiles+=("$dir/$port.pid")
-    done
-    redis_stop "${pidfiles[@]}"
+    stop_named "${ports[@]}"
 }
 
 print_urls() {

@@ -33,10 +33,20 @@ redis_pong() {
 redis_start() {
     local name=$1 port=$2 dir=$3
     shift 3
+    redis_launch "$name" "$port" "$dir" redis_pong \
+        --port "$port" --repl-diskless-sync-delay 0 "$@"
+}
+
+# redis_launch NAME PORT DIR PONG [ARGS...]: what redis_start does, with
+# PONG the function that checks PORT answers PING (redis_pong, or one that
+# speaks TLS) and ARGS the listening options and the rest (later options
+# override earlier ones, so ARGS may turn persistence back on).
+redis_launch() {
+    local name=$1 port=$2 dir=$3 pong=$4
+    shift 4
     mkdir -p "$dir/$name"
     : >"$dir/$name.log"
     "${REDBELL_REDIS_SERVER:-redis-server}" \
-        --port "$port" \
         --bind 127.0.0.1 \
         --daemonize yes \
         --pidfile "$dir/$name.pid" \
@@ -44,12 +54,11 @@ redis_start() {
         --dir "$dir/$name" \
         --save '' \
         --appendonly no \
-        --repl-diskless-sync-delay 0 \
         "$@" >&2
     local pid
     for _ in $(seq 1 100); do
         pid=$(cat "$dir/$name.pid" 2>/dev/null || true)
-        if redis_alive "$pid" && redis_pong "$port"; then
+        if redis_alive "$pid" && "$pong" "$port"; then
             echo "redbell: started $name pid $pid on port $port" >&2
             return 0
         fi
@@ -58,6 +67,20 @@ redis_start() {
     echo "redbell: $name on port $port did not answer PING within 10 s; log tail:" >&2
     tail -n 20 "$dir/$name.log" >&2 || true
     return 1
+}
+
+# pid_of NAME: the pid in $dir/NAME.pid (the caller's $dir), or nothing.
+pid_of() {
+    cat "$dir/$1.pid" 2>/dev/null || true
+}
+
+# stop_named NAME...: redis_stop of $dir/NAME.pid for each NAME.
+stop_named() {
+    local name pidfiles=()
+    for name in "$@"; do
+        pidfiles+=("$dir/$name.pid")
+    done
+    redis_stop "${pidfiles[@]}"
 }
 
 # redis_stop PIDFILE...: stops the processes named by these pid files:

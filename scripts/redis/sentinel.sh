@@ -88,10 +88,6 @@ port_of() {
 }
 
 
-pid_of() {
-    cat "$dir/$1.pid" 2>/dev/null || true
-}
-
 # CMD... with redis-cli authenticating with the servers' password, if any
 # (redis-cli reads REDISCLI_AUTH).
 with_server_auth() {
@@ -112,11 +108,7 @@ mode() {
 
 
 stop_all() {
-    local name pidfiles=()
-    for name in "${names[@]}"; do
-        pidfiles+=("$dir/$name.pid")
-    done
-    redis_stop "${pidfiles[@]}"
+    stop_named "${names[@]}"
 }
 
 print_urls() {

@@ -55,10 +55,6 @@ port_of() {
     esac
 }
 
-pid_of() {
-    cat "$dir/$1.pid" 2>/dev/null || true
-}
-
 # PING over TLS with the client certificate (accepted by both servers).
 tls_pong() {
     [[ $(redis-cli --tls --cacert "$certs/ca.crt" --cert "$certs/client.crt" \
@@ -66,11 +62,7 @@ tls_pong() {
 }
 
 stop_all() {
-    local name pidfiles=()
-    for name in "${names[@]}"; do
-        pidfiles+=("$dir/$name.pid")
-    done
-    redis_stop "${pidfiles[@]}"
+    stop_named "${names[@]}"
 }
 
 ensure_openssl() {
@@ -128,7 +120,7 @@ make_certs() {
 
 # start_one NAME AUTH_CLIENTS
 start_one() {
-    local name=$1 auth=$2 p pid
+    local name=$1 auth=$2 p
     p=$(port_of "$name")
     if redis_alive "$(pid_of "$name")" && tls_pong "$p"; then
         echo "redbell: reusing TLS redis ($name) pid $(pid_of "$name") on port $p" >&2
@@ -139,33 +131,13 @@ start_one() {
         echo "redbell: port $p already answers PING but is not ours; choose another port" >&2
         return 1
     fi
-    mkdir -p "$dir/$name"
-    : >"$dir/$name.log"
-    "${REDBELL_REDIS_SERVER:-redis-server}" \
+    redis_launch "$name" "$p" "$dir" tls_pong \
         --port 0 \
         --tls-port "$p" \
         --tls-cert-file "$certs/server.crt" \
         --tls-key-file "$certs/server.key" \
         --tls-ca-cert-file "$certs/ca.crt" \
-        --tls-auth-clients "$auth" \
-        --bind 127.0.0.1 \
-        --daemonize yes \
-        --pidfile "$dir/$name.pid" \
-        --logfile "$dir/$name.log" \
-        --dir "$dir/$name" \
-        --save '' \
-        --appendonly no >&2
-    for _ in $(seq 1 100); do
-        pid=$(pid_of "$name")
-        if redis_alive "$pid" && tls_pong "$p"; then
-            echo "redbell: started TLS redis ($name, tls-auth-clients $auth) pid $pid on port $p" >&2
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "redbell: TLS redis ($name) on port $p did not answer PING within 10 s; log tail:" >&2
-    tail -n 20 "$dir/$name.log" >&2 || true
-    return 1
+        --tls-auth-clients "$auth"
 }
 
 case $action in
