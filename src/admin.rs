@@ -77,7 +77,9 @@ impl Client {
     }
 
     /// Reads the state of the lock `name`: holder, remaining lease, last
-    /// fence and queued waiters, in one atomic script call.
+    /// fence and queued waiters, in one atomic script call. A narrower view
+    /// of [`inspect`](Client::inspect), which also tells the kind, the
+    /// readers and the owner notes.
     ///
     /// # Errors
     ///
@@ -88,38 +90,40 @@ impl Client {
     ///
     /// Cancel safe: it only reads.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
-        let keys = self.keys(name, Kind::Plain)?;
-        let (holder, pttl, fence, waiters) = scripts::status(&self.0.conn, &keys).await?;
+        let info = self.inspect(name).await?;
+        let (holder, ttl) = match info.holder {
+            Some(h) => (Some(h.token), h.ttl),
+            None => (None, None),
+        };
         Ok(LockStatus {
-            name: keys.name,
-            holder: (!holder.is_empty()).then_some(holder),
-            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: fence.parse().ok(),
-            waiters,
+            name: info.name,
+            holder,
+            ttl,
+            fence: info.fence,
+            waiters: info.waiters,
         })
     }
 
-    /// Breaks the [`Mutex`](crate::Mutex) lock `name` whoever holds it, as
-    /// an operator would, and wakes the next waiter. (For a
-    /// [`FairMutex`](crate::FairMutex) the queued waiters notice when their
-    /// parks end; read-write locks are not covered: see
-    /// [`break_lock`](Client::break_lock) for every kind.) Returns the removed holder's token, or `None`
-    /// if the lock was free. The former holder learns of it at its next
+    /// Breaks the lock `name` whoever holds it, as an operator would, and
+    /// moves it on as its holder's release would; returns the removed
+    /// holder's token (for an [`RwLock`](crate::RwLock), the first token
+    /// removed), or `None` if the lock was free. A narrower view of
+    /// [`break_lock`](Client::break_lock), which also tells the kind and
+    /// every token removed. The former holder learns of it at its next
     /// renewal ([`MutexGuard::lost`](crate::MutexGuard::lost)) or unlock
     /// ([`Error::NotHeld`]).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
-    /// lock key holds foreign data, [`Error::Redis`] when Redis fails.
+    /// lock's keys hold foreign data, [`Error::Redis`] when Redis fails.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future may or may not break the lock.
     pub async fn force_unlock(&self, name: &str) -> Result<Option<String>, Error> {
-        let keys = self.keys(name, Kind::Plain)?;
-        let holder = scripts::force_release(&self.0.conn, &keys).await?;
-        Ok((!holder.is_empty()).then_some(holder))
+        let (_, tokens) = self.break_lock(name).await?;
+        Ok(tokens.into_iter().next())
     }
 }
 

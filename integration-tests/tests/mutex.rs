@@ -534,3 +534,36 @@ async fn uncontended_lock_is_one_round_trip() {
         "published with nobody waiting"
     );
 }
+
+/// `Client::status` and `force_unlock`, the Mutex-shaped views of
+/// `inspect` and `break_lock`: the holder, its lease, the fence and a queued
+/// waiter are shown; breaking the lock returns the holder's token and hands
+/// the lock to the waiter, and the old guard's unlock finds it gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_holder_and_force_unlock_hands_the_lock_on() {
+    let (a, b) = (client(&redis_url()).await, client(&redis_url()).await);
+    let name = unique("status-view");
+    let free = a.status(&name).await.expect("status of a free lock");
+    assert_eq!((free.holder, free.ttl, free.waiters), (None, None, 0));
+
+    let guard = a.mutex(&name).lock().await.expect("lock");
+    let mutex = b.mutex(&name);
+    let waiter = tokio::spawn(async move { mutex.lock().await.map(|g| g.fence()) });
+    wait_for_subscribers(&redis_url(), &name, 1).await;
+    let held = promptly("status", a.status(&name)).await.expect("status");
+    assert_eq!(held.holder.as_deref(), Some(guard.token()));
+    assert!(held.ttl.is_some_and(|t| t > Duration::from_secs(20)));
+    assert_eq!(held.fence, Some(guard.fence()));
+    assert_eq!(held.waiters, 1);
+
+    let broken = a.force_unlock(&name).await.expect("force_unlock");
+    assert_eq!(broken.as_deref(), Some(guard.token()));
+    let got = join_within(LONG, vec![waiter], "the waiter never got the lock").await;
+    let fence = got
+        .into_iter()
+        .next()
+        .expect("one waiter")
+        .expect("the waiter's lock");
+    assert!(fence > guard.fence());
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+}

@@ -392,35 +392,6 @@ pub(crate) async fn semaphore_status(
     ))
 }
 
-/// The raw snapshot of `status.lua`: holder ("" = free), pttl, fence
-/// ("" = none), live waiters.
-pub(crate) async fn status(
-    conn: &Conn,
-    keys: &LockKeys,
-) -> Result<(String, i64, String, u64), Error> {
-    Call::new(&STATUS)
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.waiters)
-        .key(format!("{}:fifo:expiry", keys.lock))
-        .invoke(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, &keys.lock))
-}
-
-/// Deletes the lock whoever holds it and wakes the head waiter; returns the
-/// removed token ("" if the lock was free).
-pub(crate) async fn force_release(conn: &Conn, keys: &LockKeys) -> Result<String, Error> {
-    Call::new(&FORCE_RELEASE)
-        .key(&keys.lock)
-        .key(&keys.waiters)
-        .arg(&keys.wake_prefix)
-        .arg(HANDOFF_MS)
-        .invoke(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, &keys.lock))
-}
-
 /// The raw snapshot of `inspect.lua`, for a lock of any kind.
 #[derive(Debug)]
 pub(crate) struct Snapshot {

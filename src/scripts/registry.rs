@@ -17,12 +17,8 @@ const PASS_LUA: &str = concat!(
     include_str!("lua/pass.lua")
 );
 
-const STATUS_LUA: &str = include_str!("lua/status.lua");
-const FORCE_RELEASE_LUA: &str = concat!(
-    include_str!("lua/wake_next.lua"),
-    include_str!("lua/force_release.lua")
-);
-/// Every kind of lock: `status`'s and `force_release`'s counterparts.
+/// Every kind of lock (`Client::status` and `force_unlock` are views of
+/// these two).
 const INSPECT_LUA: &str = include_str!("lua/inspect.lua");
 const BREAK_LOCK_LUA: &str = concat!(
     include_str!("lua/wake_next.lua"),
@@ -115,8 +111,6 @@ pub(crate) static ACQUIRE: Lua = Lua::new("acquire", ACQUIRE_LUA);
 pub(crate) static RELEASE: Lua = Lua::new("release", RELEASE_LUA);
 pub(crate) static EXTEND: Lua = Lua::new("extend", EXTEND_LUA);
 pub(crate) static PASS: Lua = Lua::new("pass", PASS_LUA);
-pub(crate) static STATUS: Lua = Lua::new("status", STATUS_LUA);
-pub(crate) static FORCE_RELEASE: Lua = Lua::new("force_release", FORCE_RELEASE_LUA);
 pub(crate) static FAIR_ACQUIRE: Lua = Lua::new("fair_acquire", FAIR_ACQUIRE_LUA);
 pub(crate) static FAIR_RELEASE: Lua = Lua::new("fair_release", FAIR_RELEASE_LUA);
 pub(crate) static FAIR_PASS: Lua = Lua::new("fair_pass", FAIR_PASS_LUA);
@@ -140,13 +134,11 @@ pub(crate) static ELECT_PROCLAIM: Lua = Lua::new("elect_proclaim", ELECT_PROCLAI
 pub(crate) static ELECT_RESIGN: Lua = Lua::new("elect_resign", ELECT_RESIGN_LUA);
 
 /// Every script, in the order [`scripts()`] lists them.
-static ALL: [&Lua; 25] = [
+static ALL: [&Lua; 23] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
     &PASS,
-    &STATUS,
-    &FORCE_RELEASE,
     &FAIR_ACQUIRE,
     &FAIR_RELEASE,
     &FAIR_PASS,

@@ -1,5 +1,5 @@
 -- wake_next: shared code, prepended to release.lua, pass.lua and
--- force_release.lua (not run alone).
+-- break_lock.lua (not run alone).
 --
 -- wake_next(lock, waiters, prefix, handoff_ms, head) wakes the head of a
 -- lock's waiter queue and reserves the free lock for it for a moment.
