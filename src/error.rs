@@ -142,7 +142,7 @@ impl Error {
     /// Whether retrying the same call later may succeed: true for timeouts,
     /// for connection-level Redis failures (refused, dropped, timed out) and
     /// for a server that cannot take writes for now (`READONLY`: a primary
-    /// demoted in a failover; `LOADING`, `MASTERDOWN`, `TRYAGAIN`,
+    /// demoted in a failover; `NOREPLICAS`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`,
     /// `CLUSTERDOWN`); false for invalid input, wrong key types,
     /// authentication failures and [`Error::NotHeld`].
     pub fn is_retryable(&self) -> bool {
@@ -155,7 +155,14 @@ impl Error {
                     || e.is_timeout()
                     || matches!(
                         e.code(),
-                        Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN")
+                        Some(
+                            "READONLY"
+                                | "NOREPLICAS"
+                                | "LOADING"
+                                | "MASTERDOWN"
+                                | "TRYAGAIN"
+                                | "CLUSTERDOWN"
+                        )
                     )
             }
             _ => false,

@@ -312,7 +312,7 @@ impl Conn {
             || err.is_connection_refusal()
             || err.is_connection_dropped()
             || err.is_timeout()
-            || err.code() == Some("READONLY");
+            || matches!(err.code(), Some("READONLY" | "NOREPLICAS"));
         if !moved || !matches!(self.0.source, Source::Sentinel(_)) {
             return;
         }
