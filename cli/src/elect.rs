@@ -15,8 +15,11 @@
 //! leadership by up to the grace: what it writes should carry
 //! `REDBELL_TERM`, the fence, so that a stale leader's writes can be
 //! rejected. (`redbell run` stops its command *before* the lease can
-//! expire; `elect` keeps to the simpler guarantee.) The process-group
-//! handling (signals to the group, reaping adopted orphans) is `run`'s.
+//! expire; `elect` keeps to the simpler guarantee.) Should `redbell` die
+//! first (SIGKILL, the OOM killer), `run`'s guardian process kills the
+//! command's group, so the command never outlives the process that leads.
+//! The process-group handling (signals to the group, reaping adopted
+//! orphans) is `run`'s too.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -29,6 +32,7 @@ use crate::connect::{GlobalArgs, connect_with};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 use crate::run::child::{adopt_orphans, group_alive, reap_adopted, signal_group};
 use crate::run::duration;
+use crate::run::guardian::Guardian;
 use crate::run::signals::Signals;
 
 /// Options of `redbell elect`.
@@ -125,7 +129,16 @@ async fn lead(
         if args.verbose {
             eprintln!("redbell: leading {name:?} in term {term}");
         }
-        let (mut child, group) = spawn(args, term, &value)?;
+        // The guardian kills the command's group should redbell die first.
+        let guardian = Guardian::start()?;
+        let (mut child, group) = match spawn(args, term, &value, &guardian) {
+            Ok(spawned) => spawned,
+            Err(failure) => {
+                guardian.dismiss();
+                let _ = leadership.resign().await;
+                return Err(failure);
+            }
+        };
         let mut lost = false;
         let mut signalled = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
@@ -153,6 +166,7 @@ async fn lead(
             }
         };
         end_group(group, args.kill_grace).await;
+        guardian.dismiss();
         match leadership.resign().await {
             Ok(()) => {
                 if args.verbose {
@@ -187,11 +201,13 @@ async fn lead(
     }
 }
 
-/// Starts the command in a process group of its own.
+/// Starts the command in a process group of its own, which `guardian`
+/// learns of before the command runs.
 fn spawn(
     args: &ElectArgs,
     term: u64,
     value: &str,
+    guardian: &Guardian,
 ) -> Result<(tokio::process::Child, nix::unistd::Pid), Failure> {
     let program = args.argv.first().cloned().unwrap_or_default();
     let mut command = tokio::process::Command::new(&program);
@@ -201,6 +217,7 @@ fn spawn(
         .env("REDBELL_TERM", term.to_string())
         .env("REDBELL_VALUE", value)
         .process_group(0);
+    guardian.enroll(&mut command);
     let child = command.spawn().map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127

@@ -41,7 +41,7 @@ use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
 
 pub(crate) mod child;
 pub(crate) mod duration;
-mod guardian;
+pub(crate) mod guardian;
 mod hold;
 mod lease;
 pub(crate) mod signals;

@@ -198,21 +198,37 @@ fn a_partitioned_holder_stops_its_command_before_the_lease_expires() {
 #[test]
 fn a_sigkilled_redbell_takes_its_command_group_with_it() {
     let name = unique("sigkill");
+    sigkill_takes_the_group(&["run", "--ttl", "2s", &name]);
+    delete_lock(&name);
+}
+
+/// The same for `redbell elect`, which runs its command while it leads:
+/// SIGKILLed, it leaves no command running without a leader.
+///
+/// Before the fix (no guardian in `elect`): `sh` and `sleep` still ran 1 s
+/// after redbell's death.
+#[test]
+fn a_sigkilled_redbell_elect_takes_its_command_group_with_it() {
+    let name = unique("sigkill-elect");
+    sigkill_takes_the_group(&["elect", "--ttl", "2s", &name]);
+}
+
+/// Starts `redbell ARGS -- sh -c ...` (a shell with a `sleep` child),
+/// SIGKILLs redbell once both run, and checks both are gone within 1 s.
+fn sigkill_takes_the_group(args: &[&str]) {
     let dir = scratch();
     let pid_file = dir.join("pids");
-    let mut holder = redbell(&[
-        "run",
-        "--ttl",
-        "2s",
-        &name,
+    let mut argv = args.to_vec();
+    argv.extend([
         "--",
         "sh",
         "-c",
         r#"sleep 60 & echo "$$ $!" > "$PIDS"; wait"#,
-    ])
-    .env("PIDS", &pid_file)
-    .spawn()
-    .expect("redbell starts");
+    ]);
+    let mut holder = redbell(&argv)
+        .env("PIDS", &pid_file)
+        .spawn()
+        .expect("redbell starts");
     let text = wait_for_file(&pid_file, Duration::from_secs(20));
     let pids: Vec<i32> = text
         .split_whitespace()
@@ -235,13 +251,14 @@ fn a_sigkilled_redbell_takes_its_command_group_with_it() {
     }
     assert!(
         survivors.is_empty(),
-        "still running 1 s after redbell's death: {survivors:?} (sh, sleep: {pids:?})"
+        "{}: still running 1 s after redbell's death: {survivors:?} (sh, sleep: {pids:?})",
+        args[0]
     );
     eprintln!(
-        "the command's group was gone {:?} after redbell",
+        "{}: the command's group was gone {:?} after redbell",
+        args[0],
         killed.elapsed()
     );
-    delete_lock(&name);
 }
 
 /// `--max-hold 1s` ends a command that would hold the lock for 30 s: it is

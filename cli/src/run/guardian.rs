@@ -37,7 +37,7 @@ pub const SUBCOMMAND: &str = "__guard";
 
 /// A running guardian, as `redbell` sees it.
 #[derive(Debug)]
-pub(super) struct Guardian {
+pub(crate) struct Guardian {
     /// Our end of the socket pair: its closing is the guardian's signal.
     socket: UnixStream,
     process: std::process::Child,
@@ -45,7 +45,7 @@ pub(super) struct Guardian {
 
 impl Guardian {
     /// Starts the guardian and waits until it is ready.
-    pub(super) fn start() -> Result<Guardian, Failure> {
+    pub(crate) fn start() -> Result<Guardian, Failure> {
         let fail = |e: std::io::Error| {
             Failure::new(
                 EX_FAILURE,
@@ -80,7 +80,7 @@ impl Guardian {
 
     /// Makes the command announce itself to the guardian between fork and
     /// exec, so that it is guarded before it runs.
-    pub(super) fn enroll(&self, command: &mut tokio::process::Command) {
+    pub(crate) fn enroll(&self, command: &mut tokio::process::Command) {
         let fd = self.socket.as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec. It calls
         // only getpid and write, both async-signal-safe, and allocates
@@ -100,7 +100,7 @@ impl Guardian {
 
     /// Tells the guardian that the command's group is gone, and waits (a
     /// moment at most) for it to exit.
-    pub(super) fn dismiss(mut self) {
+    pub(crate) fn dismiss(mut self) {
         let _ = (&self.socket).write_all(&0i32.to_ne_bytes());
         drop(self.socket);
         let end = Instant::now() + Duration::from_secs(1);
