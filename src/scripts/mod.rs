@@ -18,8 +18,8 @@ mod registry;
 
 pub(crate) use election::{Proclaimed, Proclamation, Reading, leader, proclaim, resign};
 pub(crate) use layout::{
-    Queue, acquire, break_lock, extend, force_release, inspect, pass, release, semaphore_status,
-    status,
+    Queue, Snapshot, acquire, break_lock, extend, force_release, inspect, inspect_many, pass,
+    release, semaphore_status, status,
 };
 pub use registry::{ScriptInfo, scripts};
 
