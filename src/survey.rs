@@ -20,16 +20,18 @@ pub struct LockScan {
 
 impl Client {
     /// One page of the names of locks under the client's prefix: one
-    /// `SCAN cursor MATCH P:{pattern}:fence COUNT count`. Every lock of
-    /// any kind (semaphores too) keeps its fence key from its first
-    /// acquisition until the fence expiry
+    /// `SCAN cursor MATCH P:{pattern}* COUNT count`, each key found turned
+    /// into its lock's name (the part between the braces). Every lock of
+    /// any kind keeps a key while it is held or waited for, and its fence
+    /// key from its first exclusive acquisition until the fence expiry
     /// ([`ClientBuilder::fence_ttl`](crate::ClientBuilder::fence_ttl),
-    /// 7 days by default) after its last, so this finds every lock used
-    /// lately, held or not. `pattern` is a Redis glob on the names (`*` for
-    /// all); `count` is the `SCAN` hint of how many keys the server looks
-    /// at (it may return more or fewer names). Start with cursor `0`, and
-    /// pass each page's [`cursor`](LockScan::cursor) to the next call until
-    /// it is `0` again.
+    /// 7 days by default) after its last, so this finds every lock in use
+    /// and every one used lately. Semaphores and elections under the same
+    /// prefix are found too. `pattern` is a Redis glob on the names (`*`
+    /// for all); `count` is the `SCAN` hint of how many keys the server
+    /// looks at (it may return more or fewer). Start with cursor `0`, and
+    /// pass each page's [`cursor`](LockScan::cursor) to the next call
+    /// until it is `0` again; a lock with several keys comes once per page.
     ///
     /// Cost: one command, which examines about `count` keys on the server.
     ///
@@ -60,7 +62,7 @@ impl Client {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{prefix}:{{{pattern}}}:fence"))
+            .arg(format!("{prefix}:{{{pattern}}}*"))
             .arg("COUNT")
             .arg(count.max(1))
             .query_async(&mut conn.manager())
@@ -70,12 +72,15 @@ impl Client {
                 Error::from(e)
             })?;
         let head = format!("{}:{{", self.0.config.prefix);
-        let names = keys
-            .iter()
-            .filter_map(|key| key.strip_prefix(&head)?.strip_suffix("}:fence"))
-            .filter(|name| !name.contains(['{', '}']))
-            .map(str::to_owned)
-            .collect();
+        let mut names: Vec<String> = Vec::new();
+        for key in &keys {
+            let Some((name, _)) = key.strip_prefix(&head).and_then(|k| k.split_once('}')) else {
+                continue;
+            };
+            if !name.is_empty() && !name.contains('{') && !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
         Ok(LockScan {
             cursor: next,
             names,

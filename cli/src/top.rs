@@ -3,7 +3,7 @@
 //!
 //! Each refresh: up to `--max-scans` `SCAN` pages (continuing the cursor
 //! of the refresh before, so a large keyspace is covered over several
-//! refreshes) find lock names by their fence keys; then one pipeline of
+//! refreshes) find lock names by their keys; then one pipeline of
 //! the inspect script for at most `--max-locks` of the names known (the
 //! ones busy at the last refresh first, then those read least recently).
 //! With NAMES, no `SCAN`: one pipeline for those names.
@@ -53,10 +53,13 @@ whether one did; it saturates at one per refresh. FENCE/S: the fence's
 advance per second between the last two refreshes, in fence units (µs of
 server time): about 1000000 for a lock acquired in every interval, 0 for an
 idle one. Both are - until a lock has been read twice (always with --once).
+Read holds do not advance a fence: for a read-write lock both count writers
+only. Semaphores and elections under the prefix are listed without kind or
+holder (see `redbell status --semaphore`).
 
 Cost per refresh, in commands sent to Redis: with NAMES, one pipeline of
 one inspect script call (EVALSHA) per name; otherwise at most --max-scans
-SCAN calls (COUNT --scan-count, MATCH PREFIX:{--match}:fence; continuing
+SCAN calls (COUNT --scan-count, MATCH PREFIX:{--match}*; continuing
 where the last refresh stopped, so a large keyspace is covered over several
 refreshes) and one pipeline of at most --max-locks EVALSHA calls. With the
 defaults: at most 10 SCAN + 200 EVALSHA, in at most 11 round trips; each
