@@ -127,6 +127,10 @@ pub struct BenchArgs {
     /// Run only the metrics-cost row (scenario 8) and print its table.
     #[arg(long)]
     pub metrics_only: bool,
+
+    /// Rounds of the metrics-cost row (default: 7, 1 with --quick).
+    #[arg(long, value_name = "N")]
+    pub metrics_rounds: Option<u32>,
 }
 
 /// Runs a hidden `bench-worker` process.
@@ -136,7 +140,10 @@ pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
 
 /// `redbell-bench bench`.
 pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
-    let plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick);
+    if let Some(rounds) = args.metrics_rounds {
+        plan.metrics_rounds = rounds.max(1);
+    }
     let nodes: Vec<String> = args
         .cluster
         .iter()

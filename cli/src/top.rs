@@ -279,7 +279,17 @@ impl<'a> Top<'a> {
         }
         let chosen = self.choose();
         let names: Vec<&str> = chosen.iter().map(String::as_str).collect();
-        let infos = client.inspect_many(&names).await?;
+        let mut infos = client.inspect_many(&names).await?;
+        // A NAME that is no lock name is a usage error, as for `status`.
+        if let Some(bad) = infos
+            .iter()
+            .position(|i| matches!(i, Err(redbell::Error::InvalidName { .. })))
+        {
+            return Err(infos
+                .swap_remove(bad)
+                .err()
+                .unwrap_or(redbell::Error::Closed));
+        }
         let now = Instant::now();
         let mut read = Vec::with_capacity(chosen.len());
         for (name, info) in chosen.into_iter().zip(infos) {

@@ -257,3 +257,52 @@ async fn a_script_command_refused_past_connect_is_warned_once() {
     assert_eq!(lines.len(), 1, "one warning: {lines:?}");
     assert!(lines[0].contains(&refused[0]), "{lines:?}");
 }
+
+/// Every release is a `redbell.release` span at debug level with its lock,
+/// kind and outcome: `ours` for a release of a held lock, `gone` for one
+/// whose lease had run out. (A subscriber of this test's thread only, at
+/// debug level, printing each span as it closes.)
+#[test]
+fn a_release_is_a_debug_span_with_its_outcome() {
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || Capture(sink.clone()))
+        .finish();
+    let name = unique("observe-release-span");
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let c = client(&redis_url()).await;
+            c.mutex(&name).lock().await.unwrap().unlock().await.unwrap();
+            let short = c
+                .mutex(&name)
+                .with_lease(Duration::from_millis(50))
+                .lock()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(short.unlock().await.is_err(), "the lease ran out");
+        });
+    });
+    let spans: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("redbell.release") && l.contains(&name) && l.contains("close"))
+        .cloned()
+        .collect();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert!(
+        spans[0].contains("DEBUG") && spans[0].contains("outcome=\"ours\""),
+        "{spans:?}"
+    );
+    assert!(spans[1].contains("outcome=\"gone\""), "{spans:?}");
+    assert!(spans[0].contains("kind=Plain"), "{spans:?}");
+}

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redbell::Client;
-use redbell_integration_tests::cli::{code, finish, redbell, stdout};
+use redbell_integration_tests::cli::{code, finish, redbell, run, stderr, stdout};
 use redbell_integration_tests::{
     LONG, PrivateRedis, commandstats, eventually, raw, redis_url, reset_stats, unique,
 };
@@ -267,4 +267,18 @@ async fn top_commands_per_refresh_stay_within_the_stated_bound() {
     );
     assert_eq!(seen, names, "the capped reads rotate over every lock");
     held.unlock().await.unwrap();
+}
+
+/// Exit codes as the other subcommands: 69 when Redis is unreachable, 2 for
+/// an invalid lock name and for a Redis Cluster without names (it cannot be
+/// scanned).
+#[test]
+fn top_exit_codes() {
+    let out = run(&["--url", "redis://127.0.0.1:1", "top", "--once"]);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let out = run(&["top", "--once", "bad{name"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let out = run(&["--cluster", "redis://127.0.0.1:1", "top", "--once"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("name the locks"), "{}", stderr(&out));
 }

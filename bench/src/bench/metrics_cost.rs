@@ -63,6 +63,32 @@ impl MetricsCost {
         })
     }
 
+    /// The median over the rounds of variant `i`'s hand-offs/s over the
+    /// feature-off run of the same round, minus one: the paired change,
+    /// less sensitive to the machine's drift than the medians' ratio.
+    pub fn paired(&self, i: usize) -> Option<f64> {
+        let off = &self.variants.first()?.1;
+        let mut r: Vec<f64> = self
+            .variants
+            .get(i)?
+            .1
+            .iter()
+            .zip(off)
+            .filter(|&(_, &o)| o > 0.0)
+            .map(|(v, o)| v / o - 1.0)
+            .collect();
+        if r.is_empty() {
+            return None;
+        }
+        r.sort_by(f64::total_cmp);
+        let mid = r.len() / 2;
+        Some(if r.len() % 2 == 1 {
+            r[mid]
+        } else {
+            (r[mid - 1] + r[mid]) / 2.0
+        })
+    }
+
     /// Variant `i`'s median over the feature-off median, minus one: the
     /// cost (negative when slower).
     pub fn change(&self, i: usize) -> Option<f64> {
