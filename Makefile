@@ -62,6 +62,8 @@ soak:
 	  SOAK_TOPOLOGY=$$t ./target/release/redbell-bench soak --out target/soak/$$t; \
 	done
 
+# The bench's metrics-cost row runs workers built with redbell's `metrics`
+# feature (redbell-bench-metrics) beside those built without it.
 bench:
 	@set -euo pipefail; \
 	if [[ -n $${REDBELL_CLUSTER_NODES:-} ]]; then \
@@ -72,6 +74,8 @@ bench:
 	  REDBELL_CLUSTER_NODES=$$(scripts/redis/cluster.sh start 7400 | grep '^redis' | paste -sd, -); \
 	  export REDBELL_CLUSTER_NODES; \
 	fi; \
+	cargo build --release -p redbell-bench --features metrics; \
+	cp target/release/redbell-bench target/release/redbell-bench-metrics; \
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- bench --cluster "$$REDBELL_CLUSTER_NODES"
 
 lint:

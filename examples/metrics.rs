@@ -3,7 +3,10 @@
 //! Installs the Prometheus exporter on a loopback port, runs a contended
 //! workload (8 tasks × 25 lock/unlock on one lock, and one `try_lock` that
 //! finds it held), then scrapes its own endpoint over HTTP and checks that
-//! the figures add up: acquired = released + held, and the counters match
+//! the figures add up: acquired = released + held, wake-ups sent =
+//! received + skipped (each wake-up that arrived for one of the client's
+//! waiters found it or was passed on), a hand-off gap sample for the
+//! hand-offs between the client's own tasks, and the counters match
 //! `Client::stats()`. Exits 1 if they do not.
 //!
 //! ```sh
@@ -52,16 +55,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         page.lines()
             .filter(|l| l.starts_with(metric) && labels.iter().all(|x| l.contains(x)))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .sum::<f64>()
+            + 0.0 // an empty sum is -0
     };
     let acquired = value("redbell_acquisitions_total", &["outcome=\"acquired\""]);
     let busy = value("redbell_acquisitions_total", &["outcome=\"busy\""]);
     let released = value("redbell_releases_total", &[]);
     let guards = value("redbell_guards", &[]);
     let waits = value("redbell_wait_seconds_count", &[]);
+    let sent = value("redbell_wakeups_sent_total", &[]);
+    let received = value("redbell_wakeups_total", &["outcome=\"received\""]);
+    let skipped = value("redbell_wakeups_total", &["outcome=\"skipped\""]);
+    let gaps = value("redbell_handoff_gap_seconds_count", &[]);
     println!(
         "scraped http://{addr}/metrics: acquired {acquired}, busy {busy}, released {released}, \
-         guards {guards}, wait samples {waits}"
+         guards {guards}, wait samples {waits}, wake-ups sent {sent} = received {received} + \
+         skipped {skipped}, hand-off gap samples {gaps}"
     );
     let stats = client.stats();
     let checks = [
@@ -72,6 +81,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         ("one try_lock found it held", busy == 1.0),
         ("one wait sample per acquisition", waits == acquired),
+        (
+            "wake-ups sent = received + skipped",
+            sent == received + skipped && sent == stats.wakeups_sent as f64,
+        ),
+        (
+            "hand-offs between the client's own tasks were timed",
+            gaps > 0.0 && gaps == stats.local_handoffs as f64,
+        ),
     ];
     held.unlock().await?;
     client.shutdown().await?;

@@ -324,7 +324,10 @@ impl Acquirer {
                 Outcome::Acquired
             }
             Err(Error::Timeout) => Outcome::Timeout,
-            Err(_) => Outcome::Error,
+            Err(e) => {
+                tally.counters.failed(e, self.name());
+                Outcome::Error
+            }
         });
         result
     }
@@ -424,7 +427,10 @@ impl Acquirer {
         tally.end(match &result {
             Ok(Some(_)) => Outcome::Acquired,
             Ok(None) => Outcome::Busy,
-            Err(_) => Outcome::Error,
+            Err(e) => {
+                tally.counters.failed(e, self.name());
+                Outcome::Error
+            }
         });
         result
     }

@@ -200,22 +200,9 @@ pub struct LockInfo {
     pub waiters: u64,
 }
 
-impl Client {
-    /// Reads the state of the lock `name`, whatever its kind: its kind, its
-    /// exclusive holder or readers with their leases and owner notes, the
-    /// last fence and the queued waiters, in one atomic script call.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
-    /// lock's keys hold foreign data, [`Error::Redis`] when Redis fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let keys = self.keys(name, Kind::Plain)?;
-        let s = scripts::inspect(&self.0.conn, &keys, &owners_key(&keys)).await?;
+impl LockInfo {
+    /// The lock `name` as the inspect script's snapshot `s` shows it.
+    pub(crate) fn of(name: String, s: scripts::Snapshot) -> LockInfo {
         let note = |n: String| (!n.is_empty()).then_some(n);
         let holder = (!s.holder.is_empty()).then(|| Hold {
             token: s.holder.clone(),
@@ -238,14 +225,34 @@ impl Client {
             None if s.waiters > 0 => Some(LockKind::Mutex),
             None => None,
         };
-        Ok(LockInfo {
-            name: keys.name,
+        LockInfo {
+            name,
             kind,
             holder,
             readers,
             fence: s.fence.parse().ok(),
             waiters: s.waiters + s.fair + s.intents,
-        })
+        }
+    }
+}
+
+impl Client {
+    /// Reads the state of the lock `name`, whatever its kind: its kind, its
+    /// exclusive holder or readers with their leases and owner notes, the
+    /// last fence and the queued waiters, in one atomic script call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
+    /// lock's keys hold foreign data, [`Error::Redis`] when Redis fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let keys = self.keys(name, Kind::Plain)?;
+        let s = scripts::inspect(&self.0.conn, &keys, &owners_key(&keys)).await?;
+        Ok(LockInfo::of(keys.name, s))
     }
 
     /// Breaks the lock `name` whoever holds it and whatever its kind, as an
@@ -351,6 +358,6 @@ impl Client {
 }
 
 /// `P:{N}:owners`: the owner notes of a lock's holds (token -> note).
-fn owners_key(keys: &LockKeys) -> String {
+pub(crate) fn owners_key(keys: &LockKeys) -> String {
     format!("{}:owners", keys.writer)
 }

@@ -36,7 +36,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -47,6 +47,7 @@ use crate::Error;
 use crate::conn::Conn;
 use crate::keys::LockKeys;
 use crate::scripts;
+use crate::scripts::Owned;
 use crate::stats::Counters;
 
 /// Most items known (queued, waiting to retry or in flight) at once.
@@ -200,16 +201,65 @@ impl Sender {
     }
 }
 
+/// Told of each release that found the lock ours, with its lock (the hub
+/// notes it for the hand-off gap); set once the hub exists.
+pub(crate) type OnReleased = Arc<OnceLock<Box<dyn Fn(&LockKeys) + Send + Sync>>>;
+
+/// One release, as a guard's `unlock` and the worker run it: the release
+/// script, counted (`held`: the hold time, `None` when the drop timed it),
+/// and traced as a `redbell.release` span at debug level (lock, kind,
+/// outcome `ours`, `gone` or `theirs`). Nothing is logged at `info` or
+/// above.
+pub(crate) async fn release(
+    conn: &Conn,
+    keys: &LockKeys,
+    token: &str,
+    counters: &Counters,
+    held: Option<Duration>,
+) -> Result<Owned, Error> {
+    let span = tracing::debug_span!(
+        "redbell.release",
+        lock = %keys.name,
+        kind = ?keys.kind,
+        outcome = tracing::field::Empty,
+    );
+    let result =
+        tracing::Instrument::instrument(scripts::release(conn, keys, token), span.clone()).await;
+    match &result {
+        Ok(owned) => {
+            span.record(
+                "outcome",
+                match owned {
+                    Owned::Ours => "ours",
+                    Owned::Gone => "gone",
+                    Owned::Theirs => "theirs",
+                },
+            );
+            counters.release((*owned).into(), held);
+        }
+        Err(e) => {
+            span.record("outcome", "error");
+            counters.failed(e, &keys.name);
+        }
+    }
+    result
+}
+
 /// Starts the worker for the client whose command connection is `conn`.
-pub(crate) fn start(conn: Conn, counters: Arc<Counters>) -> Sender {
+pub(crate) fn start(conn: Conn, counters: Arc<Counters>, on_released: OnReleased) -> Sender {
     start_with(CAPACITY, move |work| {
         let conn = conn.clone();
         let counters = counters.clone();
+        let on_released = on_released.clone();
         async move {
             match work {
                 Work::Release { keys, token } => {
-                    let owned = scripts::release(&conn, &keys, &token).await?;
-                    counters.release(owned.into(), None);
+                    let owned = release(&conn, &keys, &token, &counters, None).await?;
+                    if owned == Owned::Ours
+                        && let Some(note) = on_released.get()
+                    {
+                        note(&keys);
+                    }
                     Ok(())
                 }
                 Work::PassOn { keys, member } => {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::background;
 use crate::client::Client;
 use crate::keys::{LockKeys, Replication, lease_ms};
 use crate::lease::{Lease, Renewal};
@@ -39,10 +40,15 @@ pub(crate) struct Held {
 impl Held {
     pub(crate) async fn unlock(mut self) -> Result<(), Error> {
         self.renewal = None; // no renewal from here on
-        let owned = scripts::release(&self.client.0.conn, &self.keys, &self.token).await?;
+        let inner = &self.client.0;
+        let held = Some(self.acquired_at.elapsed());
+        let owned =
+            background::release(&inner.conn, &self.keys, &self.token, &inner.counters, held)
+                .await?;
         self.released = true;
-        let counters = &self.client.0.counters;
-        counters.release(owned.into(), Some(self.acquired_at.elapsed()));
+        if owned == Owned::Ours {
+            inner.hub.released(&self.keys);
+        }
         owned.into_result()
     }
 

@@ -33,6 +33,7 @@ mod admin;
 mod election;
 mod fair;
 mod rwlock;
+mod survey;
 
 pub use admin::{Hold, LockInfo, LockKind, LockStatus, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
@@ -48,3 +49,4 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
 pub use semaphore::{Permit, Semaphore};
 pub use stats::Stats;
+pub use survey::LockScan;

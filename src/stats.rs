@@ -15,20 +15,27 @@
 //! | `redbell_leases_lost_total` | counter | `cause` = `gone`, `taken`, `deadline` |
 //! | `redbell_renewals_total` | counter | `outcome` = `ok`, `failed` |
 //! | `redbell_hub_reconnects_total` | counter | |
-//! | `redbell_wakeups_total` | counter | `outcome` = `received`, `passed_on` |
+//! | `redbell_wakeups_sent_total` | counter | |
+//! | `redbell_wakeups_total` | counter | `outcome` = `received`, `skipped`, `passed_on` |
+//! | `redbell_permission_denied_total` | counter | `command` (the refused command, e.g. `SUBSCRIBE`) |
 //! | `redbell_wait_seconds` | histogram | `kind`: from the call to the guard |
 //! | `redbell_hold_seconds` | histogram | from the acquisition to the release |
+//! | `redbell_handoff_gap_seconds` | histogram | from a release to the next holder, both in this client |
 //! | `redbell_waiters` | gauge | waiters parked now |
 //! | `redbell_guards` | gauge | guards held now |
 //!
 //! Lock names are never labels (millions of one-off names would explode an
 //! exporter's memory).
 //!
+//! How wake-ups and hand-off gaps are counted is told on [`Stats`].
+//!
 //! [`Client::stats`]: crate::Client::stats
 
+use std::sync::Mutex as StdMutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::Error;
 use crate::keys::Kind;
 use crate::scripts::Owned;
 
@@ -36,9 +43,34 @@ use crate::scripts::Owned;
 /// [`Client::stats`](crate::Client::stats). Counters only grow (from the
 /// client's start); gauges are the value now.
 ///
-/// In a quiet moment, `acquired == releases() + guards` for the guards this
-/// client made, and every wake-up this client received was either acted on
-/// or passed on.
+/// In a quiet moment (no acquisition, release or wake-up in flight):
+///
+/// - `acquired == releases() + guards` for the guards this client made;
+/// - `wakeups_sent == wakeups_received + wakeups_skipped`, and
+///   `wakeups_passed_on >= wakeups_skipped`.
+///
+/// **Wake-ups.** A release (or a pass-on) wakes one queued waiter with a
+/// `PUBLISH` on the wake channel of that waiter's client. The release
+/// scripts' reply does not tell whether they woke anyone, so wake-ups are
+/// counted where they arrive: *sent* counts every wake-up that reached
+/// this client's wake channels naming one of its waiters (from any
+/// client's release or pass-on; a `PUBLISH` that counted no receiver
+/// reached nobody and is counted nowhere). Each is then either *received*
+/// (the waiter it names is still here and attempts) or *skipped* (that
+/// waiter had left; the wake-up is passed on to the next in line, or
+/// dropped if the channel was being unsubscribed). *Passed on* counts
+/// every pass-on this client sent: the skipped wake-ups, and each waiter
+/// that left the queue without the lock (it may have been woken). Standby
+/// notices (the waiter ahead was just woken) and a read-write lock's
+/// broadcast (every local reader wakes) are not wake-ups of one waiter and
+/// are not counted.
+///
+/// **Hand-off gap.** When this client releases a lock it still owned while
+/// another of its waiters waits for it, the release time is noted; when a
+/// waiter that was already waiting then acquires that lock, the time since
+/// the release is one hand-off gap (at most one per release). Hand-offs to
+/// or from other clients are not seen; if another client held the lock in
+/// between, that hold is part of the gap.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -73,11 +105,28 @@ pub struct Stats {
     /// Times the pub/sub connection was replaced (lost, failed its probe,
     /// or followed a failover).
     pub hub_reconnects: u64,
-    /// Wake-ups that reached one of this client's waiters.
+    /// Wake-ups that arrived on this client's wake channels naming one of
+    /// its waiters (sent by any client's release or pass-on, counted on
+    /// arrival; see above). `wakeups_received + wakeups_skipped` in a quiet
+    /// moment.
+    pub wakeups_sent: u64,
+    /// Wake-ups that reached the waiter they named.
     pub wakeups_received: u64,
-    /// Wake-ups passed on to the next waiter (the waiter had left, or left
-    /// with the wake-up in hand).
+    /// Wake-ups whose waiter had left: passed on to the next in line.
+    pub wakeups_skipped: u64,
+    /// Pass-ons sent: the skipped wake-ups, and every waiter that left the
+    /// queue without the lock (cancelled or timed out, perhaps woken).
     pub wakeups_passed_on: u64,
+    /// Hand-offs timed from one of this client's releases to one of its
+    /// waiters acquiring the lock next (see *Hand-off gap* above).
+    pub local_handoffs: u64,
+    /// The sum of those hand-offs' gaps: release returned to the next
+    /// holder's acquisition (divide by `local_handoffs` for the mean).
+    pub local_handoff_gap: Duration,
+    /// Operations the server's ACL refused ([`Error::NoPermission`](crate::Error::NoPermission)
+    /// past connect: a refused `SUBSCRIBE`, a refused script command). The
+    /// first refusal of each command is also logged at `warn`.
+    pub permission_denied: u64,
     /// Waiters parked now.
     pub waiters: i64,
     /// Guards held now.
@@ -94,6 +143,22 @@ impl Stats {
     pub fn leases_lost(&self) -> u64 {
         self.lost_gone + self.lost_taken + self.lost_deadline
     }
+
+    /// The mean hand-off gap between this client's releases and its
+    /// waiters' acquisitions; `None` before the first.
+    pub fn mean_handoff_gap(&self) -> Option<Duration> {
+        let n = u32::try_from(self.local_handoffs).ok().filter(|&n| n > 0)?;
+        Some(self.local_handoff_gap / n)
+    }
+}
+
+/// What became of a wake-up that arrived for one of our waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wakeup {
+    /// The waiter it names is here.
+    Received,
+    /// That waiter had left.
+    Skipped,
 }
 
 /// How an acquisition ended.
@@ -162,10 +227,18 @@ pub(crate) struct Counters {
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
     hub_reconnects: AtomicU64,
+    wakeups_sent: AtomicU64,
     wakeups_received: AtomicU64,
+    wakeups_skipped: AtomicU64,
     wakeups_passed_on: AtomicU64,
+    local_handoffs: AtomicU64,
+    /// In nanoseconds.
+    local_handoff_gap: AtomicU64,
+    permission_denied: AtomicU64,
     waiters: AtomicI64,
     guards: AtomicI64,
+    /// The commands whose refusal was already logged (each is logged once).
+    warned_denied: StdMutex<Vec<String>>,
 }
 
 fn kind_label(kind: Kind) -> &'static str {
@@ -259,20 +332,70 @@ impl Counters {
         metrics::counter!("redbell_hub_reconnects_total").increment(1);
     }
 
-    /// A wake-up reached one of our waiters (`passed_on`: or was passed on).
-    pub(crate) fn wakeup(&self, passed_on: bool) {
+    /// A wake-up naming one of our waiters arrived, and found it here or
+    /// not.
+    pub(crate) fn wakeup(&self, what: Wakeup) {
+        add(&self.wakeups_sent, 1);
+        let (counter, label) = match what {
+            Wakeup::Received => (&self.wakeups_received, "received"),
+            Wakeup::Skipped => (&self.wakeups_skipped, "skipped"),
+        };
+        add(counter, 1);
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!("redbell_wakeups_sent_total").increment(1);
+            metrics::counter!("redbell_wakeups_total", "outcome" => label).increment(1);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = label;
+    }
+
+    /// A pass-on was sent.
+    pub(crate) fn passed_on(&self) {
+        add(&self.wakeups_passed_on, 1);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("redbell_wakeups_total", "outcome" => "passed_on").increment(1);
+    }
+
+    /// One of our waiters acquired a lock `gap` after our release of it.
+    pub(crate) fn handoff(&self, gap: Duration) {
+        add(&self.local_handoffs, 1);
         add(
-            if passed_on {
-                &self.wakeups_passed_on
-            } else {
-                &self.wakeups_received
-            },
-            1,
+            &self.local_handoff_gap,
+            u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX),
         );
         #[cfg(feature = "metrics")]
-        metrics::counter!("redbell_wakeups_total",
-            "outcome" => if passed_on { "passed_on" } else { "received" })
-        .increment(1);
+        metrics::histogram!("redbell_handoff_gap_seconds").record(gap.as_secs_f64());
+    }
+
+    /// An operation on the lock `name` failed with `err`: an ACL refusal is
+    /// counted, and logged at `warn` the first time its command is refused
+    /// (the right is missing for every lock alike; one line says so).
+    pub(crate) fn failed(&self, err: &Error, name: &str) {
+        let Error::NoPermission { command, detail } = err else {
+            return;
+        };
+        add(&self.permission_denied, 1);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("redbell_permission_denied_total", "command" => command.clone())
+            .increment(1);
+        let first = {
+            let mut warned = self.warned_denied.lock().unwrap_or_else(|p| p.into_inner());
+            let first = !warned.contains(command);
+            if first {
+                warned.push(command.clone());
+            }
+            first
+        };
+        if first {
+            tracing::warn!(
+                right = %command,
+                lock = name,
+                detail = %detail,
+                "missing ACL right: the server refused {command}; \
+                 grant it to this client's user (see the README's ACL users)"
+            );
+        }
     }
 
     /// A waiter started (+1) or stopped (-1) waiting.
@@ -311,8 +434,13 @@ impl Counters {
             renewals: get(&self.renewals),
             renewal_failures: get(&self.renewal_failures),
             hub_reconnects: get(&self.hub_reconnects),
+            wakeups_sent: get(&self.wakeups_sent),
             wakeups_received: get(&self.wakeups_received),
+            wakeups_skipped: get(&self.wakeups_skipped),
             wakeups_passed_on: get(&self.wakeups_passed_on),
+            local_handoffs: get(&self.local_handoffs),
+            local_handoff_gap: Duration::from_nanos(get(&self.local_handoff_gap)),
+            permission_denied: get(&self.permission_denied),
             waiters: self.waiters.load(Ordering::Relaxed),
             guards: self.guards.load(Ordering::Relaxed),
         }

@@ -52,6 +52,12 @@
 //! 7. **Semaphore**: 16 workers share a 4-permit `client.semaphore()`;
 //!    acquisitions/s, wait and commands per acquisition (`bench/semaphore.rs`).
 //!
+//! 8. **Cost of the `metrics` feature**: the hand-off scenario (W = 8)
+//!    with redbell's `metrics` feature compiled out, compiled in without a
+//!    recorder, and compiled in with a Prometheus recorder, in interleaved
+//!    rounds (medians); see `bench/metrics_cost.rs`. `--metrics-only` runs
+//!    this row alone.
+//!
 //! # Redis commands
 //!
 //! Counted with `CONFIG RESETSTAT` and `INFO commandstats`, so run the
@@ -74,6 +80,7 @@ mod cluster;
 mod contend;
 mod floor;
 mod lock;
+mod metrics_cost;
 mod plan;
 mod report;
 mod results;
@@ -116,6 +123,14 @@ pub struct BenchArgs {
         value_delimiter = ','
     )]
     pub cluster: Vec<String>,
+
+    /// Run only the metrics-cost row (scenario 8) and print its table.
+    #[arg(long)]
+    pub metrics_only: bool,
+
+    /// Rounds of the metrics-cost row (default: 7, 1 with --quick).
+    #[arg(long, value_name = "N")]
+    pub metrics_rounds: Option<u32>,
 }
 
 /// Runs a hidden `bench-worker` process.
@@ -125,7 +140,10 @@ pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
 
 /// `redbell-bench bench`.
 pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
-    let plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick);
+    if let Some(rounds) = args.metrics_rounds {
+        plan.metrics_rounds = rounds.max(1);
+    }
     let nodes: Vec<String> = args
         .cluster
         .iter()
@@ -155,6 +173,12 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
         if args.quick { "quick" } else { "full" }
     );
 
+    if args.metrics_only {
+        let cost = metrics(url, &run, &plan, args, lease).await;
+        delete_run_keys(&mut conn, &run).await;
+        println!("{}", report::metrics_cost(&cost?));
+        return Ok(());
+    }
     let result = async {
         eprintln!("bench: floor, {} samples", plan.samples);
         let floor = floor::floor(url, &format!("bench-{run}-floor"), plan.samples).await?;
@@ -187,6 +211,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
                     hold: args.hold,
                     lease,
                     cluster: Vec::new(),
+                    worker: Default::default(),
                 };
                 handoff.push(contention(url, &run, &s).await?);
                 if strategy == Strategy::Redbell && !nodes.is_empty() {
@@ -212,6 +237,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
                 hold: args.hold,
                 lease,
                 cluster: Vec::new(),
+                worker: Default::default(),
             };
             scaling.push(contention(url, &run, &s).await?);
         }
@@ -273,6 +299,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             semaphore.acquisitions_per_s,
             semaphore.wait_us.p99.unwrap_or(0)
         );
+        let metrics = metrics(url, &run, &plan, args, lease).await?;
         Ok::<_, Failure>(Results {
             date: plan::utc_now(),
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -292,6 +319,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             uncontended,
             takeover,
             semaphore,
+            metrics,
         })
     }
     .await;
@@ -314,6 +342,30 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot draw {}: {e}", svg.display())))?;
     eprintln!("bench: wrote {} and {}", json.display(), svg.display());
     Ok(())
+}
+
+/// The metrics-cost row, with progress on stderr.
+async fn metrics(
+    url: &str,
+    run: &str,
+    plan: &Plan,
+    args: &BenchArgs,
+    lease: Duration,
+) -> Result<metrics_cost::MetricsCost, Failure> {
+    eprintln!(
+        "bench: metrics feature cost, hand-off W=8 N={}, {} interleaved rounds",
+        plan.serial_n(),
+        plan.metrics_rounds
+    );
+    metrics_cost::run(
+        url,
+        run,
+        plan.serial_n(),
+        plan.metrics_rounds,
+        args.hold,
+        lease,
+    )
+    .await
 }
 
 /// Runs one contention scenario with progress on stderr.

@@ -12,6 +12,7 @@ mod fail;
 mod leader;
 mod run;
 mod status;
+mod top;
 mod unlock;
 
 /// Distributed locks on Redis with event-driven waiting.
@@ -50,6 +51,16 @@ enum Command {
 
     /// Show locks: holder token, remaining TTL, fence, queued waiters
     Status(status::StatusArgs),
+
+    /// A live view of the busiest locks: holder, TTL, waiters, hand-off rate
+    ///
+    /// Refreshes every second (--interval) the locks under --prefix (or the
+    /// NAMES given): kind, holder, remaining TTL, queued waiters, hand-offs
+    /// per second and fence advance per second, busiest first. Each refresh
+    /// costs at most --max-scans SCAN calls and one pipeline of at most
+    /// --max-locks inspect script calls (10 + 200 commands with the
+    /// defaults). --once prints one snapshot; --json prints JSON.
+    Top(top::TopArgs),
 
     /// Break a lock as an operator (--force): delete it, wake the next waiter
     Unlock(unlock::UnlockArgs),
@@ -93,6 +104,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.global, args).await,
             Command::Status(args) => status::run(&cli.global, &args).await,
             Command::Unlock(args) => unlock::run(&cli.global, &args).await,
+            Command::Top(args) => top::run(&cli.global, &args).await,
             Command::Elect(args) => elect::run(&cli.global, args).await,
             Command::Leader(args) => leader::run(&cli.global, &args).await,
             Command::Guard => Ok(()),

@@ -23,6 +23,9 @@
 //! client's connections, waiters that retry through a failover
 //! ([`spawn_waiter`]), and the built binaries ([`built_binary`]).
 //!
+//! ACL users of a test's own are in [`acl`], the CLI tests' process helpers
+//! in [`cli`].
+//!
 //! Topologies of a test's own, on free ports, live in modules of their own,
 //! as their helpers take a server's port where the flat ones take a
 //! connection: [`cluster`] (a Redis Cluster of three shards) and
@@ -40,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod acl;
 pub mod cli;
 pub mod cluster;
 pub mod sentinel;

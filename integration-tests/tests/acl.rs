@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use redbell::redis::{ConnectionInfo, IntoConnectionInfo};
-use redbell::{Client, Error};
+use redbell::Error;
+use redbell_integration_tests::acl::User;
 use redbell_integration_tests::{
     LONG, exists, hand_off, lock_key, promptly, raw, redis_url, set, unique, waiters_key,
 };
@@ -22,73 +22,6 @@ const MINIMAL_RULE: &str = "resetchannels ~redbell:* &redbell:* -@all \
     +evalsha +eval +type +ping +subscribe +unsubscribe +publish \
     +get +set +del +exists +pttl +pexpire +time \
     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zrank";
-
-/// A user of the test's own, deleted on drop.
-struct User {
-    name: String,
-    password: String,
-}
-
-impl User {
-    /// `ACL SETUSER <unique> on >password <rules...>`.
-    async fn create(rules: &str) -> User {
-        let user = User {
-            name: unique("acl-user"),
-            password: unique("pw"),
-        };
-        let mut admin = raw(&redis_url()).await;
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER")
-            .arg(&user.name)
-            .arg("reset")
-            .arg("on")
-            .arg(format!(">{}", user.password));
-        for rule in rules.split_whitespace() {
-            cmd.arg(rule);
-        }
-        let ok: String = cmd.query_async(&mut admin).await.expect("ACL SETUSER");
-        assert_eq!(ok, "OK");
-        user
-    }
-
-    /// The shared server's address with this user's credentials.
-    fn info(&self) -> ConnectionInfo {
-        let info = redis_url()
-            .as_str()
-            .into_connection_info()
-            .expect("REDIS_URL");
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_username(&self.name)
-            .set_password(&self.password);
-        info.set_redis_settings(settings)
-    }
-
-    async fn connect(&self) -> Result<Client, Error> {
-        promptly("connect", Client::builder(self.info()).connect()).await
-    }
-
-    /// A raw connection as this user.
-    async fn raw(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.info())
-            .expect("client")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect as the user")
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = redis::Client::open(redis_url()).and_then(|c| c.get_connection()) {
-            let _: redis::RedisResult<i64> = redis::cmd("ACL")
-                .arg("DELUSER")
-                .arg(&self.name)
-                .query(&mut conn);
-        }
-    }
-}
 
 /// Redis 7's default for a new user: every command but the dangerous ones,
 /// the keys under the prefix, and no channel (`resetchannels`, which

@@ -1,7 +1,9 @@
-//! What an operator sees: `Client::stats()` adds up after a contended run,
-//! and each warning fires in its fault (a lease lost by DEL, a lease lost by
-//! its deadline under `CLIENT PAUSE`, a pub/sub reconnect storm) and stays
-//! silent on a healthy contended run.
+//! What an operator sees: `Client::stats()` adds up after a contended run
+//! (acquired = released + held; wake-ups sent = received + skipped; local
+//! hand-offs timed), and each warning fires in its fault (a lease lost by
+//! DEL, a lease lost by its deadline under `CLIENT PAUSE`, a pub/sub
+//! reconnect storm, a missing ACL right: once per right) and stays silent
+//! on a healthy contended run.
 //!
 //! The warnings are captured by a process-wide `tracing` subscriber; each
 //! test looks only at the lines naming its own lock (the storm warning names
@@ -11,8 +13,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use redbell::Error;
+use redbell_integration_tests::acl::User;
 use redbell_integration_tests::{
-    client, eventually, kill_clients_of_type, lock_key, raw, redis_url, renewing_client, unique,
+    LONG, client, eventually, kill_clients_of_type, lock_key, raw, redis_url, renewing_client,
+    unique,
 };
 
 /// The tests run one at a time: the pause and the storm would disturb the
@@ -97,6 +102,17 @@ async fn a_healthy_contended_run_adds_up_and_warns_nothing() {
     assert_eq!(s.waiters, 0, "{s:?}");
     assert_eq!(s.leases_lost(), 0, "{s:?}");
     assert!(s.wakeups_received > 0, "{s:?}");
+    assert_eq!(
+        s.wakeups_sent,
+        s.wakeups_received + s.wakeups_skipped,
+        "wake-ups sent = received + skipped: {s:?}"
+    );
+    assert!(s.wakeups_passed_on >= s.wakeups_skipped, "{s:?}");
+    // Every hand-off here is from one task of the client to another.
+    assert!(s.local_handoffs > 0, "{s:?}");
+    let gap = s.mean_handoff_gap().expect("a mean gap");
+    assert!(gap < Duration::from_secs(1), "mean hand-off gap {gap:?}");
+    assert_eq!(s.permission_denied, 0, "{s:?}");
     busy.unlock().await.unwrap();
     assert_eq!(c.stats().guards, 0);
     assert!(
@@ -180,4 +196,113 @@ async fn a_reconnect_storm_is_warned() {
     assert!(c.stats().hub_reconnects >= before + 5, "{:?}", c.stats());
     holder.unlock().await.unwrap();
     waiter.await.unwrap().unwrap().unlock().await.unwrap();
+}
+
+/// Connects (its SUBSCRIBE is not checked: `ACL DRYRUN` is `@dangerous`),
+/// then two waiters of one lock are refused their SUBSCRIBE: both fail
+/// with the typed error, both are counted, one warning names the right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_subscribe_is_warned_once_with_the_right() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let name = unique("observe-acl-sub");
+    let user =
+        User::create("resetchannels ~redbell:* &redbell:* +@all -@dangerous -subscribe").await;
+    let holder = client(&redis_url()).await;
+    let c = user
+        .connect()
+        .await
+        .expect("connect (SUBSCRIBE is not probed)");
+    let _held = holder.mutex(&name).with_lease(LONG).lock().await.unwrap();
+    for _ in 0..2 {
+        match c.mutex(&name).lock_timeout(Duration::from_secs(5)).await {
+            Err(Error::NoPermission { command, .. }) => assert_eq!(command, "SUBSCRIBE"),
+            other => panic!("a waiter whose SUBSCRIBE is refused: {other:?}"),
+        }
+    }
+    assert_eq!(c.stats().permission_denied, 2, "{:?}", c.stats());
+    let lines = warnings(&[&name]);
+    assert_eq!(lines.len(), 1, "one warning: {lines:?}");
+    assert!(
+        lines[0].contains("missing ACL right") && lines[0].contains("SUBSCRIBE"),
+        "{lines:?}"
+    );
+}
+
+/// A right only the acquire script uses (`PTTL`, read when the lock is
+/// held), missing where connect cannot tell (no `ACL DRYRUN`): the connect
+/// succeeds, each attempt on the held lock fails with the typed error, and
+/// one warning names the refused command (as the server's message names
+/// it: Redis 7.0 says only that a script's command was refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_command_refused_past_connect_is_warned_once() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let name = unique("observe-acl-pttl");
+    let user = User::create("resetchannels ~redbell:* &redbell:* +@all -@dangerous -pttl").await;
+    let holder = client(&redis_url()).await;
+    let c = user.connect().await.expect("connect (PTTL is not probed)");
+    let _held = holder.mutex(&name).with_lease(LONG).lock().await.unwrap();
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        match c.mutex(&name).lock_timeout(Duration::from_secs(5)).await {
+            Err(Error::NoPermission { command, .. }) => refused.push(command),
+            other => panic!("a waiter whose PTTL is refused: {other:?}"),
+        }
+    }
+    refused.dedup();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(c.stats().permission_denied, 3, "{:?}", c.stats());
+    let lines = warnings(&["missing ACL right", &name]);
+    assert_eq!(lines.len(), 1, "one warning: {lines:?}");
+    assert!(lines[0].contains(&refused[0]), "{lines:?}");
+}
+
+/// Every release is a `redbell.release` span at debug level with its lock,
+/// kind and outcome: `ours` for a release of a held lock, `gone` for one
+/// whose lease had run out. (A subscriber of this test's thread only, at
+/// debug level, printing each span as it closes.)
+#[test]
+fn a_release_is_a_debug_span_with_its_outcome() {
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || Capture(sink.clone()))
+        .finish();
+    let name = unique("observe-release-span");
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let c = client(&redis_url()).await;
+            c.mutex(&name).lock().await.unwrap().unlock().await.unwrap();
+            let short = c
+                .mutex(&name)
+                .with_lease(Duration::from_millis(50))
+                .lock()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(short.unlock().await.is_err(), "the lease ran out");
+        });
+    });
+    let spans: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("redbell.release") && l.contains(&name) && l.contains("close"))
+        .cloned()
+        .collect();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert!(
+        spans[0].contains("DEBUG") && spans[0].contains("outcome=\"ours\""),
+        "{spans:?}"
+    );
+    assert!(spans[1].contains("outcome=\"gone\""), "{spans:?}");
+    assert!(spans[0].contains("kind=Plain"), "{spans:?}");
 }

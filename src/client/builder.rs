@@ -344,7 +344,8 @@ impl ClientBuilder {
             max_hold: self.max_hold,
         };
         let counters = Arc::new(Counters::default());
-        let background = background::start(conn.clone(), counters.clone());
+        let on_released = background::OnReleased::default();
+        let background = background::start(conn.clone(), counters.clone(), on_released.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
         let hub = Hub::start(
             conn.clone(),
@@ -356,6 +357,8 @@ impl ClientBuilder {
             counters.clone(),
         )
         .await?;
+        let notes = hub.release_notes();
+        let _ = on_released.set(Box::new(move |keys| notes.released(keys)));
         let renewer = Renewer::start(conn.clone(), self.lease, renew_every, counters.clone());
         Ok(Client(Arc::new(Inner {
             conn,

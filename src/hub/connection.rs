@@ -306,7 +306,8 @@ impl Control {
                 // Refused by the ACL: reconnecting would be refused again.
                 // The waiter that asked fails; the connection is fine.
                 denied @ Error::NoPermission { .. } => {
-                    tracing::warn!(error = %denied, channel, "SUBSCRIBE refused");
+                    // Counted and warned (once) by the waiter it fails.
+                    tracing::debug!(error = %denied, channel, "SUBSCRIBE refused");
                     return Err(denied);
                 }
                 e => {

@@ -48,6 +48,8 @@ pub(crate) struct Registration {
     queued: bool,
     /// Set when the waiter got the lock: its acquire left the queue.
     acquired: bool,
+    /// When it joined: only a release after this is the one it waited for.
+    joined: Instant,
 }
 
 impl Registration {
@@ -79,6 +81,11 @@ impl Drop for Registration {
         {
             let mut channels = self.shared.lock();
             if let Some(entry) = channels.get_mut(&self.keys.channel) {
+                if self.acquired
+                    && let Some(released) = entry.released_at.take_if(|at| *at >= self.joined)
+                {
+                    self.shared.counters.handoff(released.elapsed());
+                }
                 entry.waiters.remove(&self.id);
                 if entry.waiters.is_empty() {
                     if entry.subscribed {
@@ -90,11 +97,25 @@ impl Drop for Registration {
             }
         }
         if self.queued && !self.acquired && self.keys.kind != Kind::Read {
-            self.shared.counters.wakeup(true);
+            self.shared.counters.passed_on();
             self.shared.background.send(Work::PassOn {
                 keys: self.keys.clone(),
                 member: std::mem::take(&mut self.member),
             });
+        }
+    }
+}
+
+/// A handle the background worker notes its releases with (for the
+/// hand-off gap), without keeping the hub alive.
+#[derive(Clone, Default)]
+pub(crate) struct ReleaseNotes(std::sync::Weak<Shared>);
+
+impl ReleaseNotes {
+    /// As [`Hub::released`].
+    pub(crate) fn released(&self, keys: &LockKeys) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.released(&keys.channel);
         }
     }
 }
@@ -157,6 +178,7 @@ impl Hub {
                     waiters: HashMap::new(),
                     idle_since: None,
                     subscribed: false,
+                    released_at: None,
                 });
             entry.waiters.insert(id, (waiter.clone(), keys.kind));
             entry.idle_since = None;
@@ -173,8 +195,20 @@ impl Hub {
             waiter,
             queued: false,
             acquired: false,
+            joined: Instant::now(),
         };
         (registration, subscribed)
+    }
+
+    /// Notes that this client released the lock `keys` (it was ours), for
+    /// the hand-off gap of a local waiter that takes it next.
+    pub(crate) fn released(&self, keys: &LockKeys) {
+        self.shared.released(&keys.channel);
+    }
+
+    /// What the client's background worker notes its releases with.
+    pub(crate) fn release_notes(&self) -> ReleaseNotes {
+        ReleaseNotes(Arc::downgrade(&self.shared))
     }
 
     /// Returns once the server has confirmed the subscription to the

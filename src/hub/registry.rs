@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::background::{self, Work};
 use crate::keys::{Kind, LockKeys};
-use crate::stats::Counters;
+use crate::stats::{Counters, Wakeup};
 
 /// State shared by the hub's tasks and the waiters.
 pub(super) struct Shared {
@@ -47,6 +47,10 @@ pub(super) struct Entry {
     /// and on a cluster for the entries of one shard when that shard's
     /// subscription is lost.
     pub(super) subscribed: bool,
+    /// When this client last released the lock (it was ours) while a local
+    /// waiter waited; taken by the next local waiter to acquire it, for the
+    /// hand-off gap.
+    pub(super) released_at: Option<Instant>,
 }
 
 /// What one waiter parks on.
@@ -138,6 +142,17 @@ impl Shared {
         }
     }
 
+    /// Notes that this client released the lock of `channel` (it was ours),
+    /// if a local waiter waits for it: the next to acquire it times the
+    /// hand-off gap from now.
+    pub(super) fn released(&self, channel: &str) {
+        if let Some(entry) = self.lock().get_mut(channel)
+            && !entry.waiters.is_empty()
+        {
+            entry.released_at = Some(Instant::now());
+        }
+    }
+
     /// Routes a wake-up on `channel` whose payload is the woken member
     /// without its client id (`"<waiter id>"`, or `"<waiter id>:<token>"`
     /// for a fair grant); one for a waiter this client no longer has is
@@ -145,7 +160,9 @@ impl Shared {
     pub(super) fn deliver(&self, channel: &str, payload: &[u8]) {
         let channels = self.lock();
         let Some(entry) = channels.get(channel) else {
-            return; // not ours any more: the publisher counted no receiver
+            // Not ours any more (unsubscribed while it was on its way).
+            self.counters.wakeup(Wakeup::Skipped);
+            return;
         };
         if matches!(entry.keys.kind, Kind::Read | Kind::Write) {
             // A read-write lock's release is broadcast: wake every local
@@ -173,7 +190,7 @@ impl Shared {
         match id.and_then(|id| entry.waiters.get(&id)) {
             Some((waiter, _)) => {
                 if standby.is_none() {
-                    self.counters.wakeup(false);
+                    self.counters.wakeup(Wakeup::Received);
                 }
                 waiter
                     .standby
@@ -182,7 +199,8 @@ impl Shared {
             }
             None if standby.is_some() => {} // nothing was granted to the gone waiter
             None => {
-                self.counters.wakeup(true);
+                self.counters.wakeup(Wakeup::Skipped);
+                self.counters.passed_on();
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
                 self.background.send(Work::PassOn {
                     keys: entry.keys.clone(),

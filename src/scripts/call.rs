@@ -54,6 +54,12 @@ impl Call {
         cmd
     }
 
+    /// The `EVALSHA` of this call, for a pipeline of many (whose caller
+    /// handles `NOSCRIPT`, e.g. by [`invoke`](Self::invoke) alone).
+    pub(crate) fn evalsha_cmd(&self, conn: &Conn) -> Cmd {
+        self.evalsha(self.script.variant(conn.is_cluster()).1)
+    }
+
     pub(crate) async fn invoke<T: FromRedisValue>(&self, conn: &Conn) -> RedisResult<T> {
         Ok(self.run(conn, None).await?.0)
     }

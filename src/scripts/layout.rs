@@ -416,24 +416,36 @@ pub(crate) struct Snapshot {
 /// base name is what counts) in one atomic call; `owners` is the owner-note
 /// hash.
 pub(crate) async fn inspect(conn: &Conn, keys: &LockKeys, owners: &str) -> Result<Snapshot, Error> {
+    inspect_call(keys, owners)
+        .invoke::<InspectReply>(conn)
+        .await
+        .map(snapshot)
+        .map_err(|e| Error::from_redis(e, &keys.writer))
+}
+
+/// The inspect script's reply, as it comes.
+type InspectReply = (String, i64, String, u64, u64, u64, String, Vec<String>);
+
+fn inspect_call(keys: &LockKeys, owners: &str) -> Call {
     let base = &keys.writer;
-    type Reply = (String, i64, String, u64, u64, u64, String, Vec<String>);
-    let (holder, pttl, fence, waiters, fair, intents, note, flat): Reply = Call::new(&INSPECT)
-        .key(base)
+    let mut call = Call::new(&INSPECT);
+    call.key(base)
         .key(&keys.fence)
         .key(format!("{base}:waiters"))
         .key(format!("{base}:fifo:expiry"))
         .key(&keys.readers)
         .key(format!("{base}:writers"))
-        .key(owners)
-        .invoke(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, base))?;
+        .key(owners);
+    call
+}
+
+fn snapshot(reply: InspectReply) -> Snapshot {
+    let (holder, pttl, fence, waiters, fair, intents, note, flat) = reply;
     let readers = flat
         .chunks_exact(3)
         .map(|r| (r[0].clone(), r[1].parse().unwrap_or(0), r[2].clone()))
         .collect();
-    Ok(Snapshot {
+    Snapshot {
         holder,
         pttl,
         fence,
@@ -442,7 +454,55 @@ pub(crate) async fn inspect(conn: &Conn, keys: &LockKeys, owners: &str) -> Resul
         intents,
         note,
         readers,
-    })
+    }
+}
+
+/// [`inspect`] for many locks (each with its owner-notes key): on one
+/// server, one pipeline of `EVALSHA`s (any that finds the script missing
+/// runs again alone, by [`inspect`], which loads it); on a cluster, whose
+/// pipelines go to one node, one call per lock. The outer error: the
+/// pipeline itself failed (Redis unreachable).
+pub(crate) async fn inspect_many(
+    conn: &Conn,
+    locks: &[(&LockKeys, String)],
+) -> Result<Vec<Result<Snapshot, Error>>, Error> {
+    if conn.is_cluster() {
+        let mut out = Vec::with_capacity(locks.len());
+        for (keys, owners) in locks {
+            out.push(inspect(conn, keys, owners).await);
+        }
+        return Ok(out);
+    }
+    if locks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let calls: Vec<Call> = locks
+        .iter()
+        .map(|(keys, owners)| inspect_call(keys, owners))
+        .collect();
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for call in &calls {
+        pipe.add_command(call.evalsha_cmd(conn));
+    }
+    let replies: Vec<redis::RedisResult<InspectReply>> =
+        pipe.query_async(&mut conn.manager()).await.map_err(|e| {
+            conn.report(&e);
+            Error::from(e)
+        })?;
+    let mut out = Vec::with_capacity(locks.len());
+    for ((call, (keys, _)), reply) in calls.iter().zip(locks).zip(replies) {
+        let reply = match reply {
+            Err(e) if e.code() == Some("NOSCRIPT") => call.invoke::<InspectReply>(conn).await,
+            other => other,
+        };
+        out.push(
+            reply
+                .map(snapshot)
+                .map_err(|e| Error::from_redis(e, &keys.writer)),
+        );
+    }
+    Ok(out)
 }
 
 /// Breaks the lock whatever its kind and moves it on as a release would;

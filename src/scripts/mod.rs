@@ -18,7 +18,8 @@ mod registry;
 
 pub(crate) use election::{Proclaimed, Proclamation, Reading, leader, proclaim, resign};
 pub(crate) use layout::{
-    Queue, acquire, break_lock, extend, inspect, pass, release, semaphore_status,
+    Queue, Snapshot, acquire, break_lock, extend, inspect, inspect_many, pass, release,
+    semaphore_status,
 };
 pub use registry::{ScriptInfo, scripts};
 

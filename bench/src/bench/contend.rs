@@ -56,6 +56,18 @@ pub struct Scenario {
     pub lease: Duration,
     /// The cluster's node URLs (`Strategy::Cluster` only; else empty).
     pub cluster: Vec<String>,
+    /// The workers' executable (default: this one) and whether they
+    /// install a metrics recorder: the metrics-cost row (`metrics_cost.rs`).
+    pub worker: Worker,
+}
+
+/// Which executable the workers run, for the metrics-cost row.
+#[derive(Debug, Clone, Default)]
+pub struct Worker {
+    /// `None`: this executable.
+    pub exe: Option<std::path::PathBuf>,
+    /// Pass `--metrics-recorder`.
+    pub recorder: bool,
 }
 
 /// The figures of one scenario, and its raw records.
@@ -107,8 +119,11 @@ async fn drive(
     s: &Scenario,
     conn: &mut MultiplexedConnection,
 ) -> Result<Outcome, Failure> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot find my own executable: {e}")))?;
+    let exe = match &s.worker.exe {
+        Some(exe) => exe.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| Failure::new(EX_FAILURE, format!("cannot find my own executable: {e}")))?,
+    };
     let procs = s.processes.clamp(1, s.workers.max(1));
     let mut children = Vec::new();
     let mut first_id = 0;
@@ -138,6 +153,9 @@ async fn drive(
         }
         if s.shared_client {
             cmd.arg("--shared-client");
+        }
+        if s.worker.recorder {
+            cmd.arg("--metrics-recorder");
         }
         let child = cmd
             .stdin(Stdio::piped())

@@ -34,6 +34,8 @@ pub struct Plan {
     /// Rounds of the uncontended scenario (strategies take turns).
     pub uncontended_rounds: u32,
     pub crash_runs: u32,
+    /// Rounds of the metrics-cost row (each runs its three variants).
+    pub metrics_rounds: u32,
 }
 
 impl Plan {
@@ -51,6 +53,7 @@ impl Plan {
                 uncontended: Duration::from_millis(200),
                 uncontended_rounds: 3,
                 crash_runs: 3,
+                metrics_rounds: 1,
             }
         } else {
             Plan {
@@ -64,6 +67,7 @@ impl Plan {
                 uncontended: Duration::from_secs(1),
                 uncontended_rounds: 5,
                 crash_runs: 20,
+                metrics_rounds: 7,
             }
         }
     }

@@ -225,11 +225,59 @@ pub fn markdown(r: &Results) -> String {
         per(m.round_trips_per_acquisition),
         per(m.commands_per_acquisition),
     );
+    s.push_str(&metrics_cost(&r.metrics));
     s.push_str(NOTES);
     if r.cluster.is_some() {
         s.push_str(CLUSTER_NOTES);
     }
     s.push_str(&super::verdict::expectations(r));
+    s
+}
+
+/// Section 8: the `metrics` feature's cost.
+pub fn metrics_cost(m: &super::metrics_cost::MetricsCost) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n## 8. Cost of the `metrics` feature (hand-off, W={}, N={}, {} interleaved rounds, medians)\n",
+        m.workers, m.n, m.rounds
+    );
+    if let Some(why) = &m.skipped {
+        let _ = writeln!(s, "Not measured: {why}.");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "| build | hand-offs/s (median) | vs feature off (medians) | vs feature off (paired, median of rounds) | rounds (hand-offs/s) |\n|---|---|---|---|---|"
+    );
+    for (i, (label, rounds)) in m.variants.iter().enumerate() {
+        let all: Vec<String> = rounds.iter().map(|r| format!("{r:.0}")).collect();
+        let pct = |c: Option<f64>| {
+            if i == 0 {
+                "–".to_owned()
+            } else {
+                c.map_or("–".into(), |c| format!("{:+.1}%", c * 100.0))
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {} | {} | {} |",
+            m.median(i).map_or("–".into(), |v| format!("{v:.0}")),
+            pct(m.change(i)),
+            pct(m.paired(i)),
+            all.join(", "),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n*feature off*: the bench's workers built without redbell's `metrics` feature; \
+         *feature on*: the same workers built with it (`redbell-bench-metrics`), without a \
+         recorder (the facade's no-op) or with a Prometheus recorder installed in each worker \
+         (no HTTP server; upkeep every 5 s). *paired*: each round's run over the feature-off run of \
+         the same round. The target is a cost under 3%; the rounds show the run-to-run spread, \
+         which on a busy machine can be larger than that: a difference within the spread is \
+         noise, not cost."
+    );
     s
 }
 

@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::cluster::ClusterInfo;
 use super::contend::Outcome;
 use super::floor::{Floor, SerialFloor, Takeover, Uncontended};
+use super::metrics_cost::MetricsCost;
 use super::semaphore::SemaphoreRow;
 
 /// Everything one run measured.
@@ -29,6 +30,8 @@ pub struct Results {
     pub uncontended: Uncontended,
     pub takeover: Vec<Takeover>,
     pub semaphore: SemaphoreRow,
+    /// The `metrics` feature's cost (scenario 8).
+    pub metrics: MetricsCost,
 }
 
 impl Results {

@@ -65,6 +65,11 @@ pub struct WorkerArgs {
     /// The fixed lease of each acquisition.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub lease: Duration,
+    /// Install a Prometheus recorder (no HTTP server; its upkeep every 5 s,
+    /// as the exporter does) for redbell's `metrics` feature; fails in a
+    /// build without the feature.
+    #[arg(long)]
+    pub metrics_recorder: bool,
 }
 
 impl WorkerArgs {
@@ -113,6 +118,9 @@ pub fn now_us() -> u64 {
 
 /// Runs the worker process.
 pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
+    if args.metrics_recorder {
+        install_recorder()?;
+    }
     let strategy = args.strategy();
     let mut locks = Vec::new();
     let connect = || async {
@@ -218,4 +226,34 @@ fn say(line: &str) -> Result<(), Failure> {
     writeln!(out, "{line}")
         .and_then(|()| out.flush())
         .map_err(|e| Failure::new(EX_FAILURE, format!("writing to the parent: {e}")))
+}
+
+/// Installs the Prometheus recorder the metrics-cost row's "on" side runs
+/// with, and its periodic upkeep.
+#[cfg(feature = "metrics")]
+fn install_recorder() -> Result<(), Failure> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot install the recorder: {e}")))?;
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            handle.run_upkeep();
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(feature = "metrics"))]
+fn install_recorder() -> Result<(), Failure> {
+    Err(Failure::new(
+        EX_FAILURE,
+        "--metrics-recorder: this bench was built without the `metrics` feature",
+    ))
+}
+
+/// Whether this executable was built with redbell's `metrics` feature.
+pub fn has_metrics() -> bool {
+    cfg!(feature = "metrics")
 }
