@@ -91,6 +91,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     held.unlock().await?;
+
+    // Lock names as a label, for a client that opts in; the first client's
+    // series stay without it.
+    let named = redbell::Client::builder(url.as_str())
+        .metrics_lock_names(true)
+        .connect()
+        .await?;
+    let labelled = format!("{name}-labelled");
+    named.mutex(&labelled).lock().await?.unlock().await?;
+    let page = scrape(addr).await?;
+    let lock_label = |n: &str| format!("lock=\"{n}\"");
+    let named_acquired = page
+        .lines()
+        .filter(|l| l.starts_with("redbell_acquisitions_total"))
+        .filter(|l| l.contains(&lock_label(&labelled)) && l.contains("outcome=\"acquired\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    let unlabelled = !page.contains(&lock_label(&name));
+    named.shutdown().await?;
+    let checks = checks.into_iter().chain([
+        (
+            "an opted-in client labels its series with the lock name",
+            named_acquired == 1.0,
+        ),
+        ("a default client does not", unlabelled),
+    ]);
+
     client.shutdown().await?;
     let mut ok = true;
     for (what, holds) in checks {

@@ -547,6 +547,8 @@ impl Acquirer {
 /// future is dropped first.
 struct Tally<'a> {
     counters: &'a Counters,
+    /// The lock's name (a label of the metrics, when asked for).
+    name: &'a str,
     kind: Kind,
     started: Instant,
     span: tracing::Span,
@@ -558,6 +560,10 @@ impl<'a> Tally<'a> {
         Tally {
             counters: &acquirer.client.0.counters,
             kind: acquirer.kind,
+            name: match &acquirer.keys {
+                Ok(keys) => &keys.name,
+                Err((name, _)) => name,
+            },
             started: Instant::now(),
             span,
             ended: false,
@@ -567,7 +573,8 @@ impl<'a> Tally<'a> {
     fn end(&mut self, outcome: Outcome) {
         self.ended = true;
         let waited = self.started.elapsed();
-        self.counters.acquisition(self.kind, outcome, waited);
+        self.counters
+            .acquisition(self.kind, outcome, waited, self.name);
         self.span.record("outcome", format_args!("{outcome:?}"));
         self.span.record(
             "waited_us",

@@ -235,7 +235,7 @@ pub(crate) async fn release(
                     Owned::Theirs => "theirs",
                 },
             );
-            counters.release((*owned).into(), held);
+            counters.release((*owned).into(), held, &keys.name);
         }
         Err(e) => {
             span.record("outcome", "error");

@@ -239,6 +239,10 @@ pub(crate) struct Counters {
     guards: AtomicI64,
     /// The commands whose refusal was already logged (each is logged once).
     warned_denied: StdMutex<Vec<String>>,
+    /// Label acquisitions and releases with the lock's name
+    /// ([`ClientBuilder::metrics_lock_names`](crate::ClientBuilder::metrics_lock_names)).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    lock_names: bool,
 }
 
 fn kind_label(kind: Kind) -> &'static str {
@@ -256,8 +260,18 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    /// An acquisition of `kind` ended as `outcome` after `waited`.
-    pub(crate) fn acquisition(&self, kind: Kind, outcome: Outcome, waited: Duration) {
+    /// Counters whose metrics carry the lock's name as a label when
+    /// `lock_names` is set.
+    pub(crate) fn new(lock_names: bool) -> Counters {
+        Counters {
+            lock_names,
+            ..Counters::default()
+        }
+    }
+
+    /// An acquisition of `kind` on the lock `name` ended as `outcome` after
+    /// `waited`.
+    pub(crate) fn acquisition(&self, kind: Kind, outcome: Outcome, waited: Duration, name: &str) {
         let (counter, label) = match outcome {
             Outcome::Acquired => (&self.acquired, "acquired"),
             Outcome::Busy => (&self.busy, "busy"),
@@ -269,20 +283,30 @@ impl Counters {
         #[cfg(feature = "metrics")]
         {
             let kind = kind_label(kind);
-            metrics::counter!("redbell_acquisitions_total", "kind" => kind, "outcome" => label)
-                .increment(1);
-            if outcome == Outcome::Acquired {
-                metrics::histogram!("redbell_wait_seconds", "kind" => kind)
-                    .record(waited.as_secs_f64());
+            if self.lock_names {
+                let lock = name.to_owned();
+                metrics::counter!("redbell_acquisitions_total", "kind" => kind, "outcome" => label, "lock" => lock.clone())
+                    .increment(1);
+                if outcome == Outcome::Acquired {
+                    metrics::histogram!("redbell_wait_seconds", "kind" => kind, "lock" => lock)
+                        .record(waited.as_secs_f64());
+                }
+            } else {
+                metrics::counter!("redbell_acquisitions_total", "kind" => kind, "outcome" => label)
+                    .increment(1);
+                if outcome == Outcome::Acquired {
+                    metrics::histogram!("redbell_wait_seconds", "kind" => kind)
+                        .record(waited.as_secs_f64());
+                }
             }
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = (kind_label(kind), label, waited);
+        let _ = (kind_label(kind), label, waited, name);
     }
 
     /// A release found `outcome`, `held` after the acquisition (`None`: a
     /// release in the background, whose hold was timed at the drop).
-    pub(crate) fn release(&self, outcome: Released, held: Option<Duration>) {
+    pub(crate) fn release(&self, outcome: Released, held: Option<Duration>, name: &str) {
         let (counter, label) = match outcome {
             Released::Ours => (&self.released_ours, "ours"),
             Released::Gone => (&self.released_gone, "gone"),
@@ -291,13 +315,23 @@ impl Counters {
         add(counter, 1);
         #[cfg(feature = "metrics")]
         {
-            metrics::counter!("redbell_releases_total", "outcome" => label).increment(1);
-            if let Some(held) = held {
-                metrics::histogram!("redbell_hold_seconds").record(held.as_secs_f64());
+            if self.lock_names {
+                let lock = name.to_owned();
+                metrics::counter!("redbell_releases_total", "outcome" => label, "lock" => lock.clone())
+                    .increment(1);
+                if let Some(held) = held {
+                    metrics::histogram!("redbell_hold_seconds", "lock" => lock)
+                        .record(held.as_secs_f64());
+                }
+            } else {
+                metrics::counter!("redbell_releases_total", "outcome" => label).increment(1);
+                if let Some(held) = held {
+                    metrics::histogram!("redbell_hold_seconds").record(held.as_secs_f64());
+                }
             }
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = (label, held);
+        let _ = (label, held, name);
     }
 
     /// A lease was lost.

@@ -88,6 +88,7 @@ pub struct ClientBuilder {
     /// How often the pub/sub connection is proven alive while waiters use
     /// it. Default: 1 s.
     probe_interval: Duration,
+    metrics_lock_names: bool,
     /// Timeout for establishing a connection. Default: 2 s.
     connect_timeout: Duration,
     /// Timeout for one command's response. Default: 2 s.
@@ -178,6 +179,19 @@ impl ClientBuilder {
     /// idle.
     pub fn probe_interval(mut self, every: Duration) -> Self {
         self.probe_interval = every;
+        self
+    }
+
+    /// With the `metrics` feature, also labels the acquisition and release
+    /// metrics (`redbell_acquisitions_total`, `redbell_wait_seconds`,
+    /// `redbell_releases_total`, `redbell_hold_seconds`) with the lock's
+    /// name, as `lock`. Off by default: every distinct name becomes a series
+    /// of its own in the exporter, so turn it on only for a fixed, small set
+    /// of names (not for names made per request or per user), and each
+    /// labelled update allocates the name once. Without the feature it does
+    /// nothing.
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics_lock_names = on;
         self
     }
 
@@ -343,7 +357,7 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             max_hold: self.max_hold,
         };
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::new(self.metrics_lock_names));
         let on_released = background::OnReleased::default();
         let background = background::start(conn.clone(), counters.clone(), on_released.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -386,6 +400,7 @@ impl ClientBuilder {
             linger: Duration::from_secs(2),
             max_park: Duration::from_secs(1),
             probe_interval: Duration::from_secs(1),
+            metrics_lock_names: false,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             max_hold: None,
