@@ -225,6 +225,110 @@ async fn a_lock_asked_of_a_replica_reports_readonly_not_a_wrong_type() {
     assert!(err.is_retryable(), "READONLY should be retryable: {err}");
 }
 
+/// A semaphore and an election through a failover (the primary
+/// SIGKILLed): the permits and the leadership held across it were
+/// replicated and stay held (neither lost); a waiter parked for the full
+/// semaphore gets a permit within seconds of a release on the new primary;
+/// after the leader resigns there, a campaigner parked across the failover
+/// is elected in a higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
+    let mut topo = Topology::start().await;
+    let (a, b) = (sentinel_client(&topo).await, sentinel_client(&topo).await);
+    let (sem, vote) = (unique("failover-sem"), unique("failover-vote"));
+    let lease = Duration::from_secs(60);
+    let first = a
+        .semaphore(&sem, 2)
+        .with_lease(lease)
+        .acquire()
+        .await
+        .expect("permit 1");
+    let second = a
+        .semaphore(&sem, 2)
+        .with_lease(lease)
+        .acquire()
+        .await
+        .expect("permit 2");
+    let leader = a.election(&vote).campaign("a").await.expect("a leads");
+    let term = leader.term();
+
+    // Both retry what a failover makes them meet (retryable errors), as a
+    // caller would; anything else ends them.
+    let waiting = b.semaphore(&sem, 2).with_lease(lease);
+    let permit_waiter = tokio::spawn(async move {
+        loop {
+            match waiting.acquire().await {
+                Err(e) if e.is_retryable() => sleep(Duration::from_millis(50)).await,
+                other => return other.map(|p| p.fence()),
+            }
+        }
+    });
+    let election = b.election(&vote);
+    let campaigner = tokio::spawn(async move {
+        loop {
+            match election.campaign("b").await {
+                Err(e) if e.is_retryable() => sleep(Duration::from_millis(50)).await,
+                other => return other.map(|l| l.term()),
+            }
+        }
+    });
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        replica_caught_up(&topo.primary_url()).await,
+        "the replica did not catch up before the kill"
+    );
+    topo.kill_primary();
+    topo.wait_for_failover().await;
+    sleep(Duration::from_secs(1)).await;
+    assert!(
+        !permit_waiter.is_finished(),
+        "the permit waiter ended: {:?}",
+        permit_waiter.await
+    );
+    assert!(
+        !campaigner.is_finished(),
+        "the campaigner ended: {:?}",
+        campaigner.await
+    );
+    assert!(!first.is_lost() && !second.is_lost() && !leader.is_lost());
+
+    let probe = unique("after-failover-probe");
+    recovering(
+        "lock and unlock on the new primary",
+        Duration::from_secs(15),
+        || {
+            let mutex = a.mutex(&probe);
+            async move {
+                mutex
+                    .lock_timeout(Duration::from_secs(3))
+                    .await?
+                    .unlock()
+                    .await
+            }
+        },
+    )
+    .await;
+    let released = Instant::now();
+    first.release().await.expect("release on the new primary");
+    let fence = timeout(Duration::from_secs(10), permit_waiter)
+        .await
+        .expect("the permit waiter was not served within 10 s of the release")
+        .expect("task")
+        .expect("the waiter's permit");
+    let served = released.elapsed();
+    assert!(fence > second.fence());
+
+    leader.resign().await.expect("resign on the new primary");
+    let next = timeout(Duration::from_secs(10), campaigner)
+        .await
+        .expect("the campaigner was not elected within 10 s of the resignation")
+        .expect("task")
+        .expect("b's leadership");
+    assert!(next > term, "term {next} after term {term}");
+    second.release().await.expect("release");
+    eprintln!("semaphore waiter served {served:?} after the release; next term {next} > {term}");
+}
+
 // -------------------------------------------------------------- window
 
 /// One window run's outcome.
