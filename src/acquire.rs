@@ -195,8 +195,9 @@ use tracing::Instrument;
 use crate::Error;
 use crate::client::Client;
 use crate::guard::Held;
-use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
-use crate::lease::Lease;
+use crate::hub::Grant;
+use crate::keys::{CLAIM_MS, Kind, LockKeys, Replication, lease_ms, millis};
+use crate::lease::{Lease, Renewal};
 use crate::scripts::{self, Acquire, Queue};
 use crate::stats::{Counters, Outcome};
 
@@ -207,6 +208,15 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
+
+/// When a fair guard taken on its grant message is confirmed (its first
+/// renewal: the claim becomes the full lease), after the message; a guard
+/// released sooner never sends it. At most a third of the claim left.
+const CONFIRM_AFTER: Duration = Duration::from_millis(100);
+
+/// A failed attempt: the holder's PTTL, and for a fair lock when the
+/// attempt was sent and the server time it ran at.
+type Attempted = (Option<Duration>, Option<(Instant, u64)>);
 
 /// Acquires one lock of one kind.
 #[derive(Clone, Debug)]
@@ -297,7 +307,7 @@ impl Acquirer {
 
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Held, Error> {
-        self.observed(self.wait()).await
+        self.observed(self.wait(None)).await
     }
 
     /// Runs one acquisition (`lock` or `lock_timeout`), counting how it
@@ -329,8 +339,9 @@ impl Acquirer {
         result
     }
 
-    /// The wait loop itself.
-    async fn wait(&self) -> Result<Held, Error> {
+    /// The wait loop itself; `deadline` is `lock_timeout`'s (a fair grant
+    /// read after it is not taken).
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Held, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -349,6 +360,9 @@ impl Acquirer {
         };
         // Counts this waiter in the `waiters` gauge from its first park on.
         let mut parked = None;
+        // The latest failed attempt's send instant and server time: a fair
+        // grant that follows counts its claim from there.
+        let mut anchor: Option<(Instant, u64)>;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
@@ -365,7 +379,10 @@ impl Acquirer {
                     registration.acquired();
                     return Ok(held);
                 }
-                Err(pttl) => pttl,
+                Err((pttl, at)) => {
+                    anchor = at;
+                    pttl
+                }
             };
             if !subscribed {
                 // A release before the SUBSCRIBE was confirmed reached no
@@ -385,6 +402,18 @@ impl Acquirer {
                 tokio::select! {
                     _ = &mut notified => {}
                     _ = tokio::time::sleep_until(until) => break,
+                }
+                if let Some(grant) = waiter.take_grant() {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        // Too late for the caller: the registration's
+                        // pass-on hands the grant to the next waiter.
+                        return Err(Error::Timeout);
+                    }
+                    if let Some(held) = self.granted(&keys, &token, lease_ms, &grant, anchor) {
+                        registration.acquired();
+                        return Ok(held);
+                    }
+                    break; // attempt: it confirms the grant if still ours
                 }
                 let Some(window) = waiter.take_standby() else {
                     break;
@@ -407,7 +436,7 @@ impl Acquirer {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => {
                 self.observed(async {
-                    tokio::time::timeout_at(deadline, self.wait())
+                    tokio::time::timeout_at(deadline, self.wait(Some(deadline)))
                         .await
                         .unwrap_or(Err(Error::Timeout))
                 })
@@ -439,15 +468,17 @@ impl Acquirer {
             .ok())
     }
 
-    /// One acquire script call. `Ok(held)` when acquired, `Err(pttl)` when
-    /// held by someone else (`None`: the key has no expiry).
+    /// One acquire script call. `Ok(held)` when acquired, `Err((pttl,
+    /// anchor))` when held by someone else (pttl `None`: the key has no
+    /// expiry; anchor, fair locks: when the call was sent and the server
+    /// time it ran at).
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
-    ) -> Result<Result<Held, Option<Duration>>, Error> {
+    ) -> Result<Result<Held, Attempted>, Error> {
         let inner = &self.client.0;
         let sent = Instant::now();
         let mut in_flight = InFlight {
@@ -474,8 +505,6 @@ impl Acquirer {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
-                lease.observe(inner.counters.clone(), keys.clone());
-                inner.counters.guards(1);
                 let renewal = self.lease.is_none().then(|| {
                     inner.renewer.register(
                         keys.clone(),
@@ -486,21 +515,14 @@ impl Acquirer {
                         self.max_hold,
                     )
                 });
-                Ok(Ok(Held {
-                    client: self.client.clone(),
-                    keys: keys.clone(),
-                    token: token.to_owned(),
-                    fence,
-                    lease,
-                    renewal,
-                    released: false,
-                    replication: self.replication,
-                    acquired_at: Instant::now(),
-                }))
+                Ok(Ok(self.held(keys, token, fence, lease, renewal)))
             }
-            Ok((Acquire::Held { pttl_ms }, _)) => {
+            Ok((Acquire::Held { pttl_ms, server_us }, _)) => {
                 in_flight.token = None;
-                Ok(Err(pttl_ms.map(Duration::from_millis)))
+                Ok(Err((
+                    pttl_ms.map(Duration::from_millis),
+                    server_us.map(|us| (sent, us)),
+                )))
             }
             Err(
                 e @ (Error::WrongType { .. }
@@ -514,6 +536,74 @@ impl Acquirer {
             // in-flight guard releases the token in the background.
             Err(e) => Err(e),
         }
+    }
+
+    /// The guard of an acquisition whose lease is `lease`.
+    fn held(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &str,
+        fence: u64,
+        lease: Arc<Lease>,
+        renewal: Option<Renewal>,
+    ) -> Held {
+        let counters = &self.client.0.counters;
+        lease.observe(counters.clone(), keys.clone());
+        counters.guards(1);
+        Held {
+            client: self.client.clone(),
+            keys: keys.clone(),
+            token: token.to_owned(),
+            fence,
+            lease,
+            renewal,
+            released: false,
+            replication: self.replication,
+            acquired_at: Instant::now(),
+        }
+    }
+
+    /// The guard of a fair grant, taken on its message alone (see "The
+    /// fair hand-off" in the module docs), or `None` when the waiter must
+    /// attempt instead: the grant names another token, no attempt of ours
+    /// gives its claim a safe start, too little of the claim is left, or
+    /// replicas must acknowledge the acquisition (`WAIT` follows an
+    /// attempt, not a grant).
+    fn granted(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &str,
+        lease_ms: u64,
+        grant: &Grant,
+        anchor: Option<(Instant, u64)>,
+    ) -> Option<Held> {
+        let (sent, server_us) = anchor?;
+        if grant.token != token || self.replication.is_some() {
+            return None;
+        }
+        // The claim's end counted from the attempt: the server ran it at
+        // `server_us`, after we sent it at `sent`, and set the claim later.
+        let claim = Duration::from_micros(grant.claim_end_us.checked_sub(server_us)?);
+        let lease = Lease::new(sent, claim);
+        let left = lease.remaining();
+        if left < Duration::from_millis(CLAIM_MS) / 2 {
+            return None;
+        }
+        let now = Instant::now();
+        let due = now + CONFIRM_AFTER.min(left / 3);
+        let renewer = &self.client.0.renewer;
+        let fixed = self.lease.map(|_| Duration::from_millis(lease_ms));
+        let renewal = renewer.register_at(
+            keys.clone(),
+            token.to_owned(),
+            lease.clone(),
+            sent,
+            due,
+            fixed,
+            None,
+            self.max_hold,
+        );
+        Some(self.held(keys, token, grant.fence, lease, Some(renewal)))
     }
 
     /// The lease of one acquisition, in whole milliseconds.

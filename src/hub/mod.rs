@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use connection::{Control, Op};
-pub(crate) use registry::Waiter;
+pub(crate) use registry::{Grant, Waiter};
 use registry::{Entry, Shared};
 
 use crate::Error;

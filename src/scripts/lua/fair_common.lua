@@ -1,49 +1,53 @@
 -- fair_common: shared code, prepended to the fair_* scripts (not run alone).
 --
--- The fair lock's queue is two sorted sets over the same members
--- "<client id>:<waiter id>:<token>":
---   queue   member -> arrival (server time in us): FIFO order
---   expiry  member -> expiry (server time in ms): a waiter that stops
---           refreshing its entry (it crashed) leaves the queue by itself
+-- The fair lock's queue is one sorted set, P:{N}:fifo, of members
+-- "<client id>:<waiter id>:<token>" scored by arrival (server time in us):
+-- FIFO order. A member leaves it when it takes the lock, when it is granted
+-- the lock (popped by the grant), when it gives up (pass), or when a grant
+-- to it reaches no receiver (its client is gone). The set expires a grace
+-- period after the longest park of its members, should they all vanish.
+--
+-- P:{N}:handoff is the string "<era>:<deadline>:<member>":
+--   era       server ms until which some queued waiter may be parked for
+--             longer than a claim (its attempt found a long PTTL); while
+--             it lasts, a grant also sends the next two in line a standby
+--   deadline  with member: the waiter first in line after the last grant
+--   member    that sent standbys, which should have attempted by then; an
+--             attempt that finds the lock free and that member still at
+--             the head after the deadline drops it (frozen)
 --
 -- now() -> now_us, now_ms from the server clock.
--- prune(queue, expiry, now_ms) drops expired members from both sets.
 -- next_fence(fence, now_us, ttl_ms) advances the fencing counter to
 --   max(previous + 1, now_us) and returns it.
--- grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
---            fence_ttl_ms, now_us, caller)
---   moves the queue on while the lock is free. Returns 2 at once if the head
---   is `caller` (the caller may take the lock itself), 0 if nobody waits.
---   Otherwise it makes the lock the head waiter's: its token, a fresh fence,
---   a claim lease of claim_ms, and publishes "<waiter id>:<token>" on its
---   client's channel prefix .. client id. The next two in line get a standby
---   message "<waiter id>:<token>:s<window>": park no longer than `window` ms
---   (the claim plus STANDBY_SLACK_MS for the second, plus three times that
---   for the third), then attempt. The granted member's expiry is cut to the
---   end of its claim and the second's to a little after its window, so a
---   receiver that is frozen with its socket open (PUBLISH counts it) is
---   pruned by the next attempt: one frozen head, or two in a row, delay the
---   first live waiter by about a claim, not a lease.
---   Returns 1 then. The granted member stays queued until it confirms and is
---   remembered in `granted`. A head whose client receives nothing (PUBLISH
---   counted 0 receivers), or whose earlier grant lapsed unconfirmed, is
---   dropped and the next one is tried. A PUBLISH the server refuses (its ACL
---   denies the channel; run under redis.pcall, so the caller's writes stand)
---   takes the grant back and returns 0: the waiters attempt at the end of
---   their bounded parks.
+-- read_handoff(key) -> era, deadline, member (0, 0, '' when absent).
+-- write_handoff(key, era, deadline, member, now_ms) stores them until both
+--   times have passed.
+-- grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_ttl_ms,
+--            now_us, caller, drop_marked)
+--   moves the queue on while the lock is free: pops the head. Returns 2 if
+--   the head is `caller` (it left the queue; the caller takes the lock
+--   itself), 0 if nobody waits (the lock may then hold a token that met no
+--   receiver: the caller deletes or overwrites it). Otherwise it makes the
+--   lock the head waiter's (its token, a fresh fence, a claim lease of
+--   claim_ms) and publishes "<waiter id>:<token>:g<fence>:<claim end us>"
+--   on its client's channel prefix .. client id: what the waiter needs to
+--   return its guard at once (see acquire.rs), and returns 1. A head whose
+--   client receives nothing (PUBLISH counted 0 receivers) is dropped and the
+--   next one tried; with drop_marked (the lock was found free, not
+--   released), so is a head named in handoff whose deadline passed. While
+--   the era lasts the next two in line get a standby message
+--   "<waiter id>:<token>:s<window>": park no longer than `window` ms (the
+--   claim plus STANDBY_SLACK_MS for the second, plus three times that for
+--   the third), then attempt; one frozen head, or two in a row, delay the
+--   first live waiter by about a claim, not a lease. A PUBLISH the server
+--   refuses (its ACL denies the channel; run under redis.pcall, so the
+--   caller's writes stand) takes the grant back, puts the head back and
+--   returns 0: the waiters attempt at the end of their bounded parks.
 local STANDBY_SLACK_MS = 100
 local function now()
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   return us, math.floor(us / 1000)
-end
-
-local function prune(queue, expiry, now_ms)
-  local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms)
-  for _, m in ipairs(gone) do
-    redis.call('ZREM', queue, m)
-    redis.call('ZREM', expiry, m)
-  end
 end
 
 local function next_fence(fence, now_us, ttl_ms)
@@ -58,50 +62,71 @@ local function split(member)
   return cid, rest, token
 end
 
-local function grant_next(lock, fence, queue, expiry, granted, prefix, claim_ms,
-                          fence_ttl_ms, now_us, caller)
+local function read_handoff(key)
+  local v = redis.call('GET', key)
+  local era, deadline, member = string.match(v or '', '^(%d+):(%d+):(.*)$')
+  if not era then
+    return 0, 0, ''
+  end
+  return tonumber(era), tonumber(deadline), member
+end
+
+local function write_handoff(key, era, deadline, member, now_ms)
+  local ttl = math.max(era, deadline) - now_ms + 1000
+  redis.call('SET', key, string.format('%d:%d:%s', era, deadline, member), 'PX',
+             string.format('%d', math.max(ttl, 1)))
+end
+
+local function grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_ttl_ms,
+                          now_us, caller, drop_marked)
+  local claim = tonumber(claim_ms)
+  local era, deadline, marked
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    local popped = redis.call('ZPOPMIN', queue)
+    local head = popped[1]
     if not head then
       return 0
     end
     if head == caller then
       return 2
     end
+    if not era then
+      if not now_us then
+        now_us = now()
+      end
+      era, deadline, marked = read_handoff(handoff)
+    end
+    local now_ms = math.floor(now_us / 1000)
     local cid, rest, token = split(head)
-    if token and redis.call('GET', granted) ~= head then
-      next_fence(fence, now_us, fence_ttl_ms)
-      redis.call('SET', lock, token, 'PX', claim_ms)
-      local received = redis.pcall('PUBLISH', prefix .. cid, rest)
+    if token and not (drop_marked and head == marked and now_ms > deadline) then
+      local f = next_fence(fence, now_us, fence_ttl_ms)
+      redis.call('SET', lock, token, 'PX', claim)
+      local grant = string.format('%s:g%d:%d', rest, f, now_us + claim * 1000)
+      local received = redis.pcall('PUBLISH', prefix .. cid, grant)
       if type(received) == 'table' then
         redis.call('DEL', lock)
+        redis.call('ZADD', queue, popped[2], head)
         return 0
       end
       if received > 0 then
-        redis.call('SET', granted, head, 'PX', claim_ms * 4)
-        -- The receiver may be frozen with its socket open: unless it
-        -- confirms within the claim, its entry lapses with the claim. The
-        -- next two in line stand by (see the header), and the second's
-        -- entry lapses soon after its standby ends unless it attempts.
-        local now_ms = math.floor(now_us / 1000)
-        local claim = tonumber(claim_ms)
-        redis.call('ZADD', expiry, 'XX', now_ms + claim, head)
-        local next = redis.call('ZRANGE', queue, 1, 2)
-        for i, m in ipairs(next) do
-          local cid2, rest2 = split(m)
-          if rest2 then
-            local window = claim + (i == 1 and STANDBY_SLACK_MS or 3 * STANDBY_SLACK_MS)
-            if i == 1 then
-              redis.call('ZADD', expiry, 'XX', now_ms + window + STANDBY_SLACK_MS, m)
+        if era > now_ms + claim then
+          -- Someone may park past this claim: the next two stand by.
+          local next = redis.call('ZRANGE', queue, 0, 1)
+          local first, until_ms = '', 0
+          for i, m in ipairs(next) do
+            local cid2, rest2 = split(m)
+            if rest2 then
+              local window = claim + (i == 1 and STANDBY_SLACK_MS or 3 * STANDBY_SLACK_MS)
+              if i == 1 then
+                first, until_ms = m, now_ms + window + STANDBY_SLACK_MS
+              end
+              redis.pcall('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
             end
-            redis.pcall('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
           end
+          write_handoff(handoff, era, until_ms, first, now_ms)
         end
         return 1
       end
-      redis.call('DEL', lock)
     end
-    redis.call('ZREM', queue, head)
-    redis.call('ZREM', expiry, head)
   end
 end
