@@ -373,7 +373,11 @@ async fn handoff_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Fa
     println!(
         "{} ({}), serial floor {:.0} iterations/s, hold {:?}",
         plan::utc_now(),
-        if cfg!(debug_assertions) { "debug" } else { "release" },
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         floor.iterations_per_s,
         args.hold
     );
@@ -397,6 +401,22 @@ async fn handoff_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Fa
             ms(o.wait_us.p99),
             o.wait_max_us as f64 / 1000.0,
         );
+    }
+    for (round, o) in &rows {
+        if let Some(c) = &o.commands {
+            let n = c.handoffs.max(1) as f64;
+            let each: Vec<String> = c
+                .by_command
+                .iter()
+                .map(|(name, count)| format!("{name} {:.2}", *count as f64 / n))
+                .collect();
+            println!(
+                "round {round}, {} W={}: {}",
+                o.strategy,
+                o.workers,
+                each.join(", ")
+            );
+        }
     }
     Ok(())
 }

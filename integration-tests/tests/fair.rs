@@ -16,10 +16,10 @@ use std::time::Duration;
 use redbell::{Client, Error, FairMutex, MutexGuard};
 use redbell_integration_tests::{
     LONG, Monitor, PROMPT, PrivateRedis, Side, client, client_ids, client_list, config_set,
-    counter_key, counter_value, del, eventually, exists, fence_key, fifo_expiry_key, fifo_key, get,
-    join_within, kill_client, lock_key, non_atomic_increment, pttl, raw, redis_url,
+    counter_key, counter_value, del, eventually, exists, fair_queue, fence_key, fifo_expiry_key,
+    fifo_key, get, join_within, kill_client, lock_key, non_atomic_increment, pttl, raw, redis_url,
     spawn_timed, subscribers, subscriptions, unique, wait_for_members, wait_for_subscribers,
-    wake_channel, zcard, zrange,
+    wake_channel, zrange,
 };
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
@@ -608,7 +608,7 @@ async fn a_head_giving_up_does_not_delay_the_next() {
     let queue_left = eventually(Duration::from_secs(2), || {
         let mut conn = conn.clone();
         let name = name.clone();
-        async move { zcard(&mut conn, &fifo_key(&name)).await == 1 }
+        async move { fair_queue(&mut conn, &name).await.len() == 1 }
     })
     .await;
     assert!(queue_left, "the cancelled head stayed queued");
@@ -893,7 +893,7 @@ async fn a_late_grant_message_does_not_release_the_new_holder() {
     wait_parked(&conn, &url, &name, 2).await;
     // A's member "<client id>:<waiter id>:<token>": the grant to A is
     // published on P:{N}:wake:<client id> with payload "<waiter id>:<token>".
-    let queue = zrange(&mut conn, &fifo_key(&name)).await;
+    let queue = fair_queue(&mut conn, &name).await;
     let (a_client, grant) = queue[0].split_once(':').expect("member format");
 
     guard.unlock().await.unwrap();

@@ -6,7 +6,7 @@
 --
 -- KEYS[1]  lock key     P:{N}              owner token: Mutex, FairMutex, RwLock writer
 -- KEYS[2]  waiters      P:{N}:waiters      Mutex queue
--- KEYS[3]  hand-off     P:{N}:handoff      FairMutex: era and standby (fair_common;
+-- KEYS[3]  hand-off     P:{N}:handoff      FairMutex: the standby marker (fair_common;
 --                                          a Mutex keeps its reservation in the lock key)
 -- KEYS[4]  fence key    P:{N}:fence
 -- KEYS[5]  fair queue   P:{N}:fifo

@@ -5,7 +5,7 @@
 -- KEYS[1]  lock key      P:{N}              string: owner token, PX = lease
 -- KEYS[2]  fence key     P:{N}:fence        string: fencing counter
 -- KEYS[3]  queue         P:{N}:fifo         sorted set: member -> arrival us
--- KEYS[4]  hand-off      P:{N}:handoff      string: era and standby (fair_common)
+-- KEYS[4]  hand-off      P:{N}:handoff      string: the standby marker (fair_common)
 -- KEYS[5]  readers       P:{N}:readers      an RwLock's read holds (checked only)
 -- ARGV[1]  token         this waiter's owner token
 -- ARGV[2]  lease_ms      the lease once acquired (> 0)
@@ -20,11 +20,12 @@
 -- A queuing attempt on a held lock runs GET and PTTL of the lock, TIME,
 -- ZADD NX (a waiter keeps its arrival), and PTTL of the queue (a PEXPIRE
 -- of it every grace period or so); only a park longer than a claim also
--- reads and writes the hand-off (the era of long parks).
+-- marks the queue (LONG, so that grants send standbys) and reads the
+-- standby marker.
 --
 -- Returns
 --   {1, fence}         ours: taken (lock free, and the queue empty or we
---                      are its head once dead heads are dropped) or a grant
+--                      are its head once dead or frozen heads are dropped) or a grant
 --                      to us confirmed (lease reset to lease_ms); we left
 --                      the queue
 --   {0, park, now_us}  not ours. A waiting caller is queued (its arrival
@@ -83,19 +84,20 @@ local park = pttl
 if park < 0 then
   park = tonumber(ARGV[6])
 end
+local grace = tonumber(ARGV[5])
 if park > tonumber(ARGV[8]) then
-  -- A long park: grants send standbys until it is over. An attempt by the
-  -- waiter last told to stand by shows it alive: it is no longer marked.
-  local era, deadline, marked = read_handoff(KEYS[4])
-  local checked_in = marked == member
-  if checked_in then
-    marked, deadline = '', 0
+  -- A long park: grants to waiters that arrived no later than now send
+  -- standbys (LONG, see fair_common). An attempt by the waiter last told to
+  -- stand by shows it alive: it is no longer marked.
+  local long = tonumber(redis.call('ZSCORE', KEYS[3], LONG))
+  if not long or -long < now_us then
+    redis.call('ZADD', KEYS[3], -now_us, LONG)
   end
-  if checked_in or era < now_ms + park then
-    write_handoff(KEYS[4], math.max(era, now_ms + park), deadline, marked, now_ms)
+  local _, marked = read_marker(KEYS[4])
+  if marked == member then
+    redis.call('DEL', KEYS[4])
   end
 end
-local grace = tonumber(ARGV[5])
 if redis.call('PTTL', KEYS[3]) < park + grace then
   redis.call('PEXPIRE', KEYS[3], park + 2 * grace)
 end

@@ -7,21 +7,26 @@
 -- to it reaches no receiver (its client is gone). The set expires a grace
 -- period after the longest park of its members, should they all vanish.
 --
--- P:{N}:handoff is the string "<era>:<deadline>:<member>":
---   era       server ms until which some queued waiter may be parked for
---             longer than a claim (its attempt found a long PTTL); while
---             it lasts, a grant also sends the next two in line a standby
---   deadline  with member: the waiter first in line after the last grant
---   member    that sent standbys, which should have attempted by then; an
---             attempt that finds the lock free and that member still at
---             the head after the deadline drops it (frozen)
+-- Long parks. A waiter whose attempt found a long PTTL (more than a claim)
+-- may stay parked past the claim of a grant to the waiter ahead, so such
+-- grants must also tell the next two in line to stand by. The queue then
+-- holds one more member, LONG = "~", scored by minus the latest such
+-- waiter's arrival: it sorts first, so the grant's ZPOPMIN meets it before
+-- the head and learns the arrival; with no long park about (the usual
+-- case when holds are short) the grant pays nothing for this. It is put
+-- back while the waiters granted arrived no later, and dropped once the
+-- queue is past it. Counts of waiters skip it (scores below 0).
+--
+-- P:{N}:handoff is "<deadline>:<member>": the waiter first in line after
+-- the last grant that sent standbys, which should have attempted by
+-- `deadline` (server ms). An attempt that finds the lock free and that
+-- member still at the head after the deadline drops it (frozen); an
+-- attempt of that member with a long park clears it.
 --
 -- now() -> now_us, now_ms from the server clock.
 -- next_fence(fence, now_us, ttl_ms) advances the fencing counter to
 --   max(previous + 1, now_us) and returns it.
--- read_handoff(key) -> era, deadline, member (0, 0, '' when absent).
--- write_handoff(key, era, deadline, member, now_ms) stores them until both
---   times have passed.
+-- read_marker(key) -> deadline, member (0, '' when absent).
 -- grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_ttl_ms,
 --            now_us, caller, drop_marked)
 --   moves the queue on while the lock is free: pops the head. Returns 2 if
@@ -34,16 +39,18 @@
 --   return its guard at once (see acquire.rs), and returns 1. A head whose
 --   client receives nothing (PUBLISH counted 0 receivers) is dropped and the
 --   next one tried; with drop_marked (the lock was found free, not
---   released), so is a head named in handoff whose deadline passed. While
---   the era lasts the next two in line get a standby message
---   "<waiter id>:<token>:s<window>": park no longer than `window` ms (the
---   claim plus STANDBY_SLACK_MS for the second, plus three times that for
---   the third), then attempt; one frozen head, or two in a row, delay the
---   first live waiter by about a claim, not a lease. A PUBLISH the server
---   refuses (its ACL denies the channel; run under redis.pcall, so the
---   caller's writes stand) takes the grant back, puts the head back and
---   returns 0: the waiters attempt at the end of their bounded parks.
+--   released), so is the head the marker names once its deadline passed.
+--   When the granted head arrived no later than LONG's arrival, the next
+--   two in line get a standby message "<waiter id>:<token>:s<window>":
+--   park no longer than `window` ms (the claim plus STANDBY_SLACK_MS for
+--   the second, plus three times that for the third), then attempt; one
+--   frozen head, or two in a row, delay the first live waiter by about a
+--   claim, not a lease. A PUBLISH the server refuses (its ACL denies the
+--   channel; run under redis.pcall, so the caller's writes stand) takes
+--   the grant back, puts the head back and returns 0: the waiters attempt
+--   at the end of their bounded parks.
 local STANDBY_SLACK_MS = 100
+local LONG = '~'
 local function now()
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -62,70 +69,74 @@ local function split(member)
   return cid, rest, token
 end
 
-local function read_handoff(key)
-  local v = redis.call('GET', key)
-  local era, deadline, member = string.match(v or '', '^(%d+):(%d+):(.*)$')
-  if not era then
-    return 0, 0, ''
-  end
-  return tonumber(era), tonumber(deadline), member
-end
-
-local function write_handoff(key, era, deadline, member, now_ms)
-  local ttl = math.max(era, deadline) - now_ms + 1000
-  redis.call('SET', key, string.format('%d:%d:%s', era, deadline, member), 'PX',
-             string.format('%d', math.max(ttl, 1)))
+local function read_marker(key)
+  local deadline, member = string.match(redis.call('GET', key) or '', '^(%d+):(.*)$')
+  return tonumber(deadline) or 0, member or ''
 end
 
 local function grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_ttl_ms,
                           now_us, caller, drop_marked)
   local claim = tonumber(claim_ms)
-  local era, deadline, marked
+  local long, arrival, deadline, marked
+  -- LONG goes back while waiters that arrived no later may be queued.
+  local function keep_long()
+    if long and arrival and arrival <= long and redis.call('ZCARD', queue) > 0 then
+      redis.call('ZADD', queue, -long, LONG)
+    end
+  end
   while true do
     local popped = redis.call('ZPOPMIN', queue)
     local head = popped[1]
     if not head then
       return 0
     end
-    if head == caller then
-      return 2
-    end
-    if not era then
+    if head == LONG then
+      long = -tonumber(popped[2])
+    else
+      arrival = tonumber(popped[2])
+      if head == caller then
+        keep_long()
+        return 2
+      end
       if not now_us then
         now_us = now()
       end
-      era, deadline, marked = read_handoff(handoff)
-    end
-    local now_ms = math.floor(now_us / 1000)
-    local cid, rest, token = split(head)
-    if token and not (drop_marked and head == marked and now_ms > deadline) then
-      local f = next_fence(fence, now_us, fence_ttl_ms)
-      redis.call('SET', lock, token, 'PX', claim)
-      local grant = string.format('%s:g%d:%d', rest, f, now_us + claim * 1000)
-      local received = redis.pcall('PUBLISH', prefix .. cid, grant)
-      if type(received) == 'table' then
-        redis.call('DEL', lock)
-        redis.call('ZADD', queue, popped[2], head)
-        return 0
+      local now_ms = math.floor(now_us / 1000)
+      if drop_marked and not deadline then
+        deadline, marked = read_marker(handoff)
       end
-      if received > 0 then
-        if era > now_ms + claim then
-          -- Someone may park past this claim: the next two stand by.
-          local next = redis.call('ZRANGE', queue, 0, 1)
-          local first, until_ms = '', 0
-          for i, m in ipairs(next) do
-            local cid2, rest2 = split(m)
-            if rest2 then
-              local window = claim + (i == 1 and STANDBY_SLACK_MS or 3 * STANDBY_SLACK_MS)
-              if i == 1 then
-                first, until_ms = m, now_ms + window + STANDBY_SLACK_MS
+      local cid, rest, token = split(head)
+      if token and not (head == marked and now_ms > deadline) then
+        local f = next_fence(fence, now_us, fence_ttl_ms)
+        redis.call('SET', lock, token, 'PX', claim)
+        local grant = string.format('%s:g%d:%d', rest, f, now_us + claim * 1000)
+        local received = redis.pcall('PUBLISH', prefix .. cid, grant)
+        if type(received) == 'table' then
+          redis.call('DEL', lock)
+          redis.call('ZADD', queue, arrival, head)
+          keep_long()
+          return 0
+        end
+        if received > 0 then
+          if long and arrival <= long then
+            -- Someone behind may park past this claim: the next two stand by.
+            keep_long()
+            local next = redis.call('ZRANGEBYSCORE', queue, 0, '+inf', 'LIMIT', 0, 2)
+            for i, m in ipairs(next) do
+              local cid2, rest2 = split(m)
+              if rest2 then
+                local window = claim + (i == 1 and STANDBY_SLACK_MS or 3 * STANDBY_SLACK_MS)
+                if i == 1 then
+                  local until_ms = now_ms + window + STANDBY_SLACK_MS
+                  redis.call('SET', handoff, string.format('%d:%s', until_ms, m), 'PX',
+                             window + 10 * STANDBY_SLACK_MS)
+                end
+                redis.pcall('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
               end
-              redis.pcall('PUBLISH', prefix .. cid2, rest2 .. ':s' .. window)
             end
           end
-          write_handoff(handoff, era, until_ms, first, now_ms)
+          return 1
         end
-        return 1
       end
     end
   end

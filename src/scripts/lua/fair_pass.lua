@@ -21,6 +21,9 @@
 --   0   the leaver was neither queued nor granted, the lock is held by
 --       someone else, or nobody else waits
 local removed = redis.call('ZREM', KEYS[3], ARGV[1])
+if removed == 1 and redis.call('ZCARD', KEYS[3]) == 1 then
+  redis.call('ZREM', KEYS[3], LONG) -- nobody else is queued: no long park either
+end
 local _, _, token = split(ARGV[1])
 local holder = redis.call('GET', KEYS[1])
 if not (holder and holder == token) and (holder or removed == 0) then

@@ -35,7 +35,7 @@ end
 local fence = redis.call('GET', KEYS[2]) or ''
 local live = '(' .. now_ms
 local waiters = redis.call('ZCOUNT', KEYS[3], live, '+inf')
-local fair = redis.call('ZCARD', KEYS[4])
+local fair = redis.call('ZCOUNT', KEYS[4], 0, '+inf')
 local intents = redis.call('ZCOUNT', KEYS[6], live, '+inf')
 local holder_note = ''
 if holder ~= '' then

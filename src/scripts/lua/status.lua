@@ -22,5 +22,5 @@ local fence = redis.call('GET', KEYS[2]) or ''
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local waiters = redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf')
-    + redis.call('ZCARD', KEYS[4])
+    + redis.call('ZCOUNT', KEYS[4], 0, '+inf')
 return {holder, pttl, fence, waiters}
