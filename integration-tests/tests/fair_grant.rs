@@ -5,8 +5,9 @@
 //! Each test checks one side of that shortcut against a real Redis: no
 //! command of the head's client between the grant and its guard; the
 //! confirm that follows; `lost()` when the confirm finds the lock gone or
-//! cannot reach Redis before the claim ends; and a grant read after its
-//! claim lapsed is not taken.
+//! cannot reach Redis before the claim ends; a grant read after its claim
+//! lapsed is not taken; and the grants still send standbys when a waiter
+//! parked on an earlier long hold is behind a frozen head.
 
 use std::time::Duration;
 
@@ -208,4 +209,71 @@ async fn a_grant_read_after_its_claim_lapsed_is_not_taken() {
     assert!(a_in >= b_left, "A in before B released");
     assert!(!a_lost, "A's guard was lost on arrival");
     a_guard.unlock().await.unwrap();
+}
+
+/// Waiters queued behind a long hold park for its whole lease. Once it is
+/// released, the lock passes quickly through two short holds (no standbys
+/// needed for them), and is then granted to a frozen waiter: the waiter
+/// behind it, still parked on the long hold's lease, must be told to stand
+/// by, or it sits out that lease on a lock that is free after the claim.
+///
+/// The shortcut without its marker (grants send standbys only when some
+/// queued waiter is known to park longer than a claim; that waiter never
+/// marked the queue): the last waiter got the lock only at the end of its
+/// 30 s park (the test timed out at 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_head_after_short_holds_does_not_strand_a_waiter_parked_long() {
+    let url = redis_url();
+    let name = unique("fair-long-then-short");
+    let conn = raw(&url).await;
+    let holder = client(&url).await;
+    let guard = holder
+        .fair_mutex(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .unwrap();
+    let side = Side::start();
+    let frozen_client = side.client(&url).await;
+    let mut quick = Vec::new();
+    for i in 0..2 {
+        let mutex = client(&url).await.fair_mutex(&name).with_lease(LONG);
+        quick.push(tokio::spawn(async move {
+            mutex
+                .lock()
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+                .expect("unlock")
+        }));
+        wait_parked(&conn, &url, &name, i + 1).await;
+    }
+    let fm = frozen_client.fair_mutex(&name).with_lease(LONG);
+    let _frozen_task = side.spawn(async move { fm.lock().await.map(std::mem::forget) });
+    wait_parked(&conn, &url, &name, 3).await;
+    let last = client(&url).await.fair_mutex(&name).with_lease(LONG);
+    let last_task = spawn_timed(async move { last.lock().await });
+    wait_parked(&conn, &url, &name, 4).await;
+
+    let _frozen = side.freeze().await;
+    let released_at = Instant::now();
+    guard.unlock().await.unwrap();
+    let (got, g) = timeout(Duration::from_secs(10), last_task)
+        .await
+        .expect("the last waiter did not get the lock within 10 s of the release")
+        .unwrap();
+    let waited = got - released_at;
+    eprintln!("the last waiter got the lock {waited:?} after the release");
+    assert!(
+        waited < Duration::from_secs(2),
+        "the last waiter got the lock {waited:?} after the release"
+    );
+    for task in quick {
+        timeout(PROMPT, task)
+            .await
+            .expect("a quick holder hung")
+            .unwrap();
+    }
+    g.unwrap().unlock().await.unwrap();
 }
