@@ -91,7 +91,8 @@
 //! after it arrived (cancelled, timed out). Either way nobody would attempt
 //! and the others would sleep until the lease ran out. So:
 //!
-//! - a message naming a waiter this client no longer has is passed on;
+//! - a message naming a waiter this client no longer has is passed on
+//!   (not a fair grant: see below);
 //! - a waiter that leaves without the lock (its [`Registration`](crate::hub::Registration) is dropped
 //!   without [`Registration::acquired`](crate::hub::Registration::acquired)) passes on.
 //!
@@ -99,6 +100,50 @@
 //! worker](crate::background):
 //! remove the member from the queue and, if the lock is free, wake the next
 //! head. A spurious wake-up only costs the woken waiter one attempt.
+//!
+//! ## The fair hand-off: the guard on the grant message
+//!
+//! A fair release makes the lock the head's (its token, a fresh fence, a
+//! claim lease of [`CLAIM_MS`](crate::keys::CLAIM_MS)) and publishes
+//! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The waiter
+//! returns its guard on that message, with no round trip, if it can bound
+//! the claim locally: its last failed attempt was *sent* at local `s` and
+//! *ran* at server time `S` (the script returns it), and the grant came
+//! after that attempt (an attempt after it would have found its own
+//! token). So the key lives at least `claim end − S` of server time past
+//! an instant later than `s`, and the guard's lease is exactly that one,
+//! sent at `s` (`Lease::new(s, claim end − S)`, with the usual drift
+//! margin): the argument of "When can two holders coexist?" in
+//! `lease.rs` holds unchanged. The guard's first renewal
+//! ([`CONFIRM_AFTER`] later, or a third of what is left) is the confirm:
+//! the `extend` script sets the full lease (a fixed one once, a renewed one
+//! every period from then), and a guard released before it never sends
+//! it. A confirm that finds the key gone or taken, or that Redis does not
+//! answer before the claim's deadline, loses the lease (`lost()`).
+//!
+//! The waiter attempts instead (the attempt finds its own token and
+//! confirms, or queues it again) when the grant names another token, when
+//! less than half a claim is left (the message was read late: a paused
+//! client must not return a guard about to lapse, or lapsed), when
+//! replicas must acknowledge acquisitions (`WAIT` follows an attempt), and
+//! when a `lock_timeout` deadline has passed it returns
+//! [`Error::Timeout`] (its pass-on moves the grant on).
+//!
+//! A grant message for a waiter its client no longer has is not passed on:
+//! either the waiter left without the lock, and its registration's pass-on
+//! frees the grant (`fair_pass` deletes a lock holding the leaver's token),
+//! or it has the lock (its attempt found the grant first and the message
+//! came late), which a pass-on must not touch.
+//!
+//! Each waiter parks for the holder's PTTL. Under short holds that is at
+//! most a claim, so a frozen grantee is noticed by the waiters' own parks;
+//! a waiter that queued behind a long hold parks longer, so it marks the
+//! queue (`fair_common.lua`), and grants to waiters that arrived no later
+//! send the standbys. A short-hold hand-off is then 14 commands in all: the
+//! release's `GET`, `ZPOPMIN`, `TIME`, the fence's `GET` and `SET`, the
+//! lock's `SET` and the `PUBLISH`; the releaser's next attempt, which
+//! queues it: `GET`, `PTTL`, `TIME`, `ZADD`, the queue's `PTTL` (and a
+//! `PEXPIRE` every couple of seconds); two `EVALSHA`s.
 //!
 //! ## What bounds each stall
 //!
@@ -114,15 +159,17 @@
 //!   whose socket stays open) still counts as a receiver. So the plain
 //!   release also takes the woken member out of the queue (a live one's
 //!   attempt takes the reservation, or queues it again if it came too
-//!   late; the fair one cuts its entry's expiry to the end of the claim),
-//!   and sends the **next two in line a standby** message
+//!   late; the fair one pops the head it grants), and sends the **next two
+//!   in line a standby** message (the fair one only while a waiter behind
+//!   may park past the claim, see below)
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
 //!   first live standby waiter takes it. The frozen member is out of the
-//!   queue (plain) or pruned by the next attempt (fair), so it does not
-//!   take later wake-ups either. One frozen waiter, or two in a row, at the
+//!   queue (plain, and a fair grantee), or dropped by the next attempt that
+//!   finds the lock free (a fair standby that missed its window), so it
+//!   does not take later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
 //! - **A waiting writer of a read-write lock that froze** keeps its intent,
@@ -183,7 +230,8 @@
 //! with the scripts' callers, in [`keys`](crate::keys):
 //! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain release's reservation
 //! for the woken waiter) and [`CLAIM_MS`](crate::keys::CLAIM_MS) (a fair
-//! grant's claim lease). The standby windows are the scripts' own
+//! grant's claim lease), and [`CONFIRM_AFTER`] (when a fair guard taken on
+//! its grant confirms it). The standby windows are the scripts' own
 //! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
 use std::sync::Arc;

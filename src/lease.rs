@@ -15,6 +15,10 @@
 //!   the lease, minus a drift margin (1% of the lease + 2 ms): the key
 //!   cannot have expired on the server before then, whatever the latency.
 //! - A fixed lease (`with_lease`) simply runs out at its deadline.
+//! - A fair guard taken on its grant message holds the grant's short claim
+//!   until its first renewal (the confirm) sets the full lease; the claim
+//!   counts from the waiter's last attempt (see "The fair hand-off" in
+//!   `acquire.rs`), so the same deadline rule applies to it.
 //! - A guard held for its `max_hold` (see
 //!   [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold)) is no
 //!   longer renewed: no renewal falls due at or after `max_hold` from the

@@ -69,6 +69,19 @@ local function split(member)
   return cid, rest, token
 end
 
+-- The head of the queue, taken out: ZPOPMIN, or under an ACL rule that
+-- lacks it (the rule of earlier releases) ZRANGE and ZREM.
+local function pop(queue)
+  local popped = redis.pcall('ZPOPMIN', queue)
+  if popped.err then
+    popped = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if popped[1] then
+      redis.call('ZREM', queue, popped[1])
+    end
+  end
+  return popped
+end
+
 local function read_marker(key)
   local deadline, member = string.match(redis.call('GET', key) or '', '^(%d+):(.*)$')
   return tonumber(deadline) or 0, member or ''
@@ -85,7 +98,7 @@ local function grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_t
     end
   end
   while true do
-    local popped = redis.call('ZPOPMIN', queue)
+    local popped = pop(queue)
     local head = popped[1]
     if not head then
       return 0
