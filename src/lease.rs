@@ -446,6 +446,10 @@ impl Renewer {
     }
 }
 
+/// One renewal taken from the queue: entry id, lock, token, `WAIT`, and the
+/// lease it sets.
+type Due = (u64, Arc<LockKeys>, String, Option<Replication>, Duration);
+
 /// The renewal task: sleep until the earliest due entry, renew everything
 /// due within a quarter period in batches, repeat.
 async fn run(shared: Arc<Shared>, conn: Conn) {
@@ -469,7 +473,7 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
 
         // Take every entry due within the slack out of the queue.
         let horizon = Instant::now() + slack;
-        let mut batch: Vec<(u64, Arc<LockKeys>, String, Option<Replication>, Duration)> = {
+        let mut batch: Vec<Due> = {
             let mut guard = shared.lock();
             let state = &mut *guard;
             let mut batch = Vec::new();
