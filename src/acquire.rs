@@ -91,7 +91,8 @@
 //! after it arrived (cancelled, timed out). Either way nobody would attempt
 //! and the others would sleep until the lease ran out. So:
 //!
-//! - a message naming a waiter this client no longer has is passed on;
+//! - a message naming a waiter this client no longer has is passed on
+//!   (not a fair grant: see below);
 //! - a waiter that leaves without the lock (its [`Registration`](crate::hub::Registration) is dropped
 //!   without [`Registration::acquired`](crate::hub::Registration::acquired)) passes on.
 //!
@@ -99,6 +100,50 @@
 //! worker](crate::background):
 //! remove the member from the queue and, if the lock is free, wake the next
 //! head. A spurious wake-up only costs the woken waiter one attempt.
+//!
+//! ## The fair hand-off: the guard on the grant message
+//!
+//! A fair release makes the lock the head's (its token, a fresh fence, a
+//! claim lease of [`CLAIM_MS`](crate::keys::CLAIM_MS)) and publishes
+//! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The waiter
+//! returns its guard on that message, with no round trip, if it can bound
+//! the claim locally: its last failed attempt was *sent* at local `s` and
+//! *ran* at server time `S` (the script returns it), and the grant came
+//! after that attempt (an attempt after it would have found its own
+//! token). So the key lives at least `claim end − S` of server time past
+//! an instant later than `s`, and the guard's lease is exactly that one,
+//! sent at `s` (`Lease::new(s, claim end − S)`, with the usual drift
+//! margin): the argument of "When can two holders coexist?" in
+//! `lease.rs` holds unchanged. The guard's first renewal
+//! ([`CONFIRM_AFTER`] later, or a third of what is left) is the confirm:
+//! the `extend` script sets the full lease (a fixed one once, a renewed one
+//! every period from then), and a guard released before it never sends
+//! it. A confirm that finds the key gone or taken, or that Redis does not
+//! answer before the claim's deadline, loses the lease (`lost()`).
+//!
+//! The waiter attempts instead (the attempt finds its own token and
+//! confirms, or queues it again) when the grant names another token, when
+//! less than half a claim is left (the message was read late: a paused
+//! client must not return a guard about to lapse, or lapsed), when
+//! replicas must acknowledge acquisitions (`WAIT` follows an attempt), and
+//! when a `lock_timeout` deadline has passed it returns
+//! [`Error::Timeout`] (its pass-on moves the grant on).
+//!
+//! A grant message for a waiter its client no longer has is not passed on:
+//! either the waiter left without the lock, and its registration's pass-on
+//! frees the grant (`fair_pass` deletes a lock holding the leaver's token),
+//! or it has the lock (its attempt found the grant first and the message
+//! came late), which a pass-on must not touch.
+//!
+//! Each waiter parks for the holder's PTTL. Under short holds that is at
+//! most a claim, so a frozen grantee is noticed by the waiters' own parks;
+//! a waiter that queued behind a long hold parks longer, so it marks the
+//! queue (`fair_common.lua`), and grants to waiters that arrived no later
+//! send the standbys. A short-hold hand-off is then 14 commands in all: the
+//! release's `GET`, `ZPOPMIN`, `TIME`, the fence's `GET` and `SET`, the
+//! lock's `SET` and the `PUBLISH`; the releaser's next attempt, which
+//! queues it: `GET`, `PTTL`, `TIME`, `ZADD`, the queue's `PTTL` (and a
+//! `PEXPIRE` every couple of seconds); two `EVALSHA`s.
 //!
 //! ## What bounds each stall
 //!
@@ -114,15 +159,17 @@
 //!   whose socket stays open) still counts as a receiver. So the plain
 //!   release also takes the woken member out of the queue (a live one's
 //!   attempt takes the reservation, or queues it again if it came too
-//!   late; the fair one cuts its entry's expiry to the end of the claim),
-//!   and sends the **next two in line a standby** message
+//!   late; the fair one pops the head it grants), and sends the **next two
+//!   in line a standby** message (the fair one only while a waiter behind
+//!   may park past the claim, see below)
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
 //!   first live standby waiter takes it. The frozen member is out of the
-//!   queue (plain) or pruned by the next attempt (fair), so it does not
-//!   take later wake-ups either. One frozen waiter, or two in a row, at the
+//!   queue (plain, and a fair grantee), or dropped by the next attempt that
+//!   finds the lock free (a fair standby that missed its window), so it
+//!   does not take later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
 //! - **A waiting writer of a read-write lock that froze** keeps its intent,
@@ -183,7 +230,8 @@
 //! with the scripts' callers, in [`keys`](crate::keys):
 //! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain release's reservation
 //! for the woken waiter) and [`CLAIM_MS`](crate::keys::CLAIM_MS) (a fair
-//! grant's claim lease). The standby windows are the scripts' own
+//! grant's claim lease), and [`CONFIRM_AFTER`] (when a fair guard taken on
+//! its grant confirms it). The standby windows are the scripts' own
 //! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
 use std::sync::Arc;
@@ -195,8 +243,9 @@ use tracing::Instrument;
 use crate::Error;
 use crate::client::Client;
 use crate::guard::Held;
-use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
-use crate::lease::Lease;
+use crate::hub::Grant;
+use crate::keys::{CLAIM_MS, Kind, LockKeys, Replication, lease_ms, millis};
+use crate::lease::{Lease, Renewal};
 use crate::scripts::{self, Acquire, Queue};
 use crate::stats::{Counters, Outcome};
 
@@ -207,6 +256,15 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
+
+/// When a fair guard taken on its grant message is confirmed (its first
+/// renewal: the claim becomes the full lease), after the message; a guard
+/// released sooner never sends it. At most a third of the claim left.
+const CONFIRM_AFTER: Duration = Duration::from_millis(100);
+
+/// A failed attempt: the holder's PTTL, and for a fair lock when the
+/// attempt was sent and the server time it ran at.
+type Attempted = (Option<Duration>, Option<(Instant, u64)>);
 
 /// Acquires one lock of one kind.
 #[derive(Clone, Debug)]
@@ -297,7 +355,7 @@ impl Acquirer {
 
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Held, Error> {
-        self.observed(self.wait()).await
+        self.observed(self.wait(None)).await
     }
 
     /// Runs one acquisition (`lock` or `lock_timeout`), counting how it
@@ -332,8 +390,9 @@ impl Acquirer {
         result
     }
 
-    /// The wait loop itself.
-    async fn wait(&self) -> Result<Held, Error> {
+    /// The wait loop itself; `deadline` is `lock_timeout`'s (a fair grant
+    /// read after it is not taken).
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Held, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -352,6 +411,9 @@ impl Acquirer {
         };
         // Counts this waiter in the `waiters` gauge from its first park on.
         let mut parked = None;
+        // The latest failed attempt's send instant and server time: a fair
+        // grant that follows counts its claim from there.
+        let mut anchor: Option<(Instant, u64)>;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
@@ -368,7 +430,10 @@ impl Acquirer {
                     registration.acquired();
                     return Ok(held);
                 }
-                Err(pttl) => pttl,
+                Err((pttl, at)) => {
+                    anchor = at;
+                    pttl
+                }
             };
             if !subscribed {
                 // A release before the SUBSCRIBE was confirmed reached no
@@ -388,6 +453,18 @@ impl Acquirer {
                 tokio::select! {
                     _ = &mut notified => {}
                     _ = tokio::time::sleep_until(until) => break,
+                }
+                if let Some(grant) = waiter.take_grant() {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        // Too late for the caller: the registration's
+                        // pass-on hands the grant to the next waiter.
+                        return Err(Error::Timeout);
+                    }
+                    if let Some(held) = self.granted(&keys, &token, lease_ms, &grant, anchor) {
+                        registration.acquired();
+                        return Ok(held);
+                    }
+                    break; // attempt: it confirms the grant if still ours
                 }
                 let Some(window) = waiter.take_standby() else {
                     break;
@@ -410,7 +487,7 @@ impl Acquirer {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => {
                 self.observed(async {
-                    tokio::time::timeout_at(deadline, self.wait())
+                    tokio::time::timeout_at(deadline, self.wait(Some(deadline)))
                         .await
                         .unwrap_or(Err(Error::Timeout))
                 })
@@ -445,15 +522,17 @@ impl Acquirer {
             .ok())
     }
 
-    /// One acquire script call. `Ok(held)` when acquired, `Err(pttl)` when
-    /// held by someone else (`None`: the key has no expiry).
+    /// One acquire script call. `Ok(held)` when acquired, `Err((pttl,
+    /// anchor))` when held by someone else (pttl `None`: the key has no
+    /// expiry; anchor, fair locks: when the call was sent and the server
+    /// time it ran at).
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
-    ) -> Result<Result<Held, Option<Duration>>, Error> {
+    ) -> Result<Result<Held, Attempted>, Error> {
         let inner = &self.client.0;
         let sent = Instant::now();
         let mut in_flight = InFlight {
@@ -480,8 +559,6 @@ impl Acquirer {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
-                lease.observe(inner.counters.clone(), keys.clone());
-                inner.counters.guards(1);
                 let renewal = self.lease.is_none().then(|| {
                     inner.renewer.register(
                         keys.clone(),
@@ -492,21 +569,14 @@ impl Acquirer {
                         self.max_hold,
                     )
                 });
-                Ok(Ok(Held {
-                    client: self.client.clone(),
-                    keys: keys.clone(),
-                    token: token.to_owned(),
-                    fence,
-                    lease,
-                    renewal,
-                    released: false,
-                    replication: self.replication,
-                    acquired_at: Instant::now(),
-                }))
+                Ok(Ok(self.held(keys, token, fence, lease, renewal)))
             }
-            Ok((Acquire::Held { pttl_ms }, _)) => {
+            Ok((Acquire::Held { pttl_ms, server_us }, _)) => {
                 in_flight.token = None;
-                Ok(Err(pttl_ms.map(Duration::from_millis)))
+                Ok(Err((
+                    pttl_ms.map(Duration::from_millis),
+                    server_us.map(|us| (sent, us)),
+                )))
             }
             Err(
                 e @ (Error::WrongType { .. }
@@ -520,6 +590,74 @@ impl Acquirer {
             // in-flight guard releases the token in the background.
             Err(e) => Err(e),
         }
+    }
+
+    /// The guard of an acquisition whose lease is `lease`.
+    fn held(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &str,
+        fence: u64,
+        lease: Arc<Lease>,
+        renewal: Option<Renewal>,
+    ) -> Held {
+        let counters = &self.client.0.counters;
+        lease.observe(counters.clone(), keys.clone());
+        counters.guards(1);
+        Held {
+            client: self.client.clone(),
+            keys: keys.clone(),
+            token: token.to_owned(),
+            fence,
+            lease,
+            renewal,
+            released: false,
+            replication: self.replication,
+            acquired_at: Instant::now(),
+        }
+    }
+
+    /// The guard of a fair grant, taken on its message alone (see "The
+    /// fair hand-off" in the module docs), or `None` when the waiter must
+    /// attempt instead: the grant names another token, no attempt of ours
+    /// gives its claim a safe start, too little of the claim is left, or
+    /// replicas must acknowledge the acquisition (`WAIT` follows an
+    /// attempt, not a grant).
+    fn granted(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &str,
+        lease_ms: u64,
+        grant: &Grant,
+        anchor: Option<(Instant, u64)>,
+    ) -> Option<Held> {
+        let (sent, server_us) = anchor?;
+        if grant.token != token || self.replication.is_some() {
+            return None;
+        }
+        // The claim's end counted from the attempt: the server ran it at
+        // `server_us`, after we sent it at `sent`, and set the claim later.
+        let claim = Duration::from_micros(grant.claim_end_us.checked_sub(server_us)?);
+        let lease = Lease::new(sent, claim);
+        let left = lease.remaining();
+        if left < Duration::from_millis(CLAIM_MS) / 2 {
+            return None;
+        }
+        let now = Instant::now();
+        let due = now + CONFIRM_AFTER.min(left / 3);
+        let renewer = &self.client.0.renewer;
+        let fixed = self.lease.map(|_| Duration::from_millis(lease_ms));
+        let renewal = renewer.register_at(
+            keys.clone(),
+            token.to_owned(),
+            lease.clone(),
+            sent,
+            due,
+            fixed,
+            None,
+            self.max_hold,
+        );
+        Some(self.held(keys, token, grant.fence, lease, Some(renewal)))
     }
 
     /// The lease of one acquisition, in whole milliseconds.

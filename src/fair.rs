@@ -15,36 +15,45 @@ use crate::{Client, Error, Mutex, MutexGuard};
 ///
 /// Waiters are served in order of arrival at the server. A release does not
 /// just wake the head waiter: inside the release script it makes the lock
-/// the head's (its token, a fresh fence, a short *claim* lease of 500 ms)
-/// and publishes the grant to that waiter's client. The woken waiter
-/// confirms with one round trip (its acquire finds its own token and resets
-/// the full lease) and returns the guard. Nobody can barge in between:
-/// [`FairMutex::try_lock`] succeeds only when the lock is free **and** no
-/// one is queued.
+/// the head's (its token, a fresh fence, a short *claim* lease of 500 ms),
+/// takes it out of the queue and publishes the grant, with the fence and
+/// the claim's end, to that waiter's client. The woken waiter returns its
+/// guard on that message alone, with no round trip: the guard's lease is
+/// the claim until its first renewal, 100 ms later, confirms the grant and
+/// sets the full lease (a guard released sooner never sends it). If the
+/// confirm finds the lock gone or taken, or cannot reach Redis before the
+/// claim ends, the guard's [`lost`](MutexGuard::lost) fires. Nobody can
+/// barge in between: [`FairMutex::try_lock`] succeeds only when the lock is
+/// free **and** no one is queued.
 ///
 /// Faults:
 /// - A grant whose client is gone (PUBLISH reached nobody) is undone and
 ///   the next waiter is granted, in the same script.
-/// - A grant that reached its client but is never confirmed (the client died
-///   on receipt) lapses after the claim lease. The next waiter in line parks
-///   no longer than the holder's PTTL, so it notices and takes over: the
-///   queue stalls for the claim lease at most, not a whole lease.
+/// - A grant that reached its client but is never used (the client froze
+///   or died on receipt) lapses after the claim lease. When a waiter behind
+///   may be parked for longer (it queued behind a long hold), the grant also
+///   tells the next two in line to attempt after the claim: the queue
+///   stalls for about the claim, not a whole lease.
+/// - A grant read when too little of its claim is left (the waiter's
+///   client was paused) is not taken on the message: the waiter attempts,
+///   which confirms it if it is still its own and queues it again if not.
 /// - A waiter that is cancelled or times out leaves the queue at once, and
 ///   a grant already made to it moves on to the next waiter.
-/// - A waiter whose client crashed leaves the queue when its entry expires
-///   (its park plus a grace period), or at once when a grant meets no
-///   receiver.
+/// - A waiter whose client crashed leaves the queue when a grant to it
+///   meets no receiver; the queue expires by itself once all its members
+///   stopped attempting.
 ///
 /// # Which one to choose
 ///
-/// The plain [`Mutex`] gives throughput: a newcomer may take a free lock
-/// ahead of queued waiters, so a busy worker can re-take it. Choose the
+/// The plain [`Mutex`] gives throughput when workers re-take the lock: a
+/// newcomer may take a free lock ahead of queued waiters. Choose the
 /// [`FairMutex`] when every contender must get its turn in order, with
 /// bounded waiting for all (job schedulers, leader rotation, fair sharing
-/// of a scarce resource). Each hand-off costs the same number of round
-/// trips as with the plain mutex; the price is that the lock stays idle
-/// while the grant travels to the next waiter, even if another caller is
-/// ready at once.
+/// of a scarce resource). Its hand-off costs one round trip less than the
+/// plain mutex's (the woken waiter acts on the grant itself), and fewer
+/// Redis commands. With
+/// [`min_replica_acks`](crate::ClientBuilder::min_replica_acks) the woken
+/// waiter attempts instead, so that `WAIT` follows its acquisition.
 #[derive(Clone, Debug)]
 pub struct FairMutex(Mutex);
 

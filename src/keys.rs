@@ -96,16 +96,18 @@ pub(crate) struct LockKeys {
     /// member -> arrival) or `P:{N}:writers` (read-write: waiting writers'
     /// intents, member -> expiry).
     pub(crate) waiters: String,
-    /// The queue's expiries, member -> expiry: `P:{N}:fifo:expiry` (fair),
-    /// `P:{N}:queue:expiry` (semaphore).
+    /// The queue's expiries, member -> expiry: `P:{N}:queue:expiry`
+    /// (semaphore); the fair queue has none (`P:{N}:fifo:expiry`, written
+    /// by older clients, is only deleted).
     pub(crate) expiry: String,
     /// `P:{N}:permits`: a semaphore's permit count.
     pub(crate) count: String,
     /// A semaphore's permit count as this handle asks for it; 0 for the
     /// other kinds (and for a semaphore of zero permits, which is refused).
     pub(crate) permits: u32,
-    /// `P:{N}:handoff`: the member last granted the lock (fair). The plain
-    /// mutex keeps its hand-off reservation in the lock key itself.
+    /// `P:{N}:handoff`: the fair queue's standby marker (the waiter told to
+    /// stand by, and by when it should have attempted). The plain mutex
+    /// keeps its hand-off reservation in the lock key itself.
     pub(crate) handoff: String,
     /// `P:{N}:wake:`: a client's wake channel is this plus its id.
     pub(crate) wake_prefix: String,

@@ -131,6 +131,19 @@ pub struct BenchArgs {
     /// Rounds of the metrics-cost row (default: 7, 1 with --quick).
     #[arg(long, value_name = "N")]
     pub metrics_rounds: Option<u32>,
+
+    /// Only the hand-off rows of redbell's plain and fair mutex at these W
+    /// (comma-separated, e.g. `8,32`), each repeated `--rounds` times in
+    /// turn, with the serial floor: a short table on stdout, no
+    /// `results.json` or chart. For comparing changes to the hand-off side
+    /// by side in one run.
+    #[arg(long, value_name = "W", value_delimiter = ',')]
+    pub handoff_only: Vec<u32>,
+
+    /// Rounds of each `--handoff-only` row (the table gives each run and
+    /// the medians).
+    #[arg(long, default_value_t = 3, requires = "handoff_only")]
+    pub rounds: u32,
 }
 
 /// Runs a hidden `bench-worker` process.
@@ -143,6 +156,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
     let mut plan = Plan::new(args.quick);
     if let Some(rounds) = args.metrics_rounds {
         plan.metrics_rounds = rounds.max(1);
+    }
+    if !args.handoff_only.is_empty() {
+        return handoff_only(url, args, &plan).await;
     }
     let nodes: Vec<String> = args
         .cluster
@@ -366,6 +382,96 @@ async fn metrics(
         lease,
     )
     .await
+}
+
+/// `--handoff-only`: the serial floor, then redbell's plain and fair
+/// hand-off rows at each W, taking turns for `--rounds` rounds; one table.
+async fn handoff_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Failure> {
+    let mut conn = contend::bookkeeping(url).await?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let result = async {
+        let floor = floor::serial_floor(
+            url,
+            &format!("bench-{run}-serial"),
+            plan.serial_n(),
+            args.hold,
+        )
+        .await?;
+        let mut rows = Vec::new();
+        for round in 0..args.rounds.max(1) {
+            for &w in &args.handoff_only {
+                for strategy in [Strategy::Redbell, Strategy::Fair] {
+                    let s = Scenario {
+                        kind: "handoff",
+                        strategy,
+                        workers: w,
+                        processes: 2,
+                        shared_client: false,
+                        n: plan.n[0],
+                        hold: args.hold,
+                        lease: Duration::from_secs(10),
+                        cluster: Vec::new(),
+                        worker: Default::default(),
+                    };
+                    let o = contention(url, &format!("{run}-r{round}"), &s).await?;
+                    rows.push((round, o));
+                }
+            }
+        }
+        Ok::<_, Failure>((floor, rows))
+    }
+    .await;
+    delete_run_keys(&mut conn, &run).await;
+    let (floor, rows) = result?;
+    println!(
+        "{} ({}), serial floor {:.0} iterations/s, hold {:?}",
+        plan::utc_now(),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        floor.iterations_per_s,
+        args.hold
+    );
+    println!(
+        "| round | row | W | hand-offs/s to another worker | × floor | wait p50 / p99 / max (ms) | commands per hand-off (round trips) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let ms = |us: Option<i64>| us.map_or(0.0, |v| v as f64 / 1000.0);
+    for (round, o) in &rows {
+        let (all, trips) = o.commands.as_ref().map_or((0.0, 0.0), |c| {
+            let n = c.handoffs.max(1) as f64;
+            (c.all as f64 / n, c.round_trips as f64 / n)
+        });
+        println!(
+            "| {round} | {} | {} | {:.0} | {:.2} | {:.2} / {:.2} / {:.1} | {all:.1} ({trips:.1}) |",
+            o.strategy,
+            o.workers,
+            o.handovers_per_s,
+            o.handovers_per_s / floor.iterations_per_s,
+            ms(o.wait_us.p50),
+            ms(o.wait_us.p99),
+            o.wait_max_us as f64 / 1000.0,
+        );
+    }
+    for (round, o) in &rows {
+        if let Some(c) = &o.commands {
+            let n = c.handoffs.max(1) as f64;
+            let each: Vec<String> = c
+                .by_command
+                .iter()
+                .map(|(name, count)| format!("{name} {:.2}", *count as f64 / n))
+                .collect();
+            println!(
+                "round {round}, {} W={}: {}",
+                o.strategy,
+                o.workers,
+                each.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs one contention scenario with progress on stderr.

@@ -77,8 +77,8 @@ pub use monitor::Monitor;
 pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
 pub use proxy::Proxy;
 pub use raw::{
-    client_ids, client_list, commandstats, config_set, del, exists, get, hgetall, hset, incr,
-    kill_client, kill_clients_of_type, pttl, raw, reset_stats, scan, server_ms, set, set_px,
+    client_ids, client_list, commandstats, config_set, del, exists, fair_queue, get, hgetall, hset,
+    incr, kill_client, kill_clients_of_type, pttl, raw, reset_stats, scan, server_ms, set, set_px,
     subscribers, subscriptions, zcard, zrange,
 };
 pub use server::{

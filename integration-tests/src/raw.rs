@@ -130,6 +130,19 @@ pub async fn zrange(conn: &mut MultiplexedConnection, key: &str) -> Vec<String> 
         .expect("ZRANGE")
 }
 
+/// The waiters queued for fair mutex `name`, first in line first: the
+/// members of its queue scored by arrival (the queue's long-park marker,
+/// scored below 0, left out).
+pub async fn fair_queue(conn: &mut MultiplexedConnection, name: &str) -> Vec<String> {
+    redis::cmd("ZRANGEBYSCORE")
+        .arg(crate::fifo_key(name))
+        .arg(0)
+        .arg("+inf")
+        .query_async(conn)
+        .await
+        .expect("ZRANGEBYSCORE")
+}
+
 /// The server's clock in ms (`TIME`).
 pub async fn server_ms(conn: &mut MultiplexedConnection) -> u64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");

@@ -21,6 +21,15 @@ use tokio::time::{Instant, sleep};
 const MINIMAL_RULE: &str = "resetchannels ~redbell:* &redbell:* -@all \
     +evalsha +eval +type +ping +subscribe +unsubscribe +publish \
     +get +set +del +exists +pttl +pexpire +time \
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zrank \
+    +zpopmin";
+
+/// The minimal rule of earlier releases, without `ZPOPMIN`: the fair
+/// mutex's grant takes the head out of the queue with `ZRANGE` and `ZREM`
+/// instead.
+const RULE_WITHOUT_ZPOPMIN: &str = "resetchannels ~redbell:* &redbell:* -@all \
+    +evalsha +eval +type +ping +subscribe +unsubscribe +publish \
+    +get +set +del +exists +pttl +pexpire +time \
     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zrank";
 
 /// Redis 7's default for a new user: every command but the dangerous ones,
@@ -102,6 +111,24 @@ async fn the_minimal_rule_locks_unlocks_and_waits() {
         "the waiter was not woken ({handoff:?})"
     );
     // The fair lock's grant is published by its release script too.
+    fair_hand_off(&a, &b).await;
+
+    let rw = unique("acl-rw");
+    let read = a.rwlock(&rw).read().await.expect("read");
+    let writer = {
+        let lock = b.rwlock(&rw);
+        tokio::spawn(async move { lock.write().await?.unlock().await })
+    };
+    sleep(Duration::from_millis(200)).await;
+    read.unlock().await.expect("read unlock");
+    promptly("the writer", writer)
+        .await
+        .expect("writer task")
+        .expect("the writer's lock");
+}
+
+/// A fair hand-off from `a` to `b`: granted within a second of the release.
+async fn fair_hand_off(a: &redbell::Client, b: &redbell::Client) {
     let fair = unique("acl-fair");
     let held = a
         .fair_mutex(&fair)
@@ -130,19 +157,16 @@ async fn the_minimal_rule_locks_unlocks_and_waits() {
         "the fair waiter was not granted the lock ({:?})",
         got - released
     );
+}
 
-    let rw = unique("acl-rw");
-    let read = a.rwlock(&rw).read().await.expect("read");
-    let writer = {
-        let lock = b.rwlock(&rw);
-        tokio::spawn(async move { lock.write().await?.unlock().await })
-    };
-    sleep(Duration::from_millis(200)).await;
-    read.unlock().await.expect("read unlock");
-    promptly("the writer", writer)
-        .await
-        .expect("writer task")
-        .expect("the writer's lock");
+/// Under the rule of earlier releases (no `ZPOPMIN`) the fair hand-off
+/// still works. Before the fallback, the grant failed with NOPERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rule_without_zpopmin_still_hands_a_fair_lock_over() {
+    let user = User::create(RULE_WITHOUT_ZPOPMIN).await;
+    let a = user.connect().await.expect("connect a");
+    let b = user.connect().await.expect("connect b");
+    fair_hand_off(&a, &b).await;
 }
 
 /// The fallback where `ACL DRYRUN` cannot be asked and the `PUBLISH` probe

@@ -16,10 +16,10 @@ use std::time::Duration;
 use redbell::{Client, Error, FairMutex, MutexGuard};
 use redbell_integration_tests::{
     LONG, Monitor, PROMPT, PrivateRedis, Side, client, client_ids, client_list, config_set,
-    counter_key, counter_value, del, eventually, exists, fence_key, fifo_expiry_key, fifo_key, get,
-    join_within, kill_client, lock_key, non_atomic_increment, pttl, raw, redis_url, server_ms,
+    counter_key, counter_value, del, eventually, exists, fair_queue, fence_key, fifo_expiry_key,
+    fifo_key, get, join_within, kill_client, lock_key, non_atomic_increment, pttl, raw, redis_url,
     spawn_timed, subscribers, subscriptions, unique, wait_for_members, wait_for_subscribers,
-    wake_channel, zcard, zrange,
+    wake_channel, zrange,
 };
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
@@ -453,7 +453,10 @@ async fn unconfirmed_grant_lapses_after_the_claim_lease() {
 
 /// Case (c'): the grantee's command connection is killed (and reconnects are
 /// refused) so its confirmation, release and pass-on cannot reach Redis:
-/// the next waiter takes over within the claim lease plus slack.
+/// the next waiter takes over within the claim lease plus slack. The
+/// grantee returns its guard on the grant message alone; its confirmation
+/// fails, so that guard's `lost()` fires, no later than the next waiter
+/// gets the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
     let redis = PrivateRedis::start().await;
@@ -471,7 +474,15 @@ async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
         .lock()
         .await
         .unwrap();
-    let a_task = spawn_lock(a.fair_mutex(&name).with_lease(LONG));
+    let am = a.fair_mutex(&name).with_lease(LONG);
+    let a_task = tokio::spawn(async move {
+        let g = am.lock().await?;
+        let got = Instant::now();
+        timeout(Duration::from_secs(5), g.lost())
+            .await
+            .expect("the guard of a grant that cannot be confirmed was never lost");
+        Ok::<_, Error>((got, Instant::now(), g.is_lost()))
+    });
     let b_task = queue_b_behind_a(&admin, &url, &name, &b).await;
 
     let list = client_list(&mut admin).await;
@@ -499,13 +510,27 @@ async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
         .await
         .expect("A's lock() hung")
         .unwrap();
-    assert!(
-        matches!(a_result.1, Err(Error::Redis(_))),
-        "A confirmed its grant though cut off: {:?}",
-        a_result.1
-    );
     let (b_in, g) = b_result.expect("B was never served").unwrap();
     let g = g.unwrap();
+    match a_result {
+        // Its grant message came too late to use, and the attempt failed.
+        Err(Error::Redis(_)) => {}
+        Ok((got, lost, is_lost)) => {
+            eprintln!(
+                "A returned {:?} after the release, lost {:?} after it; B in {:?} after it",
+                got - released_at,
+                lost - released_at,
+                b_in - released_at
+            );
+            assert!(is_lost, "lost() resolved but is_lost() is false");
+            assert!(
+                lost <= b_in,
+                "A's guard was lost {:?} after B got in: two holders",
+                lost - b_in
+            );
+        }
+        Err(e) => panic!("A: {e:?}"),
+    }
     let delay = b_in - released_at;
     eprintln!("B in {delay:?} after the release granted to a client cut off from Redis");
     g.unlock().await.unwrap();
@@ -583,7 +608,7 @@ async fn a_head_giving_up_does_not_delay_the_next() {
     let queue_left = eventually(Duration::from_secs(2), || {
         let mut conn = conn.clone();
         let name = name.clone();
-        async move { zcard(&mut conn, &fifo_key(&name)).await == 1 }
+        async move { fair_queue(&mut conn, &name).await.len() == 1 }
     })
     .await;
     assert!(queue_left, "the cancelled head stayed queued");
@@ -868,7 +893,7 @@ async fn a_late_grant_message_does_not_release_the_new_holder() {
     wait_parked(&conn, &url, &name, 2).await;
     // A's member "<client id>:<waiter id>:<token>": the grant to A is
     // published on P:{N}:wake:<client id> with payload "<waiter id>:<token>".
-    let queue = zrange(&mut conn, &fifo_key(&name)).await;
+    let queue = fair_queue(&mut conn, &name).await;
     let (a_client, grant) = queue[0].split_once(':').expect("member format");
 
     guard.unlock().await.unwrap();
@@ -921,16 +946,10 @@ async fn newcomer_behind_only_dead_entries_takes_the_free_lock_at_once() {
 
     // A dead client's entry at the head of the queue, the lock free.
     let dead = format!("{}:1:{}", unique("gone").replace('-', ""), "deadtoken");
-    let now_ms = server_ms(&mut conn).await;
     let _: () = redis::pipe()
         .cmd("ZADD")
         .arg(fifo_key(&name))
         .arg(1)
-        .arg(&dead)
-        .ignore()
-        .cmd("ZADD")
-        .arg(fifo_expiry_key(&name))
-        .arg(now_ms + 60_000)
         .arg(&dead)
         .ignore()
         .query_async(&mut conn)

@@ -64,6 +64,20 @@ pub(crate) struct Waiter {
     /// grant: the window in ms to park at most before attempting, 0 for
     /// none. Read and cleared by the waiter.
     standby: AtomicU64,
+    /// Set with the latest notification when it was a fair grant carrying
+    /// its fence and claim (the lock is already this waiter's); read and
+    /// cleared by the waiter.
+    grant: StdMutex<Option<Grant>>,
+}
+
+/// A fair grant as its message carries it: the lock was set to `token`
+/// with a fresh `fence` and a claim lease ending at `claim_end_us`, server
+/// time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) claim_end_us: u64,
 }
 
 impl Waiter {
@@ -74,6 +88,12 @@ impl Waiter {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         }
+    }
+
+    /// The fair grant just received, if the notification was one (and
+    /// clears it).
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.grant.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
@@ -176,17 +196,27 @@ impl Shared {
             }
             return;
         }
-        // "<waiter id>" (a plain wake-up), "<waiter id>:<token>" (a fair
-        // grant), or "<waiter id>:<token>:s<ms>" / "<waiter id>::s<ms>" (a
-        // standby: the waiter ahead was just woken or granted the lock;
-        // park no longer than <ms>, then attempt, in case it is frozen).
+        // "<waiter id>" (a plain wake-up); "<waiter id>:<token>:g<fence>:<claim
+        // end us>" (a fair grant: the lock is already the waiter's);
+        // "<waiter id>:<token>:s<ms>" / "<waiter id>::s<ms>" (a standby: the
+        // waiter ahead was just woken or granted the lock; park no longer
+        // than <ms>, then attempt, in case it is frozen); "<waiter
+        // id>:<token>" (a grant from an older client: the waiter attempts).
         let text = std::str::from_utf8(payload).unwrap_or("");
         let mut parts = text.split(':');
         let id = parts.next().and_then(|id| id.parse::<u64>().ok());
-        let standby = parts
-            .nth(1)
-            .and_then(|s| s.strip_prefix('s'))
+        let token = parts.next().unwrap_or("");
+        let tag = parts.next().unwrap_or("");
+        let standby = tag
+            .strip_prefix('s')
             .map(|ms| ms.parse::<u64>().unwrap_or(1).max(1));
+        let grant = tag.strip_prefix('g').and_then(|fence| {
+            Some(Grant {
+                token: token.to_owned(),
+                fence: fence.parse().ok()?,
+                claim_end_us: parts.next()?.parse().ok()?,
+            })
+        });
         match id.and_then(|id| entry.waiters.get(&id)) {
             Some((waiter, _)) => {
                 if standby.is_none() {
@@ -195,9 +225,17 @@ impl Shared {
                 waiter
                     .standby
                     .store(standby.unwrap_or(0), Ordering::Release);
+                *waiter.grant.lock().unwrap_or_else(|p| p.into_inner()) = grant;
                 waiter.notify.notify_one();
             }
             None if standby.is_some() => {} // nothing was granted to the gone waiter
+            // A fair grant to a waiter this client no longer has: either it
+            // left without the lock, and its registration's own pass-on
+            // moves the grant on, or it has the lock (its attempt found the
+            // grant first, and this message came late): passing on would
+            // release a lock in use. A grant made after the pass-on ran
+            // cannot name it (the pass took it out of the queue).
+            None if entry.keys.kind == Kind::Fair => {}
             None => {
                 self.counters.wakeup(Wakeup::Skipped);
                 self.counters.passed_on();

@@ -88,7 +88,6 @@ pub(crate) async fn acquire(
         Kind::Semaphore => &mut invocation,
         Kind::Plain => invocation.key(&keys.readers),
         Kind::Fair => invocation
-            .key(&keys.expiry)
             .key(&keys.handoff)
             .key(&keys.readers)
             .arg(&keys.wake_prefix)
@@ -101,7 +100,8 @@ pub(crate) async fn acquire(
             .arg(grace_ms)
             .arg(park_ms),
     };
-    let ((flag, value), acked): ((i64, i64), _) = match invocation.run(conn, replication).await {
+    // {flag, value} or, from the fair script, {0, park, server time in µs}.
+    let (reply, acked): (Vec<i64>, _) = match invocation.run(conn, replication).await {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("WRONGTYPE") => {
             return Err(Error::WrongType {
@@ -122,12 +122,14 @@ pub(crate) async fn acquire(
         }
         Err(e) => return Err(Error::from(e)),
     };
-    let outcome = match flag {
-        1 => Acquire::Acquired {
+    let value = reply.get(1).copied().unwrap_or(-1);
+    let outcome = match reply.first() {
+        Some(1) => Acquire::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
         },
         _ => Acquire::Held {
             pttl_ms: u64::try_from(value).ok(),
+            server_us: reply.get(2).and_then(|&us| u64::try_from(us).ok()),
         },
     };
     Ok((outcome, acked))
@@ -147,7 +149,6 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.lock, "string"),
             (&keys.fence, "string"),
             (&keys.waiters, "zset"),
-            (&keys.expiry, "zset"),
             (&keys.handoff, "string"),
             (&keys.readers, "zset"),
         ],
@@ -257,7 +258,6 @@ fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
             .key(&keys.lock)
             .key(&keys.fence)
             .key(&keys.waiters)
-            .key(&keys.expiry)
             .key(&keys.handoff)
             .arg(who)
             .arg(&keys.wake_prefix)
@@ -432,7 +432,7 @@ fn inspect_call(keys: &LockKeys, owners: &str) -> Call {
     call.key(base)
         .key(&keys.fence)
         .key(format!("{base}:waiters"))
-        .key(format!("{base}:fifo:expiry"))
+        .key(format!("{base}:fifo"))
         .key(&keys.readers)
         .key(format!("{base}:writers"))
         .key(owners);

@@ -6,11 +6,11 @@
 --
 -- KEYS[1]  lock key     P:{N}              owner token: Mutex, FairMutex, RwLock writer
 -- KEYS[2]  waiters      P:{N}:waiters      Mutex queue
--- KEYS[3]  hand-off     P:{N}:handoff      FairMutex: the member granted (a Mutex
---                                          keeps its reservation in the lock key)
+-- KEYS[3]  hand-off     P:{N}:handoff      FairMutex: the standby marker (fair_common;
+--                                          a Mutex keeps its reservation in the lock key)
 -- KEYS[4]  fence key    P:{N}:fence
 -- KEYS[5]  fair queue   P:{N}:fifo
--- KEYS[6]  fair expiry  P:{N}:fifo:expiry
+-- KEYS[6]  (unused)     P:{N}:fifo:expiry  older clients' FairMutex queue expiries
 -- KEYS[7]  readers      P:{N}:readers      RwLock read holds: token -> expiry ms
 -- KEYS[8]  channel      P:{N}:rw           the RwLock's release channel
 -- ARGV[1]  wake prefix   P:{N}:wake:
@@ -49,8 +49,10 @@ if not holder then
 end
 redis.call('DEL', KEYS[1])
 if tag == 'q' then
-  prune(KEYS[5], KEYS[6], now_ms)
-  grant_next(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[3], ARGV[1], ARGV[3], ARGV[4], now_us, '')
+  if grant_next(KEYS[1], KEYS[4], KEYS[5], KEYS[3], ARGV[1], ARGV[3], ARGV[4], now_us, '',
+                false) ~= 1 then
+    redis.call('DEL', KEYS[1]) -- a grant that met no receiver
+  end
   return {'fair', holder}
 end
 if string.sub(holder, 1, 2) == 'm:' then

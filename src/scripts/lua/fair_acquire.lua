@@ -5,30 +5,37 @@
 -- KEYS[1]  lock key      P:{N}              string: owner token, PX = lease
 -- KEYS[2]  fence key     P:{N}:fence        string: fencing counter
 -- KEYS[3]  queue         P:{N}:fifo         sorted set: member -> arrival us
--- KEYS[4]  expiry        P:{N}:fifo:expiry  sorted set: member -> expiry ms
--- KEYS[5]  granted       P:{N}:handoff      string: the member last granted
--- KEYS[6]  readers       P:{N}:readers      an RwLock's read holds (checked only)
+-- KEYS[4]  hand-off      P:{N}:handoff      string: the standby marker (fair_common)
+-- KEYS[5]  readers       P:{N}:readers      an RwLock's read holds (checked only)
 -- ARGV[1]  token         this waiter's owner token
 -- ARGV[2]  lease_ms      the lease once acquired (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key
 -- ARGV[4]  member        "<client id>:<waiter id>:<token>", or "" for a
 --                        caller that will not wait (try_lock)
--- ARGV[5]  grace_ms      how long a queue entry outlives its park
+-- ARGV[5]  grace_ms      how long the queue outlives its members' parks
 -- ARGV[6]  park_ms       the park of a waiter on a key without expiry
 -- ARGV[7]  wake prefix   P:{N}:wake:
--- ARGV[8]  claim_ms      the lease of a grant until it is confirmed
+-- ARGV[8]  claim_ms      the lease of a grant until its waiter confirms it
+--
+-- A queuing attempt on a held lock runs GET and PTTL of the lock, TIME,
+-- ZADD NX (a waiter keeps its arrival), and PTTL of the queue (a PEXPIRE
+-- of it every grace period or so); only a park longer than a claim also
+-- marks the queue (LONG, so that grants send standbys) and reads the
+-- standby marker.
 --
 -- Returns
---   {1, fence}  ours: taken (lock free, and the queue empty or we are its
---               head once dead and lapsed heads are dropped) or a grant to
---               us confirmed (lease reset to lease_ms); we left the queue
---   {0, park}   not ours. A waiting caller is queued (its arrival kept if it
---               was queued already) and should park for `park` ms at most:
---               the holder's PTTL for the head and the next in line (so a
---               crashed holder or an unconfirmed grant is noticed when it
---               lapses), lease_ms for the others (they are woken in turn).
---               If the lock was free with others queued ahead, the head was
---               granted it.
+--   {1, fence}         ours: taken (lock free, and the queue empty or we
+--                      are its head once dead or frozen heads are dropped) or a grant
+--                      to us confirmed (lease reset to lease_ms); we left
+--                      the queue
+--   {0, park, now_us}  not ours. A waiting caller is queued (its arrival
+--                      kept if it was queued already) and should park for
+--                      `park` ms at most: the holder's PTTL, so that a
+--                      crashed holder or an unused grant is noticed when it
+--                      lapses. If the lock was free with others queued
+--                      ahead, the head was granted it. now_us is the server
+--                      time of this call: a grant that follows counts its
+--                      claim from here (acquire.rs)
 --   error WRONGKIND  the name is in use as a Mutex or RwLock; nothing is
 --                    written
 --   error WRONGTYPE  the lock key is not a string
@@ -41,57 +48,57 @@ local function other_kind(token, mine)
   return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
 end
 local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
-local now_us, now_ms = now()
 local holder = redis.call('GET', KEYS[1])
-if (holder and other_kind(holder, 'q'))
-    or redis.call('ZCOUNT', KEYS[6], now_ms, '+inf') > 0 then
+if holder and other_kind(holder, 'q') then
   return redis.error_reply(KIND_ERROR)
 end
-prune(KEYS[3], KEYS[4], now_ms)
 local member = ARGV[4]
-
-local function leave_queue()
+if holder == ARGV[1] then
+  -- A grant to us (its message lost or not yet read), or a re-sent attempt.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if member ~= '' then
     redis.call('ZREM', KEYS[3], member)
-    redis.call('ZREM', KEYS[4], member)
-    if redis.call('GET', KEYS[5]) == member then
-      redis.call('DEL', KEYS[5])
-    end
   end
-end
-
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  leave_queue()
   return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
+local now_us, now_ms = now()
 if not holder then
-  local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8],
-                           ARGV[3], now_us, member)
+  if redis.call('ZCOUNT', KEYS[5], now_ms, '+inf') > 0 then
+    return redis.error_reply(KIND_ERROR)
+  end
+  local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[8], ARGV[3],
+                           now_us, member, true)
   if moved ~= 1 then
+    -- We are the head (popped: out of the queue), or nobody live waits.
     local fence = next_fence(KEYS[2], now_us, ARGV[3])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    leave_queue()
     return {1, fence}
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if member == '' then
-  return {0, pttl}
+  return {0, pttl, now_us}
 end
 redis.call('ZADD', KEYS[3], 'NX', now_us, member)
-local park = tonumber(ARGV[2])
-if redis.call('ZRANK', KEYS[3], member) <= 1 then
-  park = pttl
-end
+local park = pttl
 if park < 0 then
   park = tonumber(ARGV[6])
 end
-local ttl = park + tonumber(ARGV[5])
-redis.call('ZADD', KEYS[4], now_ms + ttl, member)
-for _, key in ipairs({KEYS[3], KEYS[4]}) do
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
+local grace = tonumber(ARGV[5])
+if park > tonumber(ARGV[8]) then
+  -- A long park: grants to waiters that arrived no later than now send
+  -- standbys (LONG, see fair_common). An attempt by the waiter last told to
+  -- stand by shows it alive: it is no longer marked.
+  local long = tonumber(redis.call('ZSCORE', KEYS[3], LONG))
+  if not long or -long < now_us then
+    redis.call('ZADD', KEYS[3], -now_us, LONG)
+  end
+  local _, marked = read_marker(KEYS[4])
+  if marked == member then
+    redis.call('DEL', KEYS[4])
   end
 end
-return {0, park}
+if redis.call('PTTL', KEYS[3]) < park + grace then
+  redis.call('PEXPIRE', KEYS[3], park + 2 * grace)
+end
+return {0, park, now_us}

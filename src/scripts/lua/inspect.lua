@@ -4,7 +4,7 @@
 -- KEYS[1]  lock key     P:{N}              owner token: Mutex, FairMutex, RwLock writer
 -- KEYS[2]  fence key    P:{N}:fence
 -- KEYS[3]  waiters      P:{N}:waiters      Mutex queue: member -> expiry ms
--- KEYS[4]  fair expiry  P:{N}:fifo:expiry  FairMutex queue: member -> expiry ms
+-- KEYS[4]  fair queue   P:{N}:fifo         FairMutex queue: member -> arrival us
 -- KEYS[5]  readers      P:{N}:readers      RwLock read holds: token -> expiry ms
 -- KEYS[6]  intents      P:{N}:writers      RwLock waiting writers: member -> expiry ms
 -- KEYS[7]  owner notes  P:{N}:owners       hash: token -> note (e.g. "host:pid")
@@ -14,7 +14,7 @@
 --   pttl     its remaining lease in ms (-2: none, -1: no expiry)
 --   fence    the last fence handed out ("" if none is remembered)
 --   waiters  live entries (server time) of the Mutex queue
---   fair     live entries of the FairMutex queue
+--   fair     entries of the FairMutex queue
 --   intents  live RwLock writer intents
 --   note     the holder's owner note, "" if none
 --   readers  flat {token, ttl_ms, note, ...}: each live read hold, soonest
@@ -35,7 +35,7 @@ end
 local fence = redis.call('GET', KEYS[2]) or ''
 local live = '(' .. now_ms
 local waiters = redis.call('ZCOUNT', KEYS[3], live, '+inf')
-local fair = redis.call('ZCOUNT', KEYS[4], live, '+inf')
+local fair = redis.call('ZCOUNT', KEYS[4], 0, '+inf')
 local intents = redis.call('ZCOUNT', KEYS[6], live, '+inf')
 local holder_note = ''
 if holder ~= '' then
