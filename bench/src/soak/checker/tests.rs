@@ -289,3 +289,41 @@ fn a_permit_free_while_a_live_waiter_waits_is_a_violation() {
     let v = check(&r, &[], LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
 }
+
+#[test]
+fn a_killed_permit_holder_excuses_its_permit_but_not_the_other() {
+    // a is killed holding (its permit stays taken until its lease runs
+    // out); b holds the other; c gets a's permit 2 s later.
+    let mut r = vec![
+        rec("a", Event::Wait, 1, None, 0, None, None),
+        rec("a", Event::Acquired, 1, Some(10), 0, Some(10), None),
+    ];
+    for x in &mut r {
+        x.kind = "sem".into();
+        x.permits = Some(2);
+    }
+    r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
+    r.extend(permit("c", 1, 12, 600, 2_000_000, 2_001_000));
+    let kill = Fault {
+        at_us: 1_000,
+        kind: FaultKind::Sigkill,
+        worker: Some("a".into()),
+        until_us: None,
+    };
+    let v = check(&r, std::slice::from_ref(&kill), LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 1_000);
+    // Stopping b, which still holds the other permit, excuses nothing.
+    let mut r = permit("a", 1, 10, 0, 10, 1_000);
+    r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
+    r.extend(permit("c", 1, 12, 600, 2_000_000, 2_001_000));
+    let stop = Fault {
+        at_us: 1_500,
+        kind: FaultKind::Sigstop,
+        worker: Some("b".into()),
+        until_us: Some(2_900_000),
+    };
+    let v = check(&r, &[stop], LEASE);
+    assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
+    assert!(v.violations[0].bound.starts_with("permit free"));
+}
