@@ -9,13 +9,18 @@
 //! 1. The seed (`--seed` / `SOAK_SEED`, random by default) is printed first:
 //!    passing it again replays the same fault schedule (`plan.rs`).
 //! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers,
-//!    `RwLock` readers on the writers' lock, and two `redbell run` workers,
-//!    `runner.rs`) start as copies of this executable (`soak-worker`,
-//!    `worker.rs`), one lock per kind, named after the run (`soak-RUN-KIND`), with a 1.5 s
-//!    lease renewed by the library. Each critical section writes the
-//!    guard's fence to a fence-checked store (a Lua script on the key
-//!    `soak:{LOCK}:store`) on entry, holds a few ms, and writes again on
-//!    the way out (where a holder paused past its lease must be rejected).
+//!    `RwLock` readers on the writers' lock), four on a `Semaphore` of two
+//!    permits, and two `redbell run` workers (`runner.rs`) start as copies
+//!    of this executable (`soak-worker`, `worker.rs`), one lock per kind,
+//!    named after the run (`soak-RUN-KIND`), with a 1.5 s lease renewed by
+//!    the library. Each critical section writes the guard's fence to a
+//!    fence-checked store (a Lua script on the key `soak:{LOCK}:store`) on
+//!    entry, holds a few ms, and writes again on the way out (where a
+//!    holder paused past its lease must be rejected). Readers and permit
+//!    holders do not write: they hold alongside others, and a store that
+//!    keeps the highest fence would reject a permit holder of a lower
+//!    fence that is still within its rights (`plan.rs`,
+//!    [`WorkerKind::writes`]).
 //! 3. Every 1–2 s one fault (`faults.rs`, `topology.rs`): SIGKILL a worker
 //!    (a new one replaces it; or a `redbell run` worker), SIGSTOP one past
 //!    its lease then SIGCONT (or a *woken waiter*: one waiting on a lock
@@ -31,9 +36,10 @@
 //!    and the proxy faults need one server's URL: `single` only.
 //! 4. After `--secs` the workers are told to stop (a stop file) and given
 //!    time; once the leases and the waiter-queue entries (2 s grace) have
-//!    run out, the lock keys left in Redis are
-//!    counted (`SCAN`; the fence counters, which outlive locks by design,
-//!    and the store keys are deleted).
+//!    run out, the lock keys left in Redis are counted (`SCAN` of every
+//!    key under the run's lock names, `redbell:{soak-RUN-*`; the fence
+//!    counters, which outlive locks by design, and the store keys are
+//!    deleted).
 //! 5. The checker (`checker.rs`) reads the logs; `report.rs` prints the
 //!    table and writes `report.json` under `--out`. Exit 1 if a bound broke.
 //!
@@ -171,19 +177,18 @@ async fn soak(
     // Leases run out, and so do the waiter-queue entries of killed waiters
     // (they outlive a park by a 2 s grace).
     tokio::time::sleep(LEASE + KEY_GRACE).await;
+    // Every key under the run's lock names (`soak-RUN-*`), whatever its
+    // kind made of it (a semaphore's holders, permit count and queue too).
     let mut keys_left = Vec::new();
     let mut fence_keys = Vec::new();
-    for lock in &locks {
-        let found = topo.keys(&format!("redbell:{{{lock}}}*")).await?;
-        for key in found {
-            if key.ends_with(":fence") {
-                fence_keys.push(key);
-            } else {
-                keys_left.push(key);
-            }
+    for key in topo.keys(&format!("redbell:{{soak-{run_id}-*")).await? {
+        if key.ends_with(":fence") {
+            fence_keys.push(key);
+        } else {
+            keys_left.push(key);
         }
-        fence_keys.push(worker::store_key(lock));
     }
+    fence_keys.extend(locks.iter().map(|lock| worker::store_key(lock)));
     topo.del(&fence_keys).await;
 
     let records = read_records(dir)?;

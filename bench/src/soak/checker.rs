@@ -11,7 +11,10 @@
 //! `error:KIND`) and `hold` just
 //! before `unlock()` (`start_us` = got the lock, `end_us` = about to
 //! unlock). A failed `lock()` or `unlock()` is an `error` record whose
-//! `outcome` is `lock:KIND` or `unlock:KIND`.
+//! `outcome` is `lock:KIND` or `unlock:KIND`. A semaphore's workers log its
+//! permit count (`permits`) with every record: the lock's *capacity*, how
+//! many may hold it at once (1 for the other kinds; readers share among
+//! themselves within that 1, as a writer's hold excludes them all).
 //!
 //! A recorded hold lies inside the real one (it starts after Redis granted
 //! the lock and ends before the release was sent), so two recorded holds
@@ -22,20 +25,40 @@
 //!
 //! - **Stale writes accepted = 0**: an accepted write whose fence is lower
 //!   than that of a write accepted before it started.
-//! - **Unexplained overlaps = 0**: two holds of one lock that intersect are
-//!   allowed only if one side's worker was SIGSTOPped for longer than the
-//!   lease during its hold; that side's last write must then not have been
-//!   accepted after the other side's write (a stale write). Its write being
-//!   accepted *before* the successor's first write is what fencing cannot
-//!   catch; it is counted, not a violation.
+//! - **Unexplained overlaps = 0**: a hold that starts while `capacity`
+//!   others hold the lock (readers not counting against readers) is
+//!   allowed only if a fault explains it: one side's worker SIGSTOPped,
+//!   partitioned or half-open for longer than the lease during its hold,
+//!   or a server fault between the grants that may have lost the earlier
+//!   one. Each explained pair is counted by its cause; what is left
+//!   unexplained beyond `capacity - 1` others is a violation each (with a
+//!   capacity of 1, every unexplained pair). The paused side's last write
+//!   must then not have been accepted after the other side's write (a
+//!   stale write). Its write being accepted *before* the successor's first
+//!   write is what fencing cannot catch; it is counted, not a violation.
 //! - **Longest free wait ≤ 1 s** (lease + 1 s right after a SIGKILL or
-//!   SIGSTOP of the holder): for each gap between the end of the holds of
-//!   one lock and the next start, the time the lock sat free while a live
-//!   waiter (not stopped) was waiting.
+//!   SIGSTOP of the holder): for each hold that starts while fewer than
+//!   `capacity` hold the lock, the time since they fell below it (with a
+//!   capacity of 1: since the last hold ended) that a live waiter (not
+//!   stopped) spent waiting: how long a lock, or a semaphore's permit, sat
+//!   free while someone waited for it.
 //! - **Stranded waiters = 0**: a wait with no end after the workers were
 //!   told to stop and given time.
+//!
+//! # Why semaphore holders write nothing
+//!
+//! The store keeps the highest fence it accepted and rejects lower ones:
+//! right for a lock, whose holders follow one another. Permit holders do
+//! not: a holder of fence 10 may legitimately write after holders of 11,
+//! 12, ... took the other permits, wrote and let go, so the store would
+//! reject correct behaviour. Nor can a resource tell a stale lower fence
+//! from a live one by fences alone, and a store per permit slot would
+//! need a slot number, which the semaphore does not hand out (a permit is
+//! any member of its holders set). Its holds are judged by the capacity
+//! above instead.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +77,10 @@ pub struct Record {
     pub end_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
+    /// A semaphore's permit count (absent for the other kinds: one holder,
+    /// or readers sharing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
 }
 
 /// What a record is about.
@@ -324,6 +351,16 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         }
     }
 
+    // How many may hold each lock at once: a semaphore's permits, as its
+    // workers log them; 1 for the others.
+    let mut capacity: HashMap<&str, usize> = HashMap::new();
+    for r in records {
+        if let Some(p) = r.permits {
+            let c = capacity.entry(&r.lock).or_insert(1);
+            *c = (*c).max(p.max(1) as usize);
+        }
+    }
+
     let mut holds: BTreeMap<String, Vec<Hold>> = BTreeMap::new();
     let mut waits: BTreeMap<String, Vec<Wait>> = BTreeMap::new();
     let mut writes: BTreeMap<String, Vec<(u64, u64, u64)>> = BTreeMap::new();
@@ -424,10 +461,22 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     for (lock, hs) in &mut holds {
         hs.sort_by_key(|h| h.start);
         // Overlaps.
+        let capacity = capacity.get(lock.as_str()).copied().unwrap_or(1);
         let mut active: Vec<&Hold> = Vec::new();
         for h in hs.iter() {
             active.retain(|a| a.end > h.start);
-            for a in active.iter().filter(|a| !(a.shared && h.shared)) {
+            let others: Vec<&Hold> = active
+                .iter()
+                .filter(|a| !(a.shared && h.shared))
+                .copied()
+                .collect();
+            // Within the capacity: nothing to explain.
+            if others.len() < capacity {
+                active.push(h);
+                continue;
+            }
+            let mut unexplained: Vec<&Hold> = Vec::new();
+            for &a in &others {
                 // `a` started first; a server fault between the two grants
                 // may have lost `a`'s.
                 let lost = servers
@@ -435,20 +484,13 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     .find(|s| a.start <= s.1 + split_us(s.2) && s.0 <= h.start)
                     .and_then(|s| s.2.cause());
                 let (paused, other, cause) = if let Some(c) = stop_cause(a, h) {
-                    (*a, h, c)
+                    (a, h, c)
                 } else if let Some(c) = stop_cause(h, a) {
-                    (h, *a, c)
+                    (h, a, c)
                 } else if let Some(c) = lost {
-                    (*a, h, c)
+                    (a, h, c)
                 } else {
-                    v.overlaps_unexplained += 1;
-                    v.violations.push(Violation {
-                        bound: "unexplained overlapping holds = 0".into(),
-                        lock: lock.clone(),
-                        start_us: h.start,
-                        end_us: a.end.min(h.end),
-                        detail: format!("{} and {} held it at once", a.worker, h.worker),
-                    });
+                    unexplained.push(a);
                     continue;
                 };
                 v.overlaps_explained += 1;
@@ -474,6 +516,36 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 {
                     v.late_writes_before_successor += 1;
                 }
+            }
+            // `h` started while `capacity` others held it with no fault to
+            // excuse them: a violation for each unexplained pair on a lock,
+            // one for the hold on a semaphore, counting the holders too many.
+            if unexplained.len() >= capacity && capacity == 1 {
+                for a in &unexplained {
+                    v.overlaps_unexplained += 1;
+                    v.violations.push(Violation {
+                        bound: "unexplained overlapping holds = 0".into(),
+                        lock: lock.clone(),
+                        start_us: h.start,
+                        end_us: a.end.min(h.end),
+                        detail: format!("{} and {} held it at once", a.worker, h.worker),
+                    });
+                }
+            } else if unexplained.len() >= capacity {
+                v.overlaps_unexplained += (unexplained.len() + 1 - capacity) as u64;
+                let names: Vec<&str> = unexplained.iter().map(|x| x.worker.as_str()).collect();
+                v.violations.push(Violation {
+                    bound: "unexplained overlapping holds = 0".into(),
+                    lock: lock.clone(),
+                    start_us: h.start,
+                    // Until the first of them let go.
+                    end_us: unexplained.iter().map(|x| x.end).fold(h.end, u64::min),
+                    detail: format!(
+                        "{} got one of {capacity} permits while {} held them",
+                        h.worker,
+                        names.join(", ")
+                    ),
+                });
             }
             active.push(h);
         }
@@ -507,14 +579,30 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                         .iter()
                         .any(|&t| t + RUN_RELEASE_US >= x.start && t <= x.end + RUN_RELEASE_US))
         };
-        let mut last: Option<&Hold> = None;
+        // A sweep over the holds by start, with their ends in a heap:
+        // `free_since` is when the holders last fell below the capacity,
+        // and whose end did it (`None` before it was ever reached, or
+        // while it is). With a capacity of 1 a gap is a time with no
+        // holder, after the hold that ended last.
+        let mut ends: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+        let mut free_since: Option<(u64, &Hold)> = None;
         for (i, h) in hs.iter().enumerate() {
-            let Some(prev) = last else {
-                last = Some(h);
-                continue;
-            };
-            if h.start > prev.end {
-                let (gap_start, gap_end) = (prev.end, h.start);
+            while let Some(&Reverse((end, j))) = ends.peek() {
+                if end > h.start {
+                    break;
+                }
+                ends.pop();
+                if ends.len() + 1 == capacity {
+                    free_since = Some((end, &hs[j]));
+                }
+            }
+            let gap = free_since.filter(|&(s, _)| ends.len() < capacity && h.start > s);
+            ends.push(Reverse((h.end, i)));
+            if ends.len() >= capacity {
+                free_since = None;
+            }
+            if let Some((gap_start, prev)) = gap {
+                let gap_end = h.start;
                 let mut free = 0;
                 for list in by_worker.values() {
                     let i = list.partition_point(|w| w.start < gap_end);
@@ -532,12 +620,13 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 }
                 // Any hold that ended within a lease of the gap counts
                 // (readers share the lock: the last to let go may not be
-                // the one hit).
+                // the one hit), but not a permit still held at its end: a
+                // fault of that holder keeps no other permit taken.
                 let holder_fault = hs[..i]
                     .iter()
                     .rev()
                     .take_while(|x| x.start + LOOK_BACK_US >= gap_start)
-                    .any(|x| x.end + lease_us >= gap_start && hit(x, gap_end));
+                    .any(|x| x.end + lease_us >= gap_start && x.end <= gap_end && hit(x, gap_end));
                 // A stopped worker granted the lock in the gap logs its hold
                 // only once continued: later, with a lower fence.
                 let frozen_grant = !h.shared
@@ -581,7 +670,8 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 if free > bound {
                     v.violations.push(Violation {
                         bound: format!(
-                            "lock free while a live waiter waited <= {} ms",
+                            "{} free while a live waiter waited <= {} ms",
+                            if capacity > 1 { "permit" } else { "lock" },
                             bound / 1000
                         ),
                         lock: lock.clone(),
@@ -595,9 +685,6 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                         ),
                     });
                 }
-            }
-            if h.end >= prev.end {
-                last = Some(h);
             }
         }
     }

@@ -49,15 +49,19 @@ pub enum WorkerKind {
     RwRead,
     /// `redbell run` (a plain `Mutex` in the CLI), on a lock of its own.
     Run,
+    /// `Semaphore` permits ([`SEM_PERMITS`] of them; they do not write).
+    #[value(name = "sem")]
+    Semaphore,
 }
 
 impl WorkerKind {
-    pub const ALL: [WorkerKind; 5] = [
+    pub const ALL: [WorkerKind; 6] = [
         WorkerKind::Mutex,
         WorkerKind::Fair,
         WorkerKind::RwWrite,
         WorkerKind::RwRead,
         WorkerKind::Run,
+        WorkerKind::Semaphore,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +71,7 @@ impl WorkerKind {
             WorkerKind::RwWrite => "rw-write",
             WorkerKind::RwRead => "rw-read",
             WorkerKind::Run => "run",
+            WorkerKind::Semaphore => "sem",
         }
     }
 
@@ -79,14 +84,36 @@ impl WorkerKind {
     }
 
     /// How many workers of this kind run at once (`redbell run` workers
-    /// start two processes a section: fewer of them).
+    /// start two processes a section: fewer of them; the semaphore's are
+    /// twice its permits, so some always wait).
     pub fn workers(self) -> usize {
         match self {
             WorkerKind::Run => 2,
+            WorkerKind::Semaphore => 2 * SEM_PERMITS as usize,
             _ => 3,
         }
     }
+
+    /// How many holders the lock admits at once, if more than one: the
+    /// semaphore's permits (logged with every record, for the checker).
+    pub fn permits(self) -> Option<u32> {
+        (self == WorkerKind::Semaphore).then_some(SEM_PERMITS)
+    }
+
+    /// Whether its critical sections write their fence to the
+    /// fence-checked store. Readers do not (they hold the lock shared with
+    /// each other); nor do semaphore holders: concurrent
+    /// permits have different fences, and a holder of a lower one may
+    /// legitimately write after any number of later holders came and went,
+    /// so a store rejecting fences below its maximum would reject correct
+    /// behaviour (see `checker.rs`).
+    pub fn writes(self) -> bool {
+        !matches!(self, WorkerKind::RwRead | WorkerKind::Semaphore)
+    }
 }
+
+/// The permits of the semaphore the `sem` workers share.
+pub const SEM_PERMITS: u32 = 2;
 
 /// The workers' lease (renewed by the library every third of it).
 pub const LEASE: Duration = Duration::from_millis(1500);

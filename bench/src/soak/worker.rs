@@ -1,9 +1,9 @@
 //! One soak worker process (the hidden `soak-worker` subcommand): takes its
 //! lock over and over until told to stop, writes the guard's fence to the
 //! fence-checked store on entering and on leaving each critical section
-//! (readers do not write), and logs every wait, acquisition, write and hold
-//! as a JSON line (see `checker.rs`). `redbell run` workers are in
-//! `runner.rs`.
+//! (readers and semaphore holders do not write: [`WorkerKind::writes`]),
+//! and logs every wait, acquisition, write and hold as a JSON line (see
+//! `checker.rs`). `redbell run` workers are in `runner.rs`.
 
 use std::fs::File;
 use std::io::Write;
@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::aio::ConnectionManager;
 
 use super::checker::{Event, Record};
-use super::plan::{LEASE, WorkerKind};
+use super::plan::{LEASE, SEM_PERMITS, WorkerKind};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// The fence-checked store: accepts a write only if its fence is at least
@@ -124,12 +124,14 @@ enum Handle {
     Mutex(redbell::Mutex),
     Fair(redbell::FairMutex),
     Rw(redbell::RwLock),
+    Semaphore(redbell::Semaphore),
 }
 
 enum Guard {
     Mutex(redbell::MutexGuard),
     Write(redbell::WriteGuard),
     Read(redbell::ReadGuard),
+    Permit(redbell::Permit),
 }
 
 impl Guard {
@@ -138,6 +140,7 @@ impl Guard {
             Guard::Mutex(g) => g.fence(),
             Guard::Write(g) => g.fence(),
             Guard::Read(g) => g.fence(),
+            Guard::Permit(p) => p.fence(),
         }
     }
 
@@ -146,6 +149,7 @@ impl Guard {
             Guard::Mutex(g) => g.unlock().await,
             Guard::Write(g) => g.unlock().await,
             Guard::Read(g) => g.unlock().await,
+            Guard::Permit(p) => p.release().await,
         }
     }
 }
@@ -157,6 +161,7 @@ impl Handle {
             Handle::Fair(m) => Guard::Mutex(m.lock().await?),
             Handle::Rw(l) if kind == WorkerKind::RwRead => Guard::Read(l.read().await?),
             Handle::Rw(l) => Guard::Write(l.write().await?),
+            Handle::Semaphore(s) => Guard::Permit(s.acquire().await?),
         })
     }
 }
@@ -206,6 +211,7 @@ impl Log {
             start_us: span.0,
             end_us: span.1,
             outcome,
+            permits: self.kind.permits(),
         };
         let mut line = serde_json::to_string(&rec).unwrap_or_default();
         line.push('\n');
@@ -265,7 +271,7 @@ impl Store {
     /// A critical section that began waiting at `wait` and got `fence` at
     /// `got`: logs the acquisition, writes on entry and on the way out (a
     /// holder paused in between comes back with a stale fence, which the
-    /// store must reject) unless it is a reader, and logs the hold.
+    /// store must reject) if it is given a store, and logs the hold.
     pub async fn section(
         store: Option<&mut Store>,
         log: &mut Log,
@@ -307,10 +313,10 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         WorkerKind::Mutex | WorkerKind::Run => Handle::Mutex(client.mutex(&args.lock)),
         WorkerKind::Fair => Handle::Fair(client.fair_mutex(&args.lock)),
         WorkerKind::RwWrite | WorkerKind::RwRead => Handle::Rw(client.rwlock(&args.lock)),
+        WorkerKind::Semaphore => Handle::Semaphore(client.semaphore(&args.lock, SEM_PERMITS)),
     };
     let mut log = Log::open(&args.log, &args.id, args.kind, &args.lock)?;
     let hold = Duration::from_millis(args.hold_ms);
-    let reader = args.kind == WorkerKind::RwRead;
 
     let mut seq = 0;
     while !stopped(&args.stop_file) {
@@ -332,7 +338,7 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
             }
         };
         let fence = guard.fence();
-        let store = (!reader).then_some(&mut store);
+        let store = args.kind.writes().then_some(&mut store);
         Store::section(store, &mut log, seq, (wait, now_us(), fence), hold).await;
         if let Err(e) = guard.unlock().await {
             let t = now_us();

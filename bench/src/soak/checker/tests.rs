@@ -21,6 +21,7 @@ fn rec(
         start_us: start,
         end_us: end,
         outcome: outcome.map(str::to_owned),
+        permits: None,
     }
 }
 
@@ -192,4 +193,137 @@ fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
     assert!(v.violations.is_empty(), "{:?}", v.violations);
     assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 20);
     assert_eq!(v.faults["SIGKILL worker"], 1);
+}
+
+/// A section of a 2-permit semaphore's worker: no store writes.
+fn permit(worker: &str, seq: u64, fence: u64, w: u64, a: u64, b: u64) -> Vec<Record> {
+    let mut r = vec![
+        rec(worker, Event::Wait, seq, None, w, None, None),
+        rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
+        rec(worker, Event::Hold, seq, Some(fence), a, Some(b), None),
+    ];
+    for x in &mut r {
+        x.kind = "sem".into();
+        x.permits = Some(2);
+    }
+    r
+}
+
+#[test]
+fn two_permits_may_be_held_at_once() {
+    let mut r = permit("a", 1, 10, 0, 10, 1_000);
+    r.extend(permit("b", 1, 11, 5, 500, 2_000));
+    r.extend(permit("c", 1, 12, 6, 1_100, 2_500));
+    let v = check(&r, &[], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (0, 0));
+    assert_eq!(v.acquisitions["sem"], 3);
+    // c waited while a permit was free from 1_000 (a let go) to 1_100.
+    assert_eq!(v.longest_free_wait_us, 100);
+}
+
+#[test]
+fn a_third_permit_holder_is_a_violation() {
+    let mut r = permit("a", 1, 10, 0, 10, 1_000);
+    r.extend(permit("b", 1, 11, 5, 500, 2_000));
+    r.extend(permit("c", 1, 12, 6, 800, 2_500));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.overlaps_unexplained, 1);
+    let x = &v.violations[0];
+    assert_eq!(x.bound, "unexplained overlapping holds = 0");
+    assert_eq!((x.start_us, x.end_us), (800, 1_000));
+    assert!(
+        x.detail
+            .contains("c got one of 2 permits while a, b held them"),
+        "{}",
+        x.detail
+    );
+    // The same three on a plain lock: a pair each.
+    let mutex: Vec<Record> = r
+        .iter()
+        .cloned()
+        .map(|mut x| {
+            x.permits = None;
+            x
+        })
+        .collect();
+    assert_eq!(check(&mutex, &[], LEASE).overlaps_unexplained, 3);
+}
+
+#[test]
+fn a_third_permit_holder_beside_a_stopped_one_is_explained() {
+    // a is stopped past its lease while holding; its permit expires and c
+    // takes it while b holds the other.
+    let mut r = permit("a", 1, 10, 0, 10, 3_000_000);
+    r.extend(permit("b", 1, 11, 5, 500, 2_500_000));
+    r.extend(permit("c", 1, 12, 6, 2_000_000, 2_100_000));
+    let stop = Fault {
+        at_us: 20,
+        kind: FaultKind::Sigstop,
+        worker: Some("a".into()),
+        until_us: Some(2_900_000),
+    };
+    let v = check(&r, &[stop], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (1, 0));
+    assert_eq!(v.overlaps_by_cause["SIGSTOP past the lease"], 1);
+}
+
+#[test]
+fn a_permit_free_while_a_live_waiter_waits_is_a_violation() {
+    // b holds throughout; a lets go at 1_000 and c, waiting since 500,
+    // gets the free permit only at 2_001_000.
+    let mut r = permit("a", 1, 10, 0, 10, 1_000);
+    r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
+    r.extend(permit("c", 1, 12, 500, 2_001_000, 2_002_000));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.longest_free_wait_us, 2_000_000);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+    let x = &v.violations[0];
+    assert_eq!(x.bound, "permit free while a live waiter waited <= 1000 ms");
+    assert_eq!((x.start_us, x.end_us), (1_000, 2_001_000));
+    // With both permits taken meanwhile there is nothing free to wait for.
+    let mut r = permit("a", 1, 10, 0, 10, 2_001_000);
+    r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
+    r.extend(permit("c", 1, 12, 500, 2_001_000, 2_002_000));
+    let v = check(&r, &[], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+}
+
+#[test]
+fn a_killed_permit_holder_excuses_its_permit_but_not_the_other() {
+    // a is killed holding (its permit stays taken until its lease runs
+    // out); b holds the other; c gets a's permit 2 s later.
+    let mut r = vec![
+        rec("a", Event::Wait, 1, None, 0, None, None),
+        rec("a", Event::Acquired, 1, Some(10), 0, Some(10), None),
+    ];
+    for x in &mut r {
+        x.kind = "sem".into();
+        x.permits = Some(2);
+    }
+    r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
+    r.extend(permit("c", 1, 12, 600, 2_000_000, 2_001_000));
+    let kill = Fault {
+        at_us: 1_000,
+        kind: FaultKind::Sigkill,
+        worker: Some("a".into()),
+        until_us: None,
+    };
+    let v = check(&r, std::slice::from_ref(&kill), LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 1_000);
+    // Stopping b, which still holds the other permit, excuses nothing.
+    let mut r = permit("a", 1, 10, 0, 10, 1_000);
+    r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
+    r.extend(permit("c", 1, 12, 600, 2_000_000, 2_001_000));
+    let stop = Fault {
+        at_us: 1_500,
+        kind: FaultKind::Sigstop,
+        worker: Some("b".into()),
+        until_us: Some(2_900_000),
+    };
+    let v = check(&r, &[stop], LEASE);
+    assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
+    assert!(v.violations[0].bound.starts_with("permit free"));
 }
