@@ -196,7 +196,8 @@ impl Shared {
             }
             return;
         }
-        // "<waiter id>" (a plain wake-up); "<waiter id>:<token>:g<fence>:<claim
+        // "<waiter id>" (a plain wake-up); "<waiter id>:?" (the probe before a
+        // fair grant); "<waiter id>:<token>:g<fence>:<claim
         // end us>" (a fair grant: the lock is already the waiter's);
         // "<waiter id>:<token>:s<ms>" / "<waiter id>::s<ms>" (a standby: the
         // waiter ahead was just woken or granted the lock; park no longer
@@ -206,6 +207,11 @@ impl Shared {
         let mut parts = text.split(':');
         let id = parts.next().and_then(|id| id.parse::<u64>().ok());
         let token = parts.next().unwrap_or("");
+        if token == "?" {
+            // "<waiter id>:?": a fair grant's probe of our subscription,
+            // not for the waiter.
+            return;
+        }
         let tag = parts.next().unwrap_or("");
         let standby = tag
             .strip_prefix('s')

@@ -36,9 +36,11 @@
 --   lock the head waiter's (its token, a fresh fence, a claim lease of
 --   claim_ms) and publishes "<waiter id>:<token>:g<fence>:<claim end us>"
 --   on its client's channel prefix .. client id: what the waiter needs to
---   return its guard at once (see acquire.rs), and returns 1. A head whose
---   client receives nothing (PUBLISH counted 0 receivers) is dropped and the
---   next one tried; with drop_marked (the lock was found free, not
+--   return its guard at once (see acquire.rs), and returns 1. The grant is
+--   preceded by a probe, "<waiter id>:?", that the waiter ignores: a head
+--   whose client has no subscriber on this server (the probe's PUBLISH
+--   counted 0 receivers: it is gone, or its subscription is on a replica)
+--   is dropped without a grant and the next one tried; with drop_marked (the lock was found free, not
 --   released), so is the head the marker names once its deadline passed.
 --   When the granted head arrived no later than LONG's arrival, the next
 --   two in line get a standby message "<waiter id>:<token>:s<window>":
@@ -120,15 +122,32 @@ local function grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_t
       end
       local cid, rest, token = split(head)
       if token and not (head == marked and now_ms > deadline) then
-        local f = next_fence(fence, now_us, fence_ttl_ms)
-        redis.call('SET', lock, token, 'PX', claim)
-        local grant = string.format('%s:g%d:%d', rest, f, now_us + claim * 1000)
-        local received = redis.pcall('PUBLISH', prefix .. cid, grant)
-        if type(received) == 'table' then
-          redis.call('DEL', lock)
+        -- First a probe the waiter ignores, to count the head client's
+        -- subscribers on this server: the grant is trusted on arrival,
+        -- without a round trip, so it goes only where the count is true. A
+        -- client subscribed on a replica (after a failover, before its hub
+        -- moved) still receives what the primary publishes but is not
+        -- counted: granted, then passed over for the next in line, it would
+        -- hold a lock that is another's.
+        local probed = redis.pcall('PUBLISH', prefix .. cid,
+                                   string.match(rest, '^[^:]*') .. ':?')
+        if type(probed) == 'table' then
           redis.call('ZADD', queue, arrival, head)
           keep_long()
           return 0
+        end
+        local received = 0
+        if probed > 0 then
+          local f = next_fence(fence, now_us, fence_ttl_ms)
+          redis.call('SET', lock, token, 'PX', claim)
+          local grant = string.format('%s:g%d:%d', rest, f, now_us + claim * 1000)
+          received = redis.pcall('PUBLISH', prefix .. cid, grant)
+          if type(received) == 'table' then
+            redis.call('DEL', lock)
+            redis.call('ZADD', queue, arrival, head)
+            keep_long()
+            return 0
+          end
         end
         if received > 0 then
           if long and arrival <= long then
