@@ -70,11 +70,22 @@
 //! ## The hand-off reservation, and the lean paths
 //!
 //! While a plain release's wake-up travels, the lock key itself holds the
-//! reservation `m:<member>` with the reservation's expiry
-//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS)): every other attempt's
-//! `SET NX` fails on it (and queues), the woken waiter's attempt finds its
-//! own member there and overwrites it with its token and lease. `status`
-//! reports a reserved lock as free. So the acquire's first command, `SET
+//! reservation `m:<member>@<end>` with the reservation's expiry
+//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS); `<end>` is that expiry in
+//! server ms): every other attempt's `SET NX` fails on it (and queues), the
+//! woken waiter's attempt finds its own member there and overwrites it with
+//! its token and lease. `status` reports a reserved lock as free.
+//!
+//! An attempt that finds another waiter's reservation (typically the
+//! releaser, locking again at once) learns from the value alone when the
+//! reservation ends, so it queues with no `PTTL` and no `TIME`: it parks
+//! for the reservation's length at most, and its entry's score is the
+//! reservation's end plus its own lease and the grace, with the fraction
+//! `.5`. That score puts it behind the waiters that queued while the last
+//! holder held (their scores are that holder's expiry plus the grace), not
+//! ahead of them as the reservation's short expiry would; and the fraction
+//! tells a later release that this member parks no longer than a
+//! reservation, so it needs no standby message (below). So the acquire's first command, `SET
 //! NX GET`, both takes a free lock and reads a held one's value; one
 //! `EXISTS` of the readers and the queue rules out, on a free lock, live
 //! RwLock readers (a Mutex must not be taken beside them) and a queue entry
@@ -118,7 +129,12 @@
 //!   and sends the **next two in line a standby** message
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
-//!   attempt. A live woken waiter has attempted by then (they find the lock
+//!   attempt. (The plain release skips the standby of a member that parks
+//!   no longer than a reservation already, its score's fraction `.5`, and
+//!   of a member of the woken one's own client, frozen with it or alive and
+//!   attempting: to them it would change nothing. In a steady stream of
+//!   hand-offs, where every releaser queues again during the reservation
+//!   its release made, a hand-off thus publishes one message.) A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
 //!   first live standby waiter takes it. The frozen member is out of the
 //!   queue (plain) or pruned by the next attempt (fair), so it does not

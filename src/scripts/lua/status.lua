@@ -7,7 +7,7 @@
 --
 -- Returns {holder, pttl, fence, waiters}:
 --   holder   the owner token, or "" when the lock is free (or only reserved,
---            "m:<member>", for the waiter a release just woke)
+--            "m:<member>@<end>", for the waiter a release just woke)
 --   pttl     remaining lease in ms (-2: free, -1: no expiry)
 --   fence    the last fence handed out ("" if none is remembered)
 --   waiters  queue entries not yet expired (server time), both kinds
