@@ -78,14 +78,17 @@
 //!
 //! An attempt that finds another waiter's reservation (typically the
 //! releaser, locking again at once) learns from the value alone when the
-//! reservation ends, so it queues with no `PTTL` and no `TIME`: it parks
-//! for the reservation's length at most, and its entry's score is the
-//! reservation's end plus its own lease and the grace, with the fraction
-//! `.5`. That score puts it behind the waiters that queued while the last
+//! reservation ends, so it queues with no `PTTL` and no `TIME`: its
+//! entry's score is the reservation's end plus its own lease and the
+//! grace, which puts it behind the waiters that queued while the last
 //! holder held (their scores are that holder's expiry plus the grace), not
-//! ahead of them as the reservation's short expiry would; and the fraction
-//! tells a later release that this member parks no longer than a
-//! reservation, so it needs no standby message (below). So the acquire's first command, `SET
+//! ahead of them as the reservation's short expiry would. Among the first
+//! two in the queue it parks no longer than the reservation (the woken
+//! waiter may be frozen, or take the lock with a short lease and crash:
+//! the next attempt learns its PTTL), and its score's fraction `.5` tells
+//! a later release that it needs no standby message (below); further
+//! back it parks for the lease it assumed, and releases standby it once it
+//! is among the next two in line. So the acquire's first command, `SET
 //! NX GET`, both takes a free lock and reads a held one's value; one
 //! `EXISTS` of the readers and the queue rules out, on a free lock, live
 //! RwLock readers (a Mutex must not be taken beside them) and a queue entry
@@ -202,7 +205,8 @@
 //! grant's claim lease). The standby windows are the scripts' own
 //! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -610,10 +614,31 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// A fresh random owner token: the kind's tag letter (see
-/// [`Kind::token_tag`]), then 32 hex digits.
+/// A fresh owner token: the kind's tag letter (see [`Kind::token_tag`]),
+/// then 32 hex digits, unique across processes and clients.
+///
+/// The first 16 digits are random, drawn once per process; the last 16 are
+/// a per-process counter, mixed with the process id (so a forked child
+/// does not repeat its parent's tokens), through a bijection (so two
+/// distinct inputs never give the same digits). A token only has to be
+/// unique, not secret (`status` shows it to anyone who can read the key),
+/// and this costs no system call per acquisition, where a random UUID each
+/// time did (`getrandom`).
 fn new_token(kind: Kind) -> String {
-    format!("{}{}", kind.token_tag(), uuid::Uuid::new_v4().simple())
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let unique = count ^ (u64::from(std::process::id()) << 32);
+    format!("{}{seed:016x}{:016x}", kind.token_tag(), mix(unique))
+}
+
+/// The splitmix64 finalizer: a bijection on `u64` that scatters nearby
+/// inputs.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// Releases an acquire attempt's token in the background if the attempt's
@@ -649,5 +674,8 @@ mod tests {
         for kind in [Kind::Fair, Kind::Read, Kind::Write] {
             assert!(new_token(kind).starts_with(kind.token_tag()));
         }
+        let many: std::collections::HashSet<String> =
+            (0..10_000).map(|_| new_token(Kind::Plain)).collect();
+        assert_eq!(many.len(), 10_000);
     }
 }

@@ -103,8 +103,8 @@ async fn an_attempt_on_a_reservation_queues_behind_the_hold_without_pttl_or_time
     reset_stats(&mut conn).await;
     let (got, park) = acquire(&mut conn, &name, "mlate", "c2:1").await;
     let stats = commandstats(&mut conn).await;
-
     assert_eq!(got, 0, "a reserved lock was taken");
+    // Second in line: parks no longer than the reservation.
     assert_eq!(
         park, HANDOFF_MS as i64,
         "parks no longer than the reservation"
@@ -117,22 +117,33 @@ async fn an_attempt_on_a_reservation_queues_behind_the_hold_without_pttl_or_time
         1,
         "the lock's PTTL during a reservation: {stats:?}"
     );
-    let all: u64 = stats
-        .iter()
-        .filter(|(name, _)| !name.starts_with("config"))
-        .map(|(_, n)| n)
-        .sum();
-    assert_eq!(all, 4, "script call, SET NX GET, ZADD, PTTL: {stats:?}");
+
+    // Third in line (during the next reservation): parks for the lease it
+    // assumed, and releases will standby it once it is among the next two.
+    set_px(&mut conn, &lock, &format!("m:c9:9@{}", end + 5), HANDOFF_MS).await;
+    let (got, park) = acquire(&mut conn, &name, "mlater", "c3:1").await;
+    assert_eq!(got, 0, "a reserved lock was taken");
+    assert_eq!(park, (HANDOFF_MS + LEASE_MS) as i64);
+
     let queue = scores(&mut conn, &name).await;
     let members: Vec<&str> = queue.iter().map(|(m, _)| m.as_str()).collect();
     assert_eq!(
         members,
-        ["c1:1", "c2:1"],
-        "the late one overtook: {queue:?}"
+        ["c1:1", "c2:1", "c3:1"],
+        "the late ones overtook: {queue:?}"
     );
-    let late = queue[1].1;
-    assert_eq!(late.fract(), 0.5, "not marked as parking short: {late}");
+    let (late, later) = (queue[1].1, queue[2].1);
+    assert_eq!(
+        late.fract(),
+        0.5,
+        "the second is not marked as parking short: {late}"
+    );
     assert_eq!(late.trunc() as u64, end + LEASE_MS + GRACE_MS);
+    assert_eq!(
+        later.fract(),
+        0.0,
+        "the third is marked, yet parks long: {later}"
+    );
     let queue_pttl: i64 = redis::cmd("PTTL")
         .arg(waiters_key(&name))
         .query_async(&mut conn)
@@ -247,4 +258,42 @@ async fn a_release_sends_standbys_only_where_they_help() {
         standbys.sort_unstable();
         assert_eq!(standbys, want, "{case}: {got:?}");
     }
+}
+
+/// The other half of the guarantee: the releaser, queueing again during the
+/// reservation its release made (first in line, nobody standing by), still
+/// takes the lock at once when the woken waiter takes it with a short lease
+/// and crashes: it parked no longer than the reservation, learnt the new
+/// holder's lease, and parked on that.
+#[tokio::test]
+async fn a_releaser_queued_during_its_reservation_takes_over_a_crashed_holder() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let name = unique("lean-crash");
+    let (a, b) = (client(&url).await, client(&url).await);
+    let guard = a.mutex(&name).with_lease(LONG).lock().await.unwrap();
+    let short = Duration::from_millis(300);
+    let woken = b.mutex(&name).with_lease(short);
+    let crashed = tokio::spawn(async move {
+        let guard = woken.lock().await.unwrap();
+        let at = Instant::now();
+        std::mem::forget(guard); // crashed: never released, never renewed
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await; // b is queued
+    let again = a.mutex(&name).with_lease(LONG);
+    guard.unlock().await.unwrap();
+    let retaken = tokio::spawn(async move { again.lock().await.map(|g| (Instant::now(), g)) });
+    let crashed_at = crashed.await.unwrap();
+    let (at, g) = tokio::time::timeout(Duration::from_secs(10), retaken)
+        .await
+        .expect("the releaser still waits 10 s after the crash")
+        .unwrap()
+        .unwrap();
+    let after = at - crashed_at;
+    assert!(
+        after < short + Duration::from_millis(700),
+        "took over {after:?} after a crash under a {short:?} lease"
+    );
+    g.unlock().await.unwrap();
 }

@@ -29,13 +29,14 @@
 --   {0, pttl}   someone holds the lock; pttl = the remaining ms of the
 --               holder's lease (-1: no expiry). The member, if any, is
 --               queued with expiry now + (pttl or park_ms) + grace_ms.
---   {0, handoff_ms}  the lock is reserved for another waiter (a release
---               just woke it): park no longer than the reservation. The
---               member, if any, is queued with expiry (the reservation's
---               end) + lease_ms + grace_ms, and that score's fraction .5
---               tells a release that this member parks no longer than a
---               reservation (it needs no standby message). Its place is
---               behind the waiters that queued while the last holder held.
+--   {0, park}   the lock is reserved for another waiter (a release just
+--               woke it). The member, if any, is queued with expiry (the
+--               reservation's end) + lease_ms + grace_ms: behind the
+--               waiters that queued while the last holder held. Among the
+--               first two in the queue it parks no longer than the
+--               reservation (park = handoff_ms), and its score's fraction
+--               .5 tells a release that it needs no standby message;
+--               further back, park = handoff_ms + lease_ms (no .5).
 --   error WRONGKIND  the name is in use as a FairMutex or RwLock (the lock
 --                    key holds a token of that kind, or live readers hold
 --                    it); nothing is written
@@ -134,17 +135,32 @@ if holder == ARGV[1] then
   end
   return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
--- Reserved for the waiter a release just woke ("m:<member>@<end ms>"):
--- park until the reservation ends (if that waiter is frozen or dead, the
--- lock is free by then), then attempt again. The reservation says when it
--- ends, so neither the lock's PTTL nor TIME is needed: the entry's expiry
--- counts from that end (later than now, so on the safe side).
+-- Reserved for the waiter a release just woke ("m:<member>@<end ms>"). The
+-- reservation says when it ends, so neither the lock's PTTL nor TIME is
+-- needed: the entry's expiry counts from that end (later than now, so on
+-- the safe side), plus the caller's lease (the next holder's is not known
+-- yet) and the grace, which puts it behind the waiters that queued during
+-- the last hold. How long it parks depends on its place:
+--   among the first two  until the reservation ends (if the woken waiter is
+--     frozen or dead, the lock is free by then; if it took the lock, the
+--     next attempt learns its PTTL), and its score carries the fraction .5:
+--     a release sends no standby to a member that parks that short anyway
+--   further back  for the lease it assumed: releases standby it (no .5)
+--     once it is among the next two in line, and the ones ahead of it park
+--     on the holder or the reservation, so a crashed holder is still taken
+--     over at its expiry
 local reserved_until = string.match(holder, '^m:.*@(%d+)$')
 if reserved_until then
+  local park = tonumber(ARGV[7])
   if member ~= '' then
     local expiry = tonumber(reserved_until) + tonumber(ARGV[2]) + tonumber(ARGV[5])
-    if queue_error(redis.pcall('ZADD', KEYS[3], string.format('%d.5', expiry), member)) then
+    if queue_error(redis.pcall('ZADD', KEYS[3], expiry, member)) then
       return redis.error_reply(QUEUE_WRONGTYPE)
+    end
+    if redis.call('ZRANK', KEYS[3], member) <= 1 then
+      redis.call('ZADD', KEYS[3], string.format('%d.5', expiry), member)
+    else
+      park = park + tonumber(ARGV[2])
     end
     -- The queue outlives its entries: this one ends at most ttl from now
     -- (the reservation ends within handoff_ms). Twice that, so that the
@@ -154,7 +170,7 @@ if reserved_until then
       redis.call('PEXPIRE', KEYS[3], 2 * ttl)
     end
   end
-  return {0, tonumber(ARGV[7])}
+  return {0, park}
 end
 -- Held: park until the holder's lease ends, then attempt again.
 local pttl = redis.call('PTTL', KEYS[1])
