@@ -50,6 +50,15 @@
 --                RwLock readers, and skips the queue work when nobody waits
 --   TIME, SET GET  the fence: max(previous + 1, server time in us), written
 --                and the previous value read in one command
+-- And of a hand-off's two attempts. The woken waiter's (5): SET NX GET
+-- (finds its reservation), SET (its token and lease), TIME and SET GET
+-- (the fence). The releaser's, locking again during the reservation (5):
+-- SET NX GET (finds the reservation, which says when it ends: no PTTL, no
+-- TIME), ZADD (its place), ZRANK (among the first two? then it parks
+-- short and is marked, one more ZADD), PTTL of the queue (its expiry must
+-- cover the entry; PEXPIRE, with room to spare, when it does not). During
+-- a hold instead: SET NX GET, PTTL (the park), TIME, ZADD, PTTL of the
+-- queue.
 local QUEUE_WRONGTYPE = 'WRONGTYPE waiter queue key holds a value that is not a redbell queue'
 local FENCE_WRONGTYPE = 'WRONGTYPE fence key holds a value that is not a redbell fence'
 local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
