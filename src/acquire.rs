@@ -70,11 +70,25 @@
 //! ## The hand-off reservation, and the lean paths
 //!
 //! While a plain release's wake-up travels, the lock key itself holds the
-//! reservation `m:<member>` with the reservation's expiry
-//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS)): every other attempt's
-//! `SET NX` fails on it (and queues), the woken waiter's attempt finds its
-//! own member there and overwrites it with its token and lease. `status`
-//! reports a reserved lock as free. So the acquire's first command, `SET
+//! reservation `m:<member>@<end>` with the reservation's expiry
+//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS); `<end>` is that expiry in
+//! server ms): every other attempt's `SET NX` fails on it (and queues), the
+//! woken waiter's attempt finds its own member there and overwrites it with
+//! its token and lease. `status` reports a reserved lock as free.
+//!
+//! An attempt that finds another waiter's reservation (typically the
+//! releaser, locking again at once) learns from the value alone when the
+//! reservation ends, so it queues with no `PTTL` and no `TIME`: its
+//! entry's score is the reservation's end plus its own lease and the
+//! grace, which puts it behind the waiters that queued while the last
+//! holder held (their scores are that holder's expiry plus the grace), not
+//! ahead of them as the reservation's short expiry would. Among the first
+//! two in the queue it parks no longer than the reservation (the woken
+//! waiter may be frozen, or take the lock with a short lease and crash:
+//! the next attempt learns its PTTL), and its score's fraction `.5` tells
+//! a later release that it needs no standby message (below); further
+//! back it parks for the lease it assumed, and releases standby it once it
+//! is among the next two in line. So the acquire's first command, `SET
 //! NX GET`, both takes a free lock and reads a held one's value; one
 //! `EXISTS` of the readers and the queue rules out, on a free lock, live
 //! RwLock readers (a Mutex must not be taken beside them) and a queue entry
@@ -164,7 +178,12 @@
 //!   may park past the claim, see below)
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
-//!   attempt. A live woken waiter has attempted by then (they find the lock
+//!   attempt. (The plain release skips the standby of a member that parks
+//!   no longer than a reservation already, its score's fraction `.5`, and
+//!   of a member of the woken one's own client, frozen with it or alive and
+//!   attempting: to them it would change nothing. In a steady stream of
+//!   hand-offs, where every releaser queues again during the reservation
+//!   its release made, a hand-off thus publishes one message.) A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
 //!   first live standby waiter takes it. The frozen member is out of the
 //!   queue (plain, and a fair grantee), or dropped by the next attempt that
@@ -234,7 +253,8 @@
 //! its grant confirms it). The standby windows are the scripts' own
 //! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -745,10 +765,31 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// A fresh random owner token: the kind's tag letter (see
-/// [`Kind::token_tag`]), then 32 hex digits.
+/// A fresh owner token: the kind's tag letter (see [`Kind::token_tag`]),
+/// then 32 hex digits, unique across processes and clients.
+///
+/// The first 16 digits are random, drawn once per process; the last 16 are
+/// a per-process counter, mixed with the process id (so a forked child
+/// does not repeat its parent's tokens), through a bijection (so two
+/// distinct inputs never give the same digits). A token only has to be
+/// unique, not secret (`status` shows it to anyone who can read the key),
+/// and this costs no system call per acquisition, where a random UUID each
+/// time did (`getrandom`).
 fn new_token(kind: Kind) -> String {
-    format!("{}{}", kind.token_tag(), uuid::Uuid::new_v4().simple())
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let unique = count ^ (u64::from(std::process::id()) << 32);
+    format!("{}{seed:016x}{:016x}", kind.token_tag(), mix(unique))
+}
+
+/// The splitmix64 finalizer: a bijection on `u64` that scatters nearby
+/// inputs.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// Releases an acquire attempt's token in the background if the attempt's
@@ -784,5 +825,8 @@ mod tests {
         for kind in [Kind::Fair, Kind::Read, Kind::Write] {
             assert!(new_token(kind).starts_with(kind.token_tag()));
         }
+        let many: std::collections::HashSet<String> =
+            (0..10_000).map(|_| new_token(Kind::Plain)).collect();
+        assert_eq!(many.len(), 10_000);
     }
 }

@@ -128,6 +128,7 @@ async fn acquire(
         .arg(member)
         .arg(2_000)
         .arg(1_000)
+        .arg(100)
         .query_async(conn)
         .await
         .unwrap()

@@ -262,7 +262,13 @@ impl Conn {
 
     /// The current command connection (a clone sharing its sockets).
     pub(crate) fn manager(&self) -> Manager {
-        self.current().manager
+        // The hot path: clone the manager only, not the whole `Current`.
+        self.0
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .manager
+            .clone()
     }
 
     /// The slow lane: a command connection of its own for calls that block

@@ -171,18 +171,27 @@ impl Hub {
         let waiter = Arc::new(Waiter::default());
         let subscribed = {
             let mut channels = self.shared.lock();
-            let entry = channels
-                .entry(keys.channel.clone())
-                .or_insert_with(|| Entry {
-                    keys: keys.clone(),
-                    waiters: HashMap::new(),
-                    idle_since: None,
-                    subscribed: false,
-                    released_at: None,
-                });
-            entry.waiters.insert(id, (waiter.clone(), keys.kind));
-            entry.idle_since = None;
-            entry.subscribed
+            // Looked up first: the channel's name is cloned only for a new
+            // entry.
+            if let Some(entry) = channels.get_mut(&keys.channel) {
+                entry.waiters.insert(id, (waiter.clone(), keys.kind));
+                entry.idle_since = None;
+                entry.subscribed
+            } else {
+                let mut waiters = HashMap::new();
+                waiters.insert(id, (waiter.clone(), keys.kind));
+                channels.insert(
+                    keys.channel.clone(),
+                    Entry {
+                        keys: keys.clone(),
+                        waiters,
+                        idle_since: None,
+                        subscribed: false,
+                        released_at: None,
+                    },
+                );
+                false
+            }
         };
         let registration = Registration {
             shared: self.shared.clone(),

@@ -86,7 +86,7 @@ pub(crate) async fn acquire(
     }
     match keys.kind {
         Kind::Semaphore => &mut invocation,
-        Kind::Plain => invocation.key(&keys.readers),
+        Kind::Plain => invocation.key(&keys.readers).arg(HANDOFF_MS),
         Kind::Fair => invocation
             .key(&keys.handoff)
             .key(&keys.readers)

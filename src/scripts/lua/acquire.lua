@@ -2,8 +2,8 @@
 -- release that woke it) and advance its fencing counter; otherwise (for a
 -- waiting caller) enter or refresh its place in the queue. While a
 -- release's hand-off to a woken waiter is pending, the lock key holds the
--- reservation "m:<member>" (PX = the reservation), so it counts as held for
--- everyone but that waiter.
+-- reservation "m:<member>@<end>" (PX = the reservation; end = its expiry
+-- in server ms), so it counts as held for everyone but that waiter.
 --
 -- KEYS[1]  lock key      P:{N}          string: the owner's token (or a
 --                                       reservation), PX = lease
@@ -17,6 +17,7 @@
 --                        for a caller that will not wait (nothing is queued)
 -- ARGV[5]  grace_ms      how long a queue entry outlives the holder's PTTL
 -- ARGV[6]  park_ms       the park of a waiter on a key without expiry
+-- ARGV[7]  handoff_ms    the length of a release's hand-off reservation
 --
 -- Returns
 --   {1, fence}  the key was set (and the member left the queue, and a
@@ -25,10 +26,17 @@
 --               The same token already in the key (this call re-sent after
 --               its first run's reply was lost) also counts as set: {1,
 --               current fence}, and nothing changes.
---   {0, pttl}   someone holds the lock, or it is being handed to another
---               waiter; pttl = the remaining ms of the holder's lease (-1:
---               no expiry), or of the hand-off reservation. The member, if
---               any, is queued with expiry now + (pttl or park_ms) + grace_ms.
+--   {0, pttl}   someone holds the lock; pttl = the remaining ms of the
+--               holder's lease (-1: no expiry). The member, if any, is
+--               queued with expiry now + (pttl or park_ms) + grace_ms.
+--   {0, park}   the lock is reserved for another waiter (a release just
+--               woke it). The member, if any, is queued with expiry (the
+--               reservation's end) + lease_ms + grace_ms: behind the
+--               waiters that queued while the last holder held. Among the
+--               first two in the queue it parks no longer than the
+--               reservation (park = handoff_ms), and its score's fraction
+--               .5 tells a release that it needs no standby message;
+--               further back, park = handoff_ms + lease_ms (no .5).
 --   error WRONGKIND  the name is in use as a FairMutex or RwLock (the lock
 --                    key holds a token of that kind, or live readers hold
 --                    it); nothing is written
@@ -42,6 +50,15 @@
 --                RwLock readers, and skips the queue work when nobody waits
 --   TIME, SET GET  the fence: max(previous + 1, server time in us), written
 --                and the previous value read in one command
+-- And of a hand-off's two attempts. The woken waiter's (5): SET NX GET
+-- (finds its reservation), SET (its token and lease), TIME and SET GET
+-- (the fence). The releaser's, locking again during the reservation (5):
+-- SET NX GET (finds the reservation, which says when it ends: no PTTL, no
+-- TIME), ZADD (its place), ZRANK (among the first two? then it parks
+-- short and is marked, one more ZADD), PTTL of the queue (its expiry must
+-- cover the entry; PEXPIRE, with room to spare, when it does not). During
+-- a hold instead: SET NX GET, PTTL (the park), TIME, ZADD, PTTL of the
+-- queue.
 local QUEUE_WRONGTYPE = 'WRONGTYPE waiter queue key holds a value that is not a redbell queue'
 local FENCE_WRONGTYPE = 'WRONGTYPE fence key holds a value that is not a redbell fence'
 local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
@@ -110,7 +127,8 @@ if not holder then
   end
   return {1, fence}
 end
-if member ~= '' and holder == 'm:' .. member then
+local mine = 'm:' .. member .. '@'
+if member ~= '' and (string.sub(holder, 1, #mine) == mine or holder == 'm:' .. member) then
   -- Reserved for us by the release that woke us (which also took us out
   -- of the queue). No reader can have joined: a reservation is a Mutex's.
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -131,9 +149,44 @@ if holder == ARGV[1] then
   end
   return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
--- Held, or reserved for the waiter a release just woke: park until the
--- holder's lease or the reservation ends (if that waiter is frozen or dead,
--- the lock is free by then), then attempt again.
+-- Reserved for the waiter a release just woke ("m:<member>@<end ms>"). The
+-- reservation says when it ends, so neither the lock's PTTL nor TIME is
+-- needed: the entry's expiry counts from that end (later than now, so on
+-- the safe side), plus the caller's lease (the next holder's is not known
+-- yet) and the grace, which puts it behind the waiters that queued during
+-- the last hold. How long it parks depends on its place:
+--   among the first two  until the reservation ends (if the woken waiter is
+--     frozen or dead, the lock is free by then; if it took the lock, the
+--     next attempt learns its PTTL), and its score carries the fraction .5:
+--     a release sends no standby to a member that parks that short anyway
+--   further back  for the lease it assumed: releases standby it (no .5)
+--     once it is among the next two in line, and the ones ahead of it park
+--     on the holder or the reservation, so a crashed holder is still taken
+--     over at its expiry
+local reserved_until = string.match(holder, '^m:.*@(%d+)$')
+if reserved_until then
+  local park = tonumber(ARGV[7])
+  if member ~= '' then
+    local expiry = tonumber(reserved_until) + tonumber(ARGV[2]) + tonumber(ARGV[5])
+    if queue_error(redis.pcall('ZADD', KEYS[3], expiry, member)) then
+      return redis.error_reply(QUEUE_WRONGTYPE)
+    end
+    if redis.call('ZRANK', KEYS[3], member) <= 1 then
+      redis.call('ZADD', KEYS[3], string.format('%d.5', expiry), member)
+    else
+      park = park + tonumber(ARGV[2])
+    end
+    -- The queue outlives its entries: this one ends at most ttl from now
+    -- (the reservation ends within handoff_ms). Twice that, so that the
+    -- next entries rarely need a PEXPIRE.
+    local ttl = tonumber(ARGV[2]) + tonumber(ARGV[5]) + tonumber(ARGV[7])
+    if redis.call('PTTL', KEYS[3]) < ttl then
+      redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+    end
+  end
+  return {0, park}
+end
+-- Held: park until the holder's lease ends, then attempt again.
 local pttl = redis.call('PTTL', KEYS[1])
 if member ~= '' then
   local t = redis.call('TIME')
@@ -143,7 +196,7 @@ if member ~= '' then
     return redis.error_reply(QUEUE_WRONGTYPE)
   end
   if redis.call('PTTL', KEYS[3]) < ttl then
-    redis.call('PEXPIRE', KEYS[3], ttl)
+    redis.call('PEXPIRE', KEYS[3], 2 * ttl) -- room to spare, as above
   end
 end
 return {0, pttl}

@@ -15,7 +15,8 @@
 --       release or attempt moves things on), or nobody else waits
 redis.call('ZREM', KEYS[2], ARGV[1])
 local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= 'm:' .. ARGV[1] then
+local mine = 'm:' .. ARGV[1] .. '@'
+if holder and string.sub(holder, 1, #mine) ~= mine and holder ~= 'm:' .. ARGV[1] then
   return 0
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES')

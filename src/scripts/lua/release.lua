@@ -15,6 +15,10 @@
 --   error WRONGTYPE  the lock key is not a string, or the queue not a
 --                    sorted set
 --
+-- Waking the head (wake_next.lua) adds TIME (to prune expired members and
+-- to date the reservation), PUBLISH (the wake-up), SET (the reservation),
+-- ZREM (the woken member leaves the queue) and a standby PUBLISH for each
+-- of the next two that can use one.
 -- With nobody waiting it runs GET (is it ours?), ZRANGE (the queue's head:
 -- empty, so nothing to wake and nothing published) and DEL. The queue read
 -- is the one command that tells an empty queue, and it is atomic with the

@@ -4,7 +4,8 @@
 -- wake_next(lock, waiters, prefix, handoff_ms, head) wakes the head of a
 -- lock's waiter queue and reserves the free lock for it for a moment.
 --   lock        the lock key P:{N}, free (or about to be overwritten): it is
---               set to the reservation "m:<member>" for handoff_ms, so
+--               set to the reservation "m:<member>@<end>" (end: when it
+--               expires, in server ms) for handoff_ms, so
 --               until the woken waiter's attempt arrives (or the
 --               reservation expires) other attempts fail and queue instead
 --               of barging in, and the wake-up is not wasted
@@ -22,8 +23,14 @@
 -- receiver may be frozen with its socket open, so the next two in line get
 -- a standby message "<waiter id>::s<window>": they park no longer than
 -- window = twice the reservation, then attempt, so a frozen head (or two
--- frozen in a row) costs the others one reservation, not a lease. Nothing
--- is published when nobody waits.
+-- frozen in a row) costs the others one reservation, not a lease. Of those
+-- two, a member that already parks no longer than a reservation (it queued
+-- during one: acquire.lua scores it with the fraction .5) or that belongs
+-- to the woken member's client (frozen with it, or alive and attempting)
+-- gets no standby: it would change nothing. So in a steady stream of
+-- hand-offs, where each releaser queues again during the reservation its
+-- release made, a hand-off publishes one message. Nothing is published
+-- when nobody waits.
 -- PUBLISH runs under redis.pcall: a server whose ACL denies the wake channel
 -- refuses it after the caller's DEL already happened (Redis does not roll a
 -- script back), so a refusal must not fail the script. It stops the wake-up
@@ -58,12 +65,18 @@ local function wake_next(lock, waiters, prefix, handoff_ms, head)
       end
     end
     if received > 0 then
-      redis.call('SET', lock, 'm:' .. first, 'PX', handoff_ms)
+      redis.call('SET', lock, 'm:' .. first .. '@' .. (now_ms + tonumber(handoff_ms)),
+                 'PX', handoff_ms)
       redis.call('ZREM', waiters, first)
+      local client = string.sub(first, 1, sep)
       for i = 3, #head, 2 do
         local next = head[i]
         local s = string.find(next, ':', 1, true)
-        if s then
+        -- No standby where it could not help: a member of the woken one's
+        -- client (frozen with it, or alive and attempting), or one that
+        -- queued during a reservation (score fraction .5: it parks no
+        -- longer than a reservation anyway).
+        if s and string.sub(next, 1, s) ~= client and tonumber(head[i + 1]) % 1 == 0 then
           redis.pcall('PUBLISH', prefix .. string.sub(next, 1, s - 1),
                       string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
         end

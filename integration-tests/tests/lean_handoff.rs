@@ -1,0 +1,299 @@
+//! The lean paths of the plain mutex's hand-off, and what each shortcut
+//! must still guarantee: an attempt that finds another waiter's reservation
+//! queues without asking the server for its PTTL or TIME, behind the waiters
+//! that queued during the last hold, and parks no longer than the
+//! reservation; a release sends no standby message to a member that could
+//! not use it, and still sends one to every member that could.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use redbell_integration_tests::{
+    LONG, PrivateRedis, client, commandstats, lock_key, raw, reset_stats, server_ms, set_px,
+    unique, waiters_key,
+};
+
+/// The client's constants the scripts are called with.
+const LEASE_MS: u64 = 30_000;
+const GRACE_MS: u64 = 2_000;
+const HANDOFF_MS: u64 = 100;
+
+fn source(name: &str) -> &'static str {
+    redbell::scripts()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap()
+        .source
+}
+
+/// One run of the acquire script, as the client sends it.
+async fn acquire(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    token: &str,
+    member: &str,
+) -> (i64, i64) {
+    let lock = lock_key(name);
+    redis::cmd("EVAL")
+        .arg(source("acquire"))
+        .arg(4)
+        .arg(&lock)
+        .arg(format!("{lock}:fence"))
+        .arg(format!("{lock}:waiters"))
+        .arg(format!("{lock}:readers"))
+        .arg(token)
+        .arg(LEASE_MS)
+        .arg(60_000)
+        .arg(member)
+        .arg(GRACE_MS)
+        .arg(1_000)
+        .arg(HANDOFF_MS)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// One run of the release script, as the client sends it.
+async fn release(conn: &mut redis::aio::MultiplexedConnection, name: &str, token: &str) -> i64 {
+    let lock = lock_key(name);
+    redis::cmd("EVAL")
+        .arg(source("release"))
+        .arg(2)
+        .arg(&lock)
+        .arg(waiters_key(name))
+        .arg(token)
+        .arg(format!("{lock}:wake:"))
+        .arg(HANDOFF_MS)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+async fn scores(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<(String, f64)> {
+    redis::cmd("ZRANGE")
+        .arg(waiters_key(name))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Before: the attempt read the reservation's PTTL and the server's TIME,
+/// and scored its entry by the reservation's end (now + 2.1 s), ahead of
+/// every waiter that queued while the last holder held (now + its lease):
+/// the releaser, queueing again at once, overtook them all (wait p99 at 32
+/// workers: hundreds of ms).
+#[tokio::test]
+async fn an_attempt_on_a_reservation_queues_behind_the_hold_without_pttl_or_time() {
+    let redis = PrivateRedis::start().await;
+    let mut conn = raw(&redis.url()).await;
+    let name = unique("lean-reserved");
+    let lock = lock_key(&name);
+
+    // A waiter queued while a holder held.
+    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
+    let (got, _) = acquire(&mut conn, &name, "mearly", "c1:1").await;
+    assert_eq!(got, 0);
+    // The holder released, and the release reserved the lock for a woken
+    // member; another attempt arrives during the reservation.
+    let end = server_ms(&mut conn).await + HANDOFF_MS;
+    set_px(&mut conn, &lock, &format!("m:c9:9@{end}"), HANDOFF_MS).await;
+    reset_stats(&mut conn).await;
+    let (got, park) = acquire(&mut conn, &name, "mlate", "c2:1").await;
+    let stats = commandstats(&mut conn).await;
+    assert_eq!(got, 0, "a reserved lock was taken");
+    // Second in line: parks no longer than the reservation.
+    assert_eq!(
+        park, HANDOFF_MS as i64,
+        "parks no longer than the reservation"
+    );
+    let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
+    assert_eq!(calls("time"), 0, "TIME during a reservation: {stats:?}");
+    // The one PTTL left is the queue's (its expiry must cover the entry).
+    assert_eq!(
+        calls("pttl"),
+        1,
+        "the lock's PTTL during a reservation: {stats:?}"
+    );
+
+    // Third in line (during the next reservation): parks for the lease it
+    // assumed, and releases will standby it once it is among the next two.
+    set_px(&mut conn, &lock, &format!("m:c9:9@{}", end + 5), HANDOFF_MS).await;
+    let (got, park) = acquire(&mut conn, &name, "mlater", "c3:1").await;
+    assert_eq!(got, 0, "a reserved lock was taken");
+    assert_eq!(park, (HANDOFF_MS + LEASE_MS) as i64);
+
+    let queue = scores(&mut conn, &name).await;
+    let members: Vec<&str> = queue.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(
+        members,
+        ["c1:1", "c2:1", "c3:1"],
+        "the late ones overtook: {queue:?}"
+    );
+    let (late, later) = (queue[1].1, queue[2].1);
+    assert_eq!(
+        late.fract(),
+        0.5,
+        "the second is not marked as parking short: {late}"
+    );
+    assert_eq!(late.trunc() as u64, end + LEASE_MS + GRACE_MS);
+    assert_eq!(
+        later.fract(),
+        0.0,
+        "the third is marked, yet parks long: {later}"
+    );
+    let queue_pttl: i64 = redis::cmd("PTTL")
+        .arg(waiters_key(&name))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        queue_pttl as u64 >= LEASE_MS + GRACE_MS + HANDOFF_MS,
+        "the queue expires before its entries: {queue_pttl} ms"
+    );
+}
+
+/// The shortcut's guarantee: a waiter that queued during a reservation
+/// (and so gets no standby) takes the lock soon after the reservation ends
+/// when the member it was made for never comes (frozen, its socket open).
+#[tokio::test]
+async fn a_waiter_queued_during_an_unused_reservation_takes_the_lock_after_it() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let mut conn = raw(&url).await;
+    let name = unique("lean-unused");
+    let lock = lock_key(&name);
+    let end = server_ms(&mut conn).await + 300;
+    set_px(&mut conn, &lock, &format!("m:frozen:1@{end}"), 300).await;
+
+    let c = client(&url).await;
+    let mutex = c.mutex(&name).with_lease(LONG);
+    let started = Instant::now();
+    let guard = tokio::time::timeout(Duration::from_secs(5), mutex.lock())
+        .await
+        .expect("still waiting 5 s after a 300 ms reservation")
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_millis(300 + 700),
+        "got the lock {waited:?} after the attempt, for a 300 ms reservation"
+    );
+    guard.unlock().await.unwrap();
+}
+
+/// Before: the release sent a standby to each of the next two in line,
+/// whoever they were. Now none to a member that queued during a
+/// reservation (it parks no longer than one) or that belongs to the woken
+/// member's client (frozen with it, or alive and attempting), and still one
+/// to a member that parks on a holder's lease.
+#[tokio::test]
+async fn a_release_sends_standbys_only_where_they_help() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let mut conn = raw(&url).await;
+    // The head is "a:1"; (second in line, third in line, who must get a
+    // standby). A member of client "b" queued during a reservation: its
+    // score carries the fraction .5.
+    for (case, second, third, want) in [
+        ("marked", "b:1", "c:1", vec!["c"]),
+        ("same client", "a:2", "c:1", vec!["c"]),
+        ("both needed", "c:1", "d:1", vec!["c", "d"]),
+    ] {
+        let name = unique("lean-standby");
+        let lock = lock_key(&name);
+        let wake = format!("{lock}:wake:");
+        let mut pubsub = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        for client in ["a", "b", "c", "d"] {
+            pubsub.subscribe(format!("{wake}{client}")).await.unwrap();
+        }
+        let later = server_ms(&mut conn).await + 60_000;
+        for (i, member) in ["a:1", second, third].into_iter().enumerate() {
+            let score = (later + i as u64) as f64;
+            let score = if member.starts_with("b:") {
+                score + 0.5
+            } else {
+                score
+            };
+            let _: () = redis::cmd("ZADD")
+                .arg(waiters_key(&name))
+                .arg(score)
+                .arg(member)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
+        assert_eq!(release(&mut conn, &name, "mholder").await, 1, "{case}");
+
+        let mut stream = pubsub.on_message();
+        let mut got = Vec::new();
+        while let Ok(Some(msg)) =
+            tokio::time::timeout(Duration::from_millis(300), stream.next()).await
+        {
+            let channel = msg.get_channel_name().to_owned();
+            let payload: String = msg.get_payload().unwrap();
+            got.push((channel.trim_start_matches(&wake).to_owned(), payload));
+        }
+        assert_eq!(
+            got.first(),
+            Some(&("a".to_owned(), "1".to_owned())),
+            "{case}: the head was not woken first: {got:?}"
+        );
+        let mut standbys: Vec<&str> = got[1..]
+            .iter()
+            .map(|(client, payload)| {
+                assert!(
+                    payload.ends_with("::s200"),
+                    "{case}: not a standby: {payload}"
+                );
+                client.as_str()
+            })
+            .collect();
+        standbys.sort_unstable();
+        assert_eq!(standbys, want, "{case}: {got:?}");
+    }
+}
+
+/// The other half of the guarantee: the releaser, queueing again during the
+/// reservation its release made (first in line, nobody standing by), still
+/// takes the lock at once when the woken waiter takes it with a short lease
+/// and crashes: it parked no longer than the reservation, learnt the new
+/// holder's lease, and parked on that.
+#[tokio::test]
+async fn a_releaser_queued_during_its_reservation_takes_over_a_crashed_holder() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let name = unique("lean-crash");
+    let (a, b) = (client(&url).await, client(&url).await);
+    let guard = a.mutex(&name).with_lease(LONG).lock().await.unwrap();
+    let short = Duration::from_millis(300);
+    let woken = b.mutex(&name).with_lease(short);
+    let crashed = tokio::spawn(async move {
+        let guard = woken.lock().await.unwrap();
+        let at = Instant::now();
+        std::mem::forget(guard); // crashed: never released, never renewed
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await; // b is queued
+    let again = a.mutex(&name).with_lease(LONG);
+    guard.unlock().await.unwrap();
+    let retaken = tokio::spawn(async move { again.lock().await.map(|g| (Instant::now(), g)) });
+    let crashed_at = crashed.await.unwrap();
+    let (at, g) = tokio::time::timeout(Duration::from_secs(10), retaken)
+        .await
+        .expect("the releaser still waits 10 s after the crash")
+        .unwrap()
+        .unwrap();
+    let after = at - crashed_at;
+    assert!(
+        after < short + Duration::from_millis(700),
+        "took over {after:?} after a crash under a {short:?} lease"
+    );
+    g.unlock().await.unwrap();
+}
