@@ -369,3 +369,55 @@ async fn a_refused_wake_up_does_not_fail_a_semaphore_release_or_a_resignation() 
         .await
         .expect("DEL");
 }
+
+/// The acquire script runs its queue commands under `redis.pcall` and used
+/// to take any refusal for foreign data under the queue key: a user whose
+/// rule lacks `ZADD` got `Error::WrongType` (a permanent, misleading error)
+/// instead of the server's `NOPERM`. Run as such a user on a held lock (so
+/// that it queues), the script now answers with the refusal itself
+/// (before: `WRONGTYPE waiter queue key holds a value that is not a redbell
+/// queue`).
+#[tokio::test]
+async fn a_refused_queue_command_is_reported_as_the_refusal() {
+    let rule = MINIMAL_RULE.replace(" +zadd", "");
+    assert_ne!(rule, MINIMAL_RULE);
+    let user = User::create(&rule).await;
+    let mut admin = raw(&redis_url()).await;
+    let mut conn = user.raw().await;
+    let name = unique("acl-no-zadd");
+    let lock = lock_key(&name);
+    set(&mut admin, &lock, "mheld-by-someone").await;
+    let source = redbell::scripts()
+        .into_iter()
+        .find(|s| s.name == "acquire")
+        .expect("script")
+        .source;
+    let reply: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+        .arg(source)
+        .arg(4)
+        .arg(&lock)
+        .arg(format!("{lock}:fence"))
+        .arg(waiters_key(&name))
+        .arg(format!("{lock}:readers"))
+        .arg("mmine")
+        .arg(30_000)
+        .arg(86_400_000)
+        .arg("someclient:1")
+        .arg(2_000)
+        .arg(1_000)
+        .arg(100)
+        .query_async(&mut conn)
+        .await;
+    let err = reply.expect_err("ZADD is refused");
+    // Redis 7.0 words a refusal inside a script as ERR, later servers as
+    // NOPERM; either way the client makes it Error::NoPermission.
+    assert!(
+        matches!(Error::from(err.clone()), Error::NoPermission { .. }),
+        "{err}"
+    );
+    let _: i64 = redis::cmd("DEL")
+        .arg(&lock)
+        .query_async(&mut admin)
+        .await
+        .expect("DEL");
+}

@@ -62,8 +62,17 @@
 local QUEUE_WRONGTYPE = 'WRONGTYPE waiter queue key holds a value that is not a redbell queue'
 local FENCE_WRONGTYPE = 'WRONGTYPE fence key holds a value that is not a redbell fence'
 local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
+-- The error reply for a queue command's failure, or nil: WRONGTYPE
+-- (foreign data under the queue key) in redbell's words, any other refusal
+-- (NOPERM: the user may not ZADD; OOM) as it came.
 local function queue_error(reply)
-  return type(reply) == 'table' and reply.err ~= nil
+  if type(reply) ~= 'table' or reply.err == nil then
+    return nil
+  end
+  if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply(QUEUE_WRONGTYPE)
+  end
+  return reply
 end
 
 local function other_kind(token, mine)
@@ -116,9 +125,10 @@ if not holder then
         return redis.error_reply(KIND_ERROR)
       end
     end
-    if member ~= '' and queue_error(redis.pcall('ZREM', KEYS[3], member)) then
-      redis.call('DEL', KEYS[1]) -- foreign data under the queue key: undo
-      return redis.error_reply(QUEUE_WRONGTYPE)
+    local err = member ~= '' and queue_error(redis.pcall('ZREM', KEYS[3], member))
+    if err then
+      redis.call('DEL', KEYS[1]) -- the queue refused: undo
+      return err
     end
   end
   local fence = advance_fence()
@@ -168,8 +178,9 @@ if reserved_until then
   local park = tonumber(ARGV[7])
   if member ~= '' then
     local expiry = tonumber(reserved_until) + tonumber(ARGV[2]) + tonumber(ARGV[5])
-    if queue_error(redis.pcall('ZADD', KEYS[3], expiry, member)) then
-      return redis.error_reply(QUEUE_WRONGTYPE)
+    local err = queue_error(redis.pcall('ZADD', KEYS[3], expiry, member))
+    if err then
+      return err
     end
     if redis.call('ZRANK', KEYS[3], member) <= 1 then
       redis.call('ZADD', KEYS[3], string.format('%d.5', expiry), member)
@@ -192,8 +203,9 @@ if member ~= '' then
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ttl = (pttl >= 0 and pttl or tonumber(ARGV[6])) + tonumber(ARGV[5])
-  if queue_error(redis.pcall('ZADD', KEYS[3], now_ms + ttl, member)) then
-    return redis.error_reply(QUEUE_WRONGTYPE)
+  local err = queue_error(redis.pcall('ZADD', KEYS[3], now_ms + ttl, member))
+  if err then
+    return err
   end
   if redis.call('PTTL', KEYS[3]) < ttl then
     redis.call('PEXPIRE', KEYS[3], 2 * ttl) -- room to spare, as above
