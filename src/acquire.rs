@@ -277,6 +277,14 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
 
+/// Whether a fair waiter takes its guard on the grant message alone. Off:
+/// the ten-minute Sentinel soak (seed 18122635316050706145) found a holder
+/// that took a grant the lock key no longer showed, 2 s after a failover,
+/// beside the next holder, with no fault to explain it, and the cause is
+/// not found yet. With it off the woken head confirms with an attempt,
+/// which checks that the key holds its token, as before the fast path.
+const TRUST_GRANT_MESSAGES: bool = false;
+
 /// When a fair guard taken on its grant message is confirmed (its first
 /// renewal: the claim becomes the full lease), after the message; a guard
 /// released sooner never sends it. At most a third of the claim left.
@@ -651,6 +659,9 @@ impl Acquirer {
         grant: &Grant,
         anchor: Option<(Instant, u64)>,
     ) -> Option<Held> {
+        if !TRUST_GRANT_MESSAGES {
+            return None;
+        }
         let (sent, server_us) = anchor?;
         if grant.token != token || self.replication.is_some() {
             return None;

@@ -60,9 +60,15 @@ local function now()
 end
 
 local function next_fence(fence, now_us, ttl_ms)
-  local f = math.max((tonumber(redis.call('GET', fence)) or 0) + 1, now_us)
-  redis.call('SET', fence, string.format('%d', f), 'PX', ttl_ms)
-  return f
+  -- One command in the usual case: write the clock and read what it
+  -- replaced; only a counter at or past the clock (a step back, a failover
+  -- to a lagging server) needs a second write.
+  local prev = tonumber(redis.call('SET', fence, string.format('%d', now_us), 'PX', ttl_ms, 'GET'))
+  if prev and prev >= now_us then
+    redis.call('SET', fence, string.format('%d', prev + 1), 'PX', ttl_ms)
+    return prev + 1
+  end
+  return now_us
 end
 
 local function split(member)
