@@ -117,6 +117,10 @@
 //!
 //! ## The fair hand-off: the guard on the grant message
 //!
+//! **Switched off** ([`TRUST_GRANT_MESSAGES`]): until a double grant the
+//! Sentinel soak found once with it is explained, every woken head takes
+//! the last path below, an attempt that confirms the grant. The design:
+//!
 //! A fair release makes the lock the head's (its token, a fresh fence, a
 //! claim lease of [`CLAIM_MS`](crate::keys::CLAIM_MS)) and publishes
 //! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The waiter
