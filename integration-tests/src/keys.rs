@@ -81,3 +81,17 @@ pub fn script_sha(name: &str) -> &'static str {
         .unwrap_or_else(|| panic!("redbell has no script called {name:?}"))
         .sha1
 }
+
+/// The source of the redbell script called `name`, shared code included, as
+/// redbell sends it with `EVAL`.
+///
+/// # Panics
+///
+/// When redbell has no such script.
+pub fn script_source(name: &str) -> &'static str {
+    redbell::scripts()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("redbell has no script called {name:?}"))
+        .source
+}

@@ -71,7 +71,7 @@ pub use env::{
 pub use handoff::hand_off;
 pub use keys::{
     fence_key, fifo_expiry_key, fifo_key, hash_tag, intents_key, lock_key, lock_pattern,
-    readers_key, script_sha, test_key, unique, waiters_key, wake_channel,
+    readers_key, script_sha, script_source, test_key, unique, waiters_key, wake_channel,
 };
 pub use monitor::Monitor;
 pub use node::{POLL, free_base, info_field, node_url, query, replication_field};

@@ -12,7 +12,8 @@ use std::time::Duration;
 use redbell::Error;
 use redbell_integration_tests::acl::User;
 use redbell_integration_tests::{
-    LONG, exists, hand_off, lock_key, promptly, raw, redis_url, set, unique, waiters_key,
+    LONG, exists, hand_off, lock_key, promptly, raw, redis_url, script_source, set, unique,
+    waiters_key,
 };
 use tokio::time::{Instant, sleep};
 
@@ -210,13 +211,7 @@ async fn a_refused_wake_up_does_not_fail_a_release() {
     let user = User::create(NO_CHANNELS).await;
     let mut admin = raw(&redis_url()).await;
     let mut conn = user.raw().await;
-    let source = |name: &str| {
-        redbell::scripts()
-            .into_iter()
-            .find(|s| s.name == name)
-            .expect("script")
-            .source
-    };
+    let source = script_source;
 
     // Plain mutex: release.lua wakes the head of the queue.
     let name = unique("acl-release");
@@ -277,13 +272,7 @@ async fn a_refused_wake_up_does_not_fail_a_semaphore_release_or_a_resignation() 
     let user = User::create(NO_CHANNELS).await;
     let mut admin = raw(&redis_url()).await;
     let mut conn = user.raw().await;
-    let source = |name: &str| {
-        redbell::scripts()
-            .into_iter()
-            .find(|s| s.name == name)
-            .expect("script")
-            .source
-    };
+    let source = script_source;
     let far: i64 = 4_000_000_000_000;
     let zadd = |key: String, score: i64, member: &'static str| {
         let mut cmd = redis::cmd("ZADD");
@@ -387,11 +376,7 @@ async fn a_refused_queue_command_is_reported_as_the_refusal() {
     let name = unique("acl-no-zadd");
     let lock = lock_key(&name);
     set(&mut admin, &lock, "mheld-by-someone").await;
-    let source = redbell::scripts()
-        .into_iter()
-        .find(|s| s.name == "acquire")
-        .expect("script")
-        .source;
+    let source = script_source("acquire");
     let reply: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
         .arg(source)
         .arg(4)
