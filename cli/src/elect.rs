@@ -30,7 +30,7 @@ use nix::sys::signal::Signal;
 
 use crate::connect::{GlobalArgs, connect_with};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
-use crate::run::child::{adopt_orphans, group_alive, reap_adopted, signal_group};
+use crate::run::child::{adopt_orphans, finish, group_alive, reap_adopted, signal_group, start};
 use crate::run::duration;
 use crate::run::guardian::Guardian;
 use crate::run::signals::Signals;
@@ -92,13 +92,7 @@ pub async fn run(global: &GlobalArgs, args: ElectArgs) -> Result<(), Failure> {
     let client = connect_with(global, |builder| builder.default_lease(args.ttl)).await?;
     let url = global.target();
     let outcome = lead(&client, &url, &args, &mut signals).await;
-    if let Err(e) = client.shutdown().await {
-        eprintln!("redbell: pending releases did not finish ({e}); their leases free them");
-    }
-    match outcome? {
-        0 => Ok(()),
-        code => std::process::exit(i32::from(code)),
-    }
+    finish(&client, outcome).await
 }
 
 /// Campaigns and runs the command in each term; returns the exit code.
@@ -215,22 +209,8 @@ fn spawn(
         .args(args.argv.get(1..).unwrap_or_default())
         .env("REDBELL_NAME", &args.name)
         .env("REDBELL_TERM", term.to_string())
-        .env("REDBELL_VALUE", value)
-        .process_group(0);
-    guardian.enroll(&mut command);
-    let child = command.spawn().map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        };
-        Failure::new(code, format!("cannot run {program:?}: {e}"))
-    })?;
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
-    Ok((child, nix::unistd::Pid::from_raw(pid)))
+        .env("REDBELL_VALUE", value);
+    start(command, &program, guardian)
 }
 
 /// Stops what the command left in its group: SIGTERM, SIGKILL after the

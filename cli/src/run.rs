@@ -189,14 +189,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> Result<(), Failure> {
     let outcome = hold_and_run(&client, &global.target(), &args, &mut signals).await;
     // Releases still queued (an acquire cancelled by a signal or by -w's
     // deadline while in flight) must reach Redis before the process ends.
-    if let Err(e) = client.shutdown().await {
-        eprintln!("redbell: pending releases did not finish ({e}); their leases free them");
-    }
-    match outcome? {
-        0 => Ok(()),
-        // Everything is cleaned up: the lock is released, the group gone.
-        code => std::process::exit(i32::from(code)),
-    }
+    child::finish(&client, outcome).await
 }
 
 /// Acquires, runs the command under the lock and releases it; returns

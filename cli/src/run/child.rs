@@ -1,7 +1,7 @@
 //! The command's process group: signals to it, whether anything of it
 //! remains, and reaping what `redbell` adopted (it is the group's subreaper).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -40,8 +40,20 @@ pub(super) fn spawn(
     command
         .env("REDBELL_NAME", &args.name)
         .env("REDBELL_TOKEN", token)
-        .env("REDBELL_FENCE", fence.to_string())
-        .process_group(0);
+        .env("REDBELL_FENCE", fence.to_string());
+    start(command, &program, guardian)
+}
+
+/// Starts `command` (running `program`) in a process group of its own,
+/// enrolled with `guardian` before it execs; returns it and its group.
+/// Fails with 127 when the program is not found, 126 when it cannot be
+/// executed. `run` and `elect` both start their commands here.
+pub(crate) fn start(
+    mut command: tokio::process::Command,
+    program: &OsStr,
+    guardian: &Guardian,
+) -> Result<(tokio::process::Child, Pid), Failure> {
+    command.process_group(0);
     guardian.enroll(&mut command);
     let child = command.spawn().map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -57,6 +69,23 @@ pub(super) fn spawn(
         .and_then(|id| i32::try_from(id).ok())
         .unwrap_or(0);
     Ok((child, Pid::from_raw(pid)))
+}
+
+/// Ends `run` or `elect` once their command is done: completes the
+/// releases still queued (an acquire cancelled in flight, a resignation),
+/// then returns for exit code 0 or exits the process with `outcome`'s code
+/// (everything is cleaned up by then: the lock released, the group gone).
+pub(crate) async fn finish(
+    client: &redbell::Client,
+    outcome: Result<u8, Failure>,
+) -> Result<(), Failure> {
+    if let Err(e) = client.shutdown().await {
+        eprintln!("redbell: pending releases did not finish ({e}); their leases free them");
+    }
+    match outcome? {
+        0 => Ok(()),
+        code => std::process::exit(i32::from(code)),
+    }
 }
 
 /// Sends `sig` to every process of `group`; a group already gone is fine.
