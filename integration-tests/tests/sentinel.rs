@@ -24,7 +24,7 @@ use std::time::Duration;
 use redbell::{Client, Error};
 use redbell_integration_tests::sentinel::{
     MASTER, ScriptTopology, Topology, as_strs, free_layout_base, replica_caught_up,
-    sentinel_agrees, sentinel_client,
+    sentinel_agrees, sentinel_client, works_again,
 };
 use redbell_integration_tests::{
     exists, fence_key, get, incr, join_waiters, lock_key, node_url, query, raw, recovering,
@@ -72,21 +72,7 @@ async fn the_client_follows_a_failover_and_parked_waiters_get_the_lock() {
     topo.kill_primary();
     let failover = topo.wait_for_failover().await;
 
-    let other = unique("after-failover");
-    let mut attempt = 0;
-    let ((), failed) = recovering(
-        "lock and unlock on the new primary",
-        Duration::from_secs(15),
-        || {
-            attempt += 1;
-            let mutex = holder.mutex(&format!("{other}-{attempt}"));
-            async move {
-                let g = mutex.lock_timeout(Duration::from_secs(3)).await?;
-                g.unlock().await
-            }
-        },
-    )
-    .await;
+    let failed = works_again(&holder, Duration::from_secs(15)).await;
     let working = killed.elapsed();
     let mut new_primary = raw(&topo.replica_url()).await;
     assert_eq!(
@@ -292,22 +278,7 @@ async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
     );
     assert!(!first.is_lost() && !second.is_lost() && !leader.is_lost());
 
-    let probe = unique("after-failover-probe");
-    recovering(
-        "lock and unlock on the new primary",
-        Duration::from_secs(15),
-        || {
-            let mutex = a.mutex(&probe);
-            async move {
-                mutex
-                    .lock_timeout(Duration::from_secs(3))
-                    .await?
-                    .unlock()
-                    .await
-            }
-        },
-    )
-    .await;
+    works_again(&a, Duration::from_secs(15)).await;
     let released = Instant::now();
     first.release().await.expect("release on the new primary");
     let fence = timeout(Duration::from_secs(10), permit_waiter)

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use redbell::{Client, Error};
 use redbell_integration_tests::sentinel::{
-    MASTER, ScriptTopology, Topology, as_strs, free_layout_base,
+    MASTER, ScriptTopology, Topology, as_strs, free_layout_base, works_again,
 };
 use redbell_integration_tests::{
-    POLL, eventually_every, get, hand_off, lock_key, promptly, raw, recovering, unique,
+    POLL, eventually_every, get, hand_off, lock_key, promptly, raw, unique,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -107,21 +107,7 @@ async fn primary_credentials_and_db_are_kept_across_a_failover() {
     let after = unique("auth-after");
     // Each client follows the failover on its first failed call.
     for (who, client) in [("a", &a), ("b", &b)] {
-        let ((), failed) = recovering(
-            "lock and unlock on the new primary",
-            Duration::from_secs(20),
-            || {
-                let mutex = client.mutex(&after);
-                async move {
-                    mutex
-                        .lock_timeout(Duration::from_secs(3))
-                        .await?
-                        .unlock()
-                        .await
-                }
-            },
-        )
-        .await;
+        let failed = works_again(client, Duration::from_secs(20)).await;
         eprintln!("{who} locked on the new primary after {failed} retryable errors");
     }
     let g = a

@@ -40,7 +40,7 @@ use crate::{replication_field, unique};
 
 pub use replication::{replica_caught_up, write_and_wait};
 pub use script::ScriptTopology;
-pub use sentinels::{as_strs, master_port, sentinel_agrees, sentinel_client};
+pub use sentinels::{as_strs, master_port, sentinel_agrees, sentinel_client, works_again};
 
 /// The master name the sentinels monitor.
 pub const MASTER: &str = "mymaster";

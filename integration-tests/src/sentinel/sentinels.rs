@@ -89,3 +89,28 @@ impl Topology {
         started.elapsed()
     }
 }
+
+/// Locks and unlocks a fresh lock through `client` until it works (on the
+/// new primary, after a failover), for at most `within`; how many
+/// retryable errors came first.
+///
+/// # Panics
+///
+/// When it does not work within `within`, or fails with a permanent error.
+pub async fn works_again(client: &Client, within: Duration) -> u32 {
+    let name = crate::unique("works-again");
+    let mut attempt = 0;
+    let ((), failed) = crate::recovering("lock and unlock on the new primary", within, || {
+        attempt += 1;
+        let mutex = client.mutex(&format!("{name}-{attempt}"));
+        async move {
+            mutex
+                .lock_timeout(Duration::from_secs(3))
+                .await?
+                .unlock()
+                .await
+        }
+    })
+    .await;
+    failed
+}
