@@ -441,6 +441,12 @@ impl Counters {
         let _ = now;
     }
 
+    /// Whether any waiter of this client is parked now: a release with none
+    /// has no hand-off gap to time, and skips the registry's lock.
+    pub(crate) fn any_parked(&self) -> bool {
+        self.waiters.load(Ordering::Relaxed) > 0
+    }
+
     /// A guard was made (+1) or dropped (-1).
     pub(crate) fn guards(&self, delta: i64) {
         let now = self.guards.fetch_add(delta, Ordering::Relaxed) + delta;

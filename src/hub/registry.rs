@@ -166,6 +166,10 @@ impl Shared {
     /// if a local waiter waits for it: the next to acquire it times the
     /// hand-off gap from now.
     pub(super) fn released(&self, channel: &str) {
+        // The common release (nobody of ours waits) costs one atomic load.
+        if !self.counters.any_parked() {
+            return;
+        }
         if let Some(entry) = self.lock().get_mut(channel)
             && !entry.waiters.is_empty()
         {
