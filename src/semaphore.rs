@@ -23,11 +23,14 @@ use crate::keys::{Kind, Replication};
 ///
 /// - `P:{N}:holders`, a sorted set: each permit's token, scored by its lease
 ///   expiry in **server** time. A holder whose lease ran out (it crashed, or
-///   was cut off from Redis) is reclaimed by the next acquire or release.
+///   was cut off from Redis) is reclaimed by the next acquire or release,
+///   which wakes whoever the permit is owed to. The set outlives the latest
+///   lease in it by 2 s, so that a lapsed permit is always reclaimed that
+///   way and never freed unseen by the key's expiry.
 /// - `P:{N}:permits`: the permit count. A handle asking for another count
 ///   gets [`Error::PermitsMismatch`]; the count is never resized silently.
 ///   It expires with the holders and the queue, so once nobody holds or
-///   waits (for at most a lease) a new count may be used.
+///   waits (for at most a lease and 2 s) a new count may be used.
 /// - `P:{N}:queue` and `P:{N}:queue:expiry`: the waiters, FIFO by arrival,
 ///   each entry expiring unless its waiter refreshes it.
 /// - `P:{N}:fence`: the fencing counter, shared with the other lock kinds

@@ -2,7 +2,8 @@
 //! (8 processes), FIFO order, crashed holders' permits coming back at their
 //! lease expiry, releases that are not ours refused, a mismatched permit
 //! count refused, no traffic while parked, cancel storms, a frozen woken
-//! waiter, renewal and status, and a Redis Cluster.
+//! waiter, a killed waiter at the head behind a killed holder, renewal and
+//! status, and a Redis Cluster.
 //!
 //! The measured figures are printed to stderr:
 //! `cargo test --test semaphore -- --nocapture`.
@@ -265,6 +266,59 @@ async fn a_killed_holders_permit_returns_at_its_lease_expiry() {
     eprintln!("the waiter took the killed holder's permit {late_ms} ms after its lease expiry");
     assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
     assert!(late_ms < 50.0, "taken {late_ms} ms after the expiry");
+    permit.release().await.unwrap();
+}
+
+/// A waiter SIGKILLed while at the head of the queue does not hold up the
+/// live waiter behind it once a SIGKILLed holder's permit expires: the
+/// first attempt after the expiry reclaims the permit and wakes the head,
+/// finds it gone and wakes the next. (The holders set once expired with its
+/// last lease, so that attempt found no holder to reclaim and woke nobody:
+/// the permit stayed owed to the dead head until its queue entry ran out,
+/// about 2 s later. After a failover the same befell queue entries whose
+/// waits had ended on the old primary.)
+#[tokio::test]
+async fn a_killed_head_waiter_does_not_hold_up_a_killed_holders_permit() {
+    let url = redis_url();
+    let name = unique("sem-dead-head");
+    let conn = raw(&url).await;
+    let mut holder = sem_worker(&url, &["hold", &name, "1", "600"]);
+    let stdout = holder.stdout.take().unwrap();
+    let mut lines = BufReader::new(tokio::process::ChildStdout::from_std(stdout).unwrap()).lines();
+    let line = timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the holder took its permit")
+        .unwrap()
+        .unwrap();
+    let token = line.strip_prefix("held ").expect("held <token>").to_owned();
+    // The second `hold` process queues behind it: the head of the queue.
+    let mut head = sem_worker(&url, &["hold", &name, "1", "600"]);
+    wait_for_members(&conn, &queue_key(&name), 1, Duration::from_millis(5)).await;
+    let c = client(&url).await;
+    let sem = c.semaphore(&name, 1);
+    let waiter = tokio::spawn(async move { sem.acquire().await });
+    wait_for_members(&conn, &queue_key(&name), 2, Duration::from_millis(5)).await;
+
+    head.kill().unwrap();
+    let _ = head.wait();
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let mut conn2 = conn.clone();
+    let expiry: f64 = redis::cmd("ZSCORE")
+        .arg(holders_key(&name))
+        .arg(&token)
+        .query_async(&mut conn2)
+        .await
+        .expect("the killed holder's permit is still there");
+    let permit = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the live waiter got the permit")
+        .unwrap()
+        .unwrap();
+    let late_ms = (permit.fence() / 1000) as f64 - expiry;
+    eprintln!("behind a killed head: the permit was taken {late_ms} ms after its lease expiry");
+    assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
+    assert!(late_ms < 250.0, "taken {late_ms} ms after the expiry");
     permit.release().await.unwrap();
 }
 

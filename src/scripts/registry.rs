@@ -47,8 +47,8 @@ const RW_WRITE_RELEASE_LUA: &str = include_str!("lua/rw_write_release.lua");
 const RW_READ_EXTEND_LUA: &str = include_str!("lua/rw_read_extend.lua");
 const RW_PASS_LUA: &str = include_str!("lua/rw_pass.lua");
 
-/// `sem_common.lua` defines the functions the semaphore scripts that move
-/// the queue call.
+/// `sem_common.lua` defines the functions (and the holders set's grace)
+/// the semaphore scripts that write call.
 const SEM_ACQUIRE_LUA: &str = concat!(
     include_str!("lua/sem_common.lua"),
     include_str!("lua/sem_acquire.lua")
@@ -61,7 +61,10 @@ const SEM_PASS_LUA: &str = concat!(
     include_str!("lua/sem_common.lua"),
     include_str!("lua/sem_pass.lua")
 );
-const SEM_EXTEND_LUA: &str = include_str!("lua/sem_extend.lua");
+const SEM_EXTEND_LUA: &str = concat!(
+    include_str!("lua/sem_common.lua"),
+    include_str!("lua/sem_extend.lua")
+);
 const SEM_STATUS_LUA: &str = include_str!("lua/sem_status.lua");
 const ELECT_LEADER_LUA: &str = include_str!("lua/elect_leader.lua");
 const ELECT_PROCLAIM_LUA: &str = include_str!("lua/elect_proclaim.lua");

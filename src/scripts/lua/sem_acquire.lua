@@ -77,8 +77,8 @@ if rank < free then
   local fence = math.max((tonumber(prev) or 0) + 1, now_us)
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   redis.call('ZADD', KEYS[1], now_ms + lease, token)
-  keep_key(KEYS[1], lease)
-  keep_count(KEYS[5], permits, lease)
+  keep_key(KEYS[1], lease + HOLDERS_GRACE_MS)
+  keep_count(KEYS[5], permits, lease + HOLDERS_GRACE_MS)
   leave_queue()
   settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
   return {1, fence}

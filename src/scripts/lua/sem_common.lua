@@ -1,5 +1,5 @@
--- sem_common: shared code, prepended to the sem_* scripts that move the
--- queue (not run alone).
+-- sem_common: shared code, prepended to the sem_* scripts that write
+-- (acquire, release, pass, extend; not run alone).
 --
 -- A semaphore's state, every key under the hash tag {N}:
 --   holders  P:{N}:holders       sorted set: permit token -> lease expiry (server ms)
@@ -112,6 +112,14 @@ end
 local function stored_permits(count, fallback)
   return tonumber(redis.call('GET', count)) or tonumber(fallback)
 end
+
+-- How long the holders set outlives the latest lease written into it. An
+-- expired permit must be reclaimed by a script, which wakes whoever the
+-- permit is owed to; were the set to expire with its last lease, the next
+-- attempt would find no holder to reclaim and wake nobody, leaving the
+-- permit owed to a queue head that is gone (a killed waiter, or after a
+-- failover a wait that ended on the old primary) until its entry expires.
+local HOLDERS_GRACE_MS = 2000
 
 -- Makes `key` (which exists: we just wrote it) live at least ttl_ms more.
 local function keep_key(key, ttl_ms)

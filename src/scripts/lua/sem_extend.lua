@@ -1,5 +1,6 @@
 -- sem_extend: reset the lease of semaphore permits we still hold; one call
 -- renews many (the renewal task batches them). Each permit takes two keys.
+-- (sem_common.lua is prepended.)
 --
 -- KEYS[1], KEYS[3], ..  holders  P:{N}:holders  sorted set: token -> expiry (server ms);
 --                                 KEYS[2i-1] for permit i
@@ -12,8 +13,7 @@
 --   1   the permit was live; its expiry is now lease_ms from now
 --  -1   the permit is gone (expired or reclaimed), or a key holds foreign
 --       data (so one such key cannot fail the renewal of the others)
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local _, now_ms = now()
 local lease = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -25,9 +25,8 @@ for i = 1, #KEYS / 2 do
   if expiry and tonumber(expiry) > now_ms then
     redis.call('ZADD', holders, 'XX', now_ms + lease, ARGV[i + 1])
     for _, key in ipairs({holders, count}) do
-      if redis.call('PTTL', key) < lease then
-        redis.call('PEXPIRE', key, lease) -- a no-op on a count that is gone
-      end
+      -- (a no-op on a count that is gone)
+      keep_key(key, lease + HOLDERS_GRACE_MS)
     end
     out[i] = 1
   else
