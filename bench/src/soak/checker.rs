@@ -622,11 +622,20 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 // (readers share the lock: the last to let go may not be
                 // the one hit), but not a permit still held at its end: a
                 // fault of that holder keeps no other permit taken.
-                let holder_fault = hs[..i]
+                // The last such hold to end: a second permit's holder hit
+                // inside the gap (the first's permit still out) keeps its
+                // own permit taken until a lease after it, so the gap's
+                // bound runs from there.
+                let hit_end = hs[..i]
                     .iter()
                     .rev()
                     .take_while(|x| x.start + LOOK_BACK_US >= gap_start)
-                    .any(|x| x.end + lease_us >= gap_start && x.end <= gap_end && hit(x, gap_end));
+                    .filter(|x| {
+                        x.end + lease_us >= gap_start && x.end <= gap_end && hit(x, gap_end)
+                    })
+                    .map(|x| x.end)
+                    .max();
+                let holder_fault = hit_end.is_some();
                 // A stopped worker granted the lock in the gap logs its hold
                 // only once continued: later, with a lower fence.
                 let frozen_grant = !h.shared
@@ -662,7 +671,8 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 let bound = if holder_fault || frozen_grant || down.is_some() {
                     v.longest_free_wait_after_fault_us =
                         v.longest_free_wait_after_fault_us.max(free);
-                    lease_us + FREE_WAIT_BOUND_US + down.unwrap_or(0)
+                    let later = hit_end.map_or(0, |e| e.saturating_sub(gap_start));
+                    lease_us + FREE_WAIT_BOUND_US + down.unwrap_or(0) + later
                 } else {
                     v.longest_free_wait_us = v.longest_free_wait_us.max(free);
                     FREE_WAIT_BOUND_US

@@ -327,3 +327,47 @@ fn a_killed_permit_holder_excuses_its_permit_but_not_the_other() {
     assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
     assert!(v.violations[0].bound.starts_with("permit free"));
 }
+
+#[test]
+fn a_second_killed_permit_holder_extends_the_first_ones_excuse() {
+    // a is killed holding one permit at 1_000; b lets go of the other at
+    // 1_200_000, takes it again and is killed holding it at 1_300_000. c,
+    // waiting since 600, cycles through a's permit once it expires; d, also
+    // waiting, gets b's only at 2_750_000: 2.75 s after a let go, but within
+    // a lease and 1 s of b's kill.
+    let killed_holding = |worker: &str, seq: u64, fence: u64, w: u64, a: u64| {
+        let mut r = vec![
+            rec(worker, Event::Wait, seq, None, w, None, None),
+            rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
+        ];
+        for x in &mut r {
+            x.kind = "sem".into();
+            x.permits = Some(2);
+        }
+        r
+    };
+    let mut r = killed_holding("a", 1, 10, 0, 10);
+    r.extend(permit("b", 1, 11, 5, 500, 1_200_000));
+    r.extend(killed_holding("b", 2, 12, 1_200_100, 1_200_200));
+    r.extend(permit("c", 1, 13, 600, 1_510_000, 1_520_000));
+    r.extend(permit("c", 2, 14, 1_520_100, 1_520_200, 1_530_000));
+    r.extend(permit("d", 1, 15, 700, 2_750_000, 2_760_000));
+    let kill = |worker: &str, at_us: u64| Fault {
+        at_us,
+        kind: FaultKind::Sigkill,
+        worker: Some(worker.into()),
+        until_us: None,
+    };
+    let faults = [kill("a", 1_000), kill("b", 1_300_000)];
+    let v = check(&r, &faults, LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    // Without b's kill to explain the rest, the same wait is too long.
+    let v = check(&r, &faults[..1], LEASE);
+    assert!(
+        v.violations
+            .iter()
+            .any(|x| x.bound.starts_with("permit free")),
+        "{:?}",
+        v.violations
+    );
+}
