@@ -96,6 +96,11 @@ pub struct SoakArgs {
     #[arg(long, env = "SOAK_FAULTS", value_delimiter = ',', value_parser = parse_fault)]
     pub faults: Vec<checker::FaultKind>,
 
+    /// Only these worker kinds (comma-separated: `mutex`, `fair`,
+    /// `rw-write`, `rw-read`, `run`, `sem`); all by default.
+    #[arg(long, env = "SOAK_KINDS", value_delimiter = ',')]
+    pub kinds: Vec<WorkerKind>,
+
     /// How long each critical section holds its lock, in ms.
     #[arg(long, default_value_t = 5)]
     pub hold_ms: u64,
@@ -150,6 +155,7 @@ async fn soak(
     let kinds: Vec<WorkerKind> = WorkerKind::ALL
         .into_iter()
         .filter(|&k| k != WorkerKind::Run || proxy_to.is_some())
+        .filter(|k| args.kinds.is_empty() || args.kinds.contains(k))
         .collect();
     let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
     locks.dedup();
