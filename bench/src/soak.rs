@@ -167,6 +167,7 @@ async fn soak(
     }
 
     let t0 = Instant::now();
+    let t0_us = worker::now_us();
     let end = Duration::from_secs(args.secs);
     let mut next = schedule.iter().peekable();
     while t0.elapsed() < end {
@@ -197,6 +198,27 @@ async fn soak(
     fence_keys.extend(locks.iter().map(|lock| worker::store_key(lock)));
     topo.del(&fence_keys).await;
 
+    // The servers' own faults count as faults too (the sentinels' own
+    // failovers), told apart from ours in the report.
+    let own = match topo.own_failovers(&pool.faults) {
+        Some((own, switches)) => {
+            println!(
+                "soak: the sentinels announced {switches} switches of the primary; {} were their own",
+                own.len()
+            );
+            own
+        }
+        None => Vec::new(),
+    };
+    for f in &own {
+        println!(
+            "soak: the sentinels failed over on their own: began {:.3} s, announced {:.3} s",
+            f.at_us.saturating_sub(t0_us) as f64 / 1e6,
+            f.until_us.unwrap_or(f.at_us).saturating_sub(t0_us) as f64 / 1e6
+        );
+    }
+    pool.faults.extend(own);
+    pool.faults.sort_by_key(|f| f.at_us);
     let records = read_records(dir)?;
     let lease_us = LEASE.as_micros() as u64;
     let verdict = checker::check(&records, &pool.faults, lease_us);

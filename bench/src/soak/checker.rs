@@ -109,6 +109,10 @@ pub enum FaultKind {
     HalfOpen,
     Restart,
     Failover,
+    /// A failover the sentinels began on their own (observed, never
+    /// injected): one announces `+switch-master` with no fault of ours
+    /// behind it, as a primary they briefly took for down.
+    SentinelFailover,
     KillPrimary,
     ClusterFailover,
     Migrate,
@@ -128,6 +132,7 @@ impl FaultKind {
             FaultKind::HalfOpen => "half-open a worker's connections (proxy)",
             FaultKind::Restart => "Redis SIGKILL + restart (AOF everysec)",
             FaultKind::Failover => "SENTINEL FAILOVER",
+            FaultKind::SentinelFailover => "failover the sentinels began on their own",
             FaultKind::KillPrimary => "SIGKILL the primary (Sentinel fails over)",
             FaultKind::ClusterFailover => "CLUSTER FAILOVER of a lock's shard",
             FaultKind::Migrate => "slot migration of a lock's slot",
@@ -140,6 +145,7 @@ impl FaultKind {
             self,
             FaultKind::Restart
                 | FaultKind::Failover
+                | FaultKind::SentinelFailover
                 | FaultKind::KillPrimary
                 | FaultKind::ClusterFailover
                 | FaultKind::Migrate
@@ -153,9 +159,10 @@ impl FaultKind {
             FaultKind::Partition => Some("partition past the lease"),
             FaultKind::HalfOpen => Some("half-open connection"),
             FaultKind::Restart => Some("restart (writes lost with the AOF's last second)"),
-            FaultKind::Failover | FaultKind::KillPrimary | FaultKind::ClusterFailover => {
-                Some("unreplicated write lost in failover")
-            }
+            FaultKind::Failover
+            | FaultKind::SentinelFailover
+            | FaultKind::KillPrimary
+            | FaultKind::ClusterFailover => Some("unreplicated write lost in failover"),
             _ => None,
         }
     }
@@ -192,7 +199,7 @@ const RUN_RELEASE_US: u64 = 500_000;
 const SENTINEL_SPLIT_US: u64 = 3_000_000;
 
 fn split_us(kind: FaultKind) -> u64 {
-    if kind == FaultKind::Failover {
+    if matches!(kind, FaultKind::Failover | FaultKind::SentinelFailover) {
         SENTINEL_SPLIT_US
     } else {
         0

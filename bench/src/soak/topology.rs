@@ -278,6 +278,19 @@ impl Topology {
         }
     }
 
+    /// The failovers the servers made on their own during the run, given
+    /// the faults injected, and how many switches were announced in all
+    /// (Sentinel only; see `sentinel.rs`).
+    pub fn own_failovers(
+        &self,
+        injected: &[super::checker::Fault],
+    ) -> Option<(Vec<super::checker::Fault>, usize)> {
+        match self {
+            Topology::Sentinel { sentinel, .. } => Some(sentinel.own_failovers(injected)),
+            _ => None,
+        }
+    }
+
     /// The keys matching `pattern` (for the final count).
     pub async fn keys(&mut self, pattern: &str) -> Result<Vec<String>, Failure> {
         let mut out = Vec::new();
