@@ -35,7 +35,6 @@ async fn wait_parked(conn: &MultiplexedConnection, url: &str, name: &str, n: i64
 /// returning): each hand-off showed one more EVALSHA, carrying the head's
 /// token, before its guard came back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the fast path is off (acquire.rs: TRUST_GRANT_MESSAGES)"]
 async fn the_granted_head_returns_without_a_round_trip() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
@@ -106,7 +105,6 @@ async fn the_granted_head_returns_without_a_round_trip() {
 /// Before (the guard came back confirmed, with the full fixed lease, which
 /// nothing renews): `lost()` did not fire within a second in either case.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the fast path is off (acquire.rs: TRUST_GRANT_MESSAGES)"]
 async fn a_failed_confirm_fires_lost() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
