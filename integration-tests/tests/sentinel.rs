@@ -211,6 +211,57 @@ async fn a_lock_asked_of_a_replica_reports_readonly_not_a_wrong_type() {
     assert!(err.is_retryable(), "READONLY should be retryable: {err}");
 }
 
+/// A client that connects while the node the sentinels name is not a
+/// primary (here the primary demoted by hand, as mid-failover) keeps asking
+/// for a few seconds instead of failing at once, and connects when a
+/// primary is back. (It used to fail at once: "the node a sentinel named
+/// is not the primary".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_connecting_mid_failover_waits_for_the_primary() {
+    let topo = Topology::start().await;
+    let mut primary = raw(&topo.primary_url()).await;
+    let demote = |host_port: Option<u16>| {
+        let mut cmd = redis::cmd("REPLICAOF");
+        match host_port {
+            Some(port) => cmd.arg("127.0.0.1").arg(port),
+            None => cmd.arg("NO").arg("ONE"),
+        };
+        cmd
+    };
+    let _: String = demote(Some(topo.replica_port()))
+        .query_async(&mut primary)
+        .await
+        .expect("REPLICAOF of the primary");
+    let urls = topo.sentinel_urls();
+    let connecting = tokio::spawn(async move {
+        let started = Instant::now();
+        let client = Client::sentinel(&as_strs(&urls), MASTER).await;
+        (client, started.elapsed())
+    });
+    sleep(Duration::from_millis(1200)).await;
+    let _: String = demote(None)
+        .query_async(&mut primary)
+        .await
+        .expect("REPLICAOF NO ONE");
+    let (client, took) = timeout(Duration::from_secs(15), connecting)
+        .await
+        .expect("Client::sentinel returned")
+        .unwrap();
+    let client = client.unwrap_or_else(|e| panic!("connecting mid-failover failed: {e}"));
+    eprintln!("connected {took:?} after asking, the primary back after 1.2 s");
+    assert!(
+        took >= Duration::from_millis(1000),
+        "connected before a primary was back: {took:?}"
+    );
+    let guard = client
+        .mutex(&unique("mid-failover"))
+        .try_lock()
+        .await
+        .expect("a lock on the primary")
+        .expect("free");
+    guard.unlock().await.unwrap();
+}
+
 /// A semaphore and an election through a failover (the primary
 /// SIGKILLed): the permits and the leadership held across it were
 /// replicated and stay held (neither lost); a waiter parked for the full

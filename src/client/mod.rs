@@ -151,12 +151,14 @@ impl Client {
     /// `ClientBuilder::tls` was given or the sentinel URLs are `rediss://`.
     /// A node a sentinel names is only used once it answers `ROLE` with
     /// `master`; otherwise the next sentinel is asked (a stale sentinel,
-    /// not yet told of a failover, names a replica).
+    /// not yet told of a failover, names a replica). When no named node is
+    /// the primary (a failover in progress), the sentinels are asked again,
+    /// with backoff, for up to 5 s.
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when no sentinel answers, none knows the master, or
-    /// the primary cannot be reached.
+    /// [`Error::Redis`] when no sentinel answers, none knows the master, the
+    /// primary cannot be reached, or after 5 s no named node is the primary.
     ///
     /// # Cancel safety
     ///

@@ -9,6 +9,11 @@
 //! `master` sends us on to the next sentinel. A user whose ACL denies
 //! `ROLE` is asked `HELLO` instead (its `role` field); when neither can be
 //! asked, the sentinel is trusted, as before this check existed.
+//!
+//! A client that connects while every named node refuses as not the
+//! primary (a failover in progress: the old primary demoted, the new one
+//! not yet announced) asks again, with backoff, for up to
+//! [`FAILOVER_WAIT`], rather than failing at once.
 
 use std::time::Duration;
 
@@ -18,6 +23,13 @@ use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
 
 use super::{Manager, manager};
 use crate::Error;
+
+/// How long a first connection keeps asking the sentinels while the nodes
+/// they name are not (yet) the primary: a failover takes a second or two.
+const FAILOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// The description of the error of a named node that is not the primary.
+const NOT_PRIMARY: &str = "the node a sentinel named is not the primary";
 
 /// The sentinels of one master, and how to connect to the primary they
 /// name.
@@ -64,11 +76,25 @@ impl Sentinels {
         }
     }
 
-    /// Finds the primary and connects to it.
+    /// Finds the primary and connects to it; while the nodes the sentinels
+    /// name are not the primary, asks again for up to [`FAILOVER_WAIT`].
     pub(crate) async fn find(&self, timeouts: (Duration, Duration)) -> Result<Found, Error> {
-        match self.ask(None, timeouts).await? {
-            Some(found) => Ok(found),
-            None => Err(Error::Closed), // not reached: no current primary given
+        let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.ask(None, timeouts).await {
+                Ok(Some(found)) => return Ok(found),
+                Ok(None) => return Err(Error::Closed), // not reached: no current primary given
+                Err(Error::Redis(e))
+                    if e.to_string().contains(NOT_PRIMARY)
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tracing::info!(error = %e, retry_in = ?pause, "no primary yet; a failover may be in progress");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -268,7 +294,7 @@ enum Refused {
 fn not_primary(addr: &str, role: &str) -> RedisError {
     RedisError::from((
         redis::ErrorKind::Client,
-        "the node a sentinel named is not the primary",
+        NOT_PRIMARY,
         format!("{addr} answers ROLE with {role:?}"),
     ))
 }
