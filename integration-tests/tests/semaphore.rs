@@ -182,6 +182,49 @@ fn sem_worker(url: &str, args: &[&str]) -> Child {
         .expect("start sem_worker")
 }
 
+/// A `sem_worker hold` process on the 1-permit semaphore `name` with a
+/// renewed lease of `lease_ms`, once it holds the permit: the process and
+/// the permit's token.
+async fn holding_process(url: &str, name: &str, lease_ms: &str) -> (Child, String) {
+    let mut holder = sem_worker(url, &["hold", name, "1", lease_ms]);
+    let stdout = holder.stdout.take().unwrap();
+    let mut lines = BufReader::new(tokio::process::ChildStdout::from_std(stdout).unwrap()).lines();
+    let line = timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the holder took its permit")
+        .unwrap()
+        .unwrap();
+    let token = line.strip_prefix("held ").expect("held <token>").to_owned();
+    (holder, token)
+}
+
+/// How many ms after the lease expiry of the killed holder's permit `token`
+/// (still in the holders set) the `waiter` got a permit (its fence is the
+/// server's clock at its acquire); the permit is released.
+async fn taken_after_expiry(
+    conn: &redis::aio::MultiplexedConnection,
+    name: &str,
+    token: &str,
+    waiter: tokio::task::JoinHandle<Result<redbell::Permit, Error>>,
+) -> f64 {
+    let mut conn = conn.clone();
+    let expiry: f64 = redis::cmd("ZSCORE")
+        .arg(holders_key(name))
+        .arg(token)
+        .query_async(&mut conn)
+        .await
+        .expect("the killed holder's permit is still there");
+    let permit = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got the permit")
+        .unwrap()
+        .unwrap();
+    let late_ms = (permit.fence() / 1000) as f64 - expiry;
+    assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
+    permit.release().await.unwrap();
+    late_ms
+}
+
 /// 8 processes x 40 acquisitions of a 3-permit semaphore: the INCR/DECR
 /// gauge inside the section never exceeds 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,15 +274,7 @@ async fn never_more_than_n_holders_across_8_processes() {
 async fn a_killed_holders_permit_returns_at_its_lease_expiry() {
     let url = redis_url();
     let name = unique("sem-killed");
-    let mut holder = sem_worker(&url, &["hold", &name, "1", "1500"]);
-    let stdout = holder.stdout.take().unwrap();
-    let mut lines = BufReader::new(tokio::process::ChildStdout::from_std(stdout).unwrap()).lines();
-    let line = timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("the holder took its permit")
-        .unwrap()
-        .unwrap();
-    let token = line.strip_prefix("held ").expect("held <token>").to_owned();
+    let (mut holder, token) = holding_process(&url, &name, "1500").await;
 
     let c = client(&url).await;
     let sem = c.semaphore(&name, 1);
@@ -250,23 +285,9 @@ async fn a_killed_holders_permit_returns_at_its_lease_expiry() {
     holder.kill().unwrap();
     let _ = holder.wait();
     // The holder's last renewal set its expiry; nothing moves it now.
-    let mut conn2 = conn.clone();
-    let expiry: f64 = redis::cmd("ZSCORE")
-        .arg(holders_key(&name))
-        .arg(&token)
-        .query_async(&mut conn2)
-        .await
-        .expect("the killed holder's permit is still there");
-    let permit = timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter got the permit")
-        .unwrap()
-        .unwrap();
-    let late_ms = (permit.fence() / 1000) as f64 - expiry;
+    let late_ms = taken_after_expiry(&conn, &name, &token, waiter).await;
     eprintln!("the waiter took the killed holder's permit {late_ms} ms after its lease expiry");
-    assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
     assert!(late_ms < 50.0, "taken {late_ms} ms after the expiry");
-    permit.release().await.unwrap();
 }
 
 /// A waiter SIGKILLed while at the head of the queue does not hold up the
@@ -282,15 +303,7 @@ async fn a_killed_head_waiter_does_not_hold_up_a_killed_holders_permit() {
     let url = redis_url();
     let name = unique("sem-dead-head");
     let conn = raw(&url).await;
-    let mut holder = sem_worker(&url, &["hold", &name, "1", "600"]);
-    let stdout = holder.stdout.take().unwrap();
-    let mut lines = BufReader::new(tokio::process::ChildStdout::from_std(stdout).unwrap()).lines();
-    let line = timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("the holder took its permit")
-        .unwrap()
-        .unwrap();
-    let token = line.strip_prefix("held ").expect("held <token>").to_owned();
+    let (mut holder, token) = holding_process(&url, &name, "600").await;
     // The second `hold` process queues behind it: the head of the queue.
     let mut head = sem_worker(&url, &["hold", &name, "1", "600"]);
     wait_for_members(&conn, &queue_key(&name), 1, Duration::from_millis(5)).await;
@@ -303,23 +316,9 @@ async fn a_killed_head_waiter_does_not_hold_up_a_killed_holders_permit() {
     let _ = head.wait();
     holder.kill().unwrap();
     let _ = holder.wait();
-    let mut conn2 = conn.clone();
-    let expiry: f64 = redis::cmd("ZSCORE")
-        .arg(holders_key(&name))
-        .arg(&token)
-        .query_async(&mut conn2)
-        .await
-        .expect("the killed holder's permit is still there");
-    let permit = timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the live waiter got the permit")
-        .unwrap()
-        .unwrap();
-    let late_ms = (permit.fence() / 1000) as f64 - expiry;
+    let late_ms = taken_after_expiry(&conn, &name, &token, waiter).await;
     eprintln!("behind a killed head: the permit was taken {late_ms} ms after its lease expiry");
-    assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
     assert!(late_ms < 250.0, "taken {late_ms} ms after the expiry");
-    permit.release().await.unwrap();
 }
 
 /// Waiters get their permits in the order they queued, and a newcomer does
