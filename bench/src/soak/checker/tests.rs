@@ -53,6 +53,27 @@ fn section(
 
 const LEASE: u64 = 1_500_000;
 
+/// A SIGKILL of `worker` at `at_us`.
+fn kill(worker: &str, at_us: u64) -> Fault {
+    Fault {
+        at_us,
+        kind: FaultKind::Sigkill,
+        worker: Some(worker.into()),
+        until_us: None,
+    }
+}
+
+/// A stop of `worker` (`kind`: a SIGSTOP of a holder or of a woken waiter)
+/// from `at_us` until `until_us`.
+fn stop(kind: FaultKind, worker: &str, at_us: u64, until_us: u64) -> Fault {
+    Fault {
+        at_us,
+        kind,
+        worker: Some(worker.into()),
+        until_us: Some(until_us),
+    }
+}
+
 #[test]
 fn a_clean_run_passes() {
     let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
@@ -80,13 +101,7 @@ fn reports_a_double_grant() {
 fn an_overlap_of_a_stopped_holder_is_explained() {
     let mut r = section("a", 1, 10, 0, 10, 3_000_000, "rejected");
     r.extend(section("b", 1, 11, 5, 2_000_000, 2_100_000, "accepted"));
-    let stop = Fault {
-        at_us: 20,
-        kind: FaultKind::Sigstop,
-        worker: Some("a".into()),
-        until_us: Some(2_900_000),
-    };
-    let v = check(&r, &[stop], LEASE);
+    let v = check(&r, &[stop(FaultKind::Sigstop, "a", 20, 2_900_000)], LEASE);
     assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (1, 0));
     assert!(v.violations.is_empty(), "{:?}", v.violations);
 }
@@ -159,19 +174,14 @@ fn a_waiter_frozen_right_after_its_grant_is_explained() {
     // its hold then; a got fence 11 once b's lease ran out.
     let mut r = section("a", 1, 11, 5, 1_990_000, 2_005_000, "accepted");
     r.extend(section("b", 1, 10, 50, 2_000_100, 2_010_000, "rejected"));
-    let stop = Fault {
-        at_us: 150,
-        kind: FaultKind::SigstopWaiter,
-        worker: Some("b".into()),
-        until_us: Some(2_000_000),
-    };
-    let v = check(&r, std::slice::from_ref(&stop), LEASE);
+    let frozen = stop(FaultKind::SigstopWaiter, "b", 150, 2_000_000);
+    let v = check(&r, std::slice::from_ref(&frozen), LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
     assert_eq!(v.overlaps_explained, 1);
     // With the higher fence, b's overlap is not explained.
     let mut r = section("a", 1, 10, 5, 1_990_000, 2_005_000, "accepted");
     r.extend(section("b", 1, 11, 50, 2_000_100, 2_010_000, "accepted"));
-    assert_eq!(check(&r, &[stop], LEASE).overlaps_unexplained, 1);
+    assert_eq!(check(&r, &[frozen], LEASE).overlaps_unexplained, 1);
 }
 
 #[test]
@@ -183,13 +193,7 @@ fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
     ];
     r.truncate(2);
     r.extend(section("b", 1, 11, 5, 2_000_000, 2_000_100, "accepted"));
-    let kill = Fault {
-        at_us: 20,
-        kind: FaultKind::Sigkill,
-        worker: Some("a".into()),
-        until_us: None,
-    };
-    let v = check(&r, &[kill], LEASE);
+    let v = check(&r, &[kill("a", 20)], LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
     assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 20);
     assert_eq!(v.faults["SIGKILL worker"], 1);
@@ -197,11 +201,21 @@ fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
 
 /// A section of a 2-permit semaphore's worker: no store writes.
 fn permit(worker: &str, seq: u64, fence: u64, w: u64, a: u64, b: u64) -> Vec<Record> {
-    let mut r = vec![
+    let mut r = killed_permit(worker, seq, fence, w, a);
+    r.push(rec(worker, Event::Hold, seq, Some(fence), a, Some(b), None));
+    as_permit(r)
+}
+
+/// The start of a 2-permit semaphore worker's section whose hold never
+/// ended (killed holding): waiting from `w`, the permit got at `a`.
+fn killed_permit(worker: &str, seq: u64, fence: u64, w: u64, a: u64) -> Vec<Record> {
+    as_permit(vec![
         rec(worker, Event::Wait, seq, None, w, None, None),
         rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
-        rec(worker, Event::Hold, seq, Some(fence), a, Some(b), None),
-    ];
+    ])
+}
+
+fn as_permit(mut r: Vec<Record>) -> Vec<Record> {
     for x in &mut r {
         x.kind = "sem".into();
         x.permits = Some(2);
@@ -257,13 +271,7 @@ fn a_third_permit_holder_beside_a_stopped_one_is_explained() {
     let mut r = permit("a", 1, 10, 0, 10, 3_000_000);
     r.extend(permit("b", 1, 11, 5, 500, 2_500_000));
     r.extend(permit("c", 1, 12, 6, 2_000_000, 2_100_000));
-    let stop = Fault {
-        at_us: 20,
-        kind: FaultKind::Sigstop,
-        worker: Some("a".into()),
-        until_us: Some(2_900_000),
-    };
-    let v = check(&r, &[stop], LEASE);
+    let v = check(&r, &[stop(FaultKind::Sigstop, "a", 20, 2_900_000)], LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
     assert_eq!((v.overlaps_explained, v.overlaps_unexplained), (1, 0));
     assert_eq!(v.overlaps_by_cause["SIGSTOP past the lease"], 1);
@@ -294,36 +302,21 @@ fn a_permit_free_while_a_live_waiter_waits_is_a_violation() {
 fn a_killed_permit_holder_excuses_its_permit_but_not_the_other() {
     // a is killed holding (its permit stays taken until its lease runs
     // out); b holds the other; c gets a's permit 2 s later.
-    let mut r = vec![
-        rec("a", Event::Wait, 1, None, 0, None, None),
-        rec("a", Event::Acquired, 1, Some(10), 0, Some(10), None),
-    ];
-    for x in &mut r {
-        x.kind = "sem".into();
-        x.permits = Some(2);
-    }
+    let mut r = killed_permit("a", 1, 10, 0, 10);
     r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
     r.extend(permit("c", 1, 12, 600, 2_000_000, 2_001_000));
-    let kill = Fault {
-        at_us: 1_000,
-        kind: FaultKind::Sigkill,
-        worker: Some("a".into()),
-        until_us: None,
-    };
-    let v = check(&r, std::slice::from_ref(&kill), LEASE);
+    let v = check(&r, &[kill("a", 1_000)], LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
     assert_eq!(v.longest_free_wait_after_fault_us, 2_000_000 - 1_000);
     // Stopping b, which still holds the other permit, excuses nothing.
     let mut r = permit("a", 1, 10, 0, 10, 1_000);
     r.extend(permit("b", 1, 11, 5, 500, 3_000_000));
     r.extend(permit("c", 1, 12, 600, 2_000_000, 2_001_000));
-    let stop = Fault {
-        at_us: 1_500,
-        kind: FaultKind::Sigstop,
-        worker: Some("b".into()),
-        until_us: Some(2_900_000),
-    };
-    let v = check(&r, &[stop], LEASE);
+    let v = check(
+        &r,
+        &[stop(FaultKind::Sigstop, "b", 1_500, 2_900_000)],
+        LEASE,
+    );
     assert_eq!(v.longest_free_wait_us, 2_000_000 - 1_000);
     assert!(v.violations[0].bound.starts_with("permit free"));
 }
@@ -335,29 +328,12 @@ fn a_second_killed_permit_holder_extends_the_first_ones_excuse() {
     // waiting since 600, cycles through a's permit once it expires; d, also
     // waiting, gets b's only at 2_750_000: 2.75 s after a let go, but within
     // a lease and 1 s of b's kill.
-    let killed_holding = |worker: &str, seq: u64, fence: u64, w: u64, a: u64| {
-        let mut r = vec![
-            rec(worker, Event::Wait, seq, None, w, None, None),
-            rec(worker, Event::Acquired, seq, Some(fence), w, Some(a), None),
-        ];
-        for x in &mut r {
-            x.kind = "sem".into();
-            x.permits = Some(2);
-        }
-        r
-    };
-    let mut r = killed_holding("a", 1, 10, 0, 10);
+    let mut r = killed_permit("a", 1, 10, 0, 10);
     r.extend(permit("b", 1, 11, 5, 500, 1_200_000));
-    r.extend(killed_holding("b", 2, 12, 1_200_100, 1_200_200));
+    r.extend(killed_permit("b", 2, 12, 1_200_100, 1_200_200));
     r.extend(permit("c", 1, 13, 600, 1_510_000, 1_520_000));
     r.extend(permit("c", 2, 14, 1_520_100, 1_520_200, 1_530_000));
     r.extend(permit("d", 1, 15, 700, 2_750_000, 2_760_000));
-    let kill = |worker: &str, at_us: u64| Fault {
-        at_us,
-        kind: FaultKind::Sigkill,
-        worker: Some(worker.into()),
-        until_us: None,
-    };
     let faults = [kill("a", 1_000), kill("b", 1_300_000)];
     let v = check(&r, &faults, LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
