@@ -12,6 +12,7 @@ mod fail;
 mod leader;
 mod run;
 mod status;
+mod table;
 mod top;
 mod unlock;
 

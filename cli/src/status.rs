@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use redbell::{Hold, LockInfo, LockKind};
+use redbell::{Hold, LockInfo};
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::Failure;
+use crate::table::{self, kind_name, millis};
 
 /// Options of `redbell status`.
 #[derive(Debug, clap::Args)]
@@ -73,22 +74,11 @@ pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> 
         let header = [
             "NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS", "KIND", "OWNER",
         ];
-        print_table(header, &rows);
+        for line in table::lines(header, &rows) {
+            println!("{line}");
+        }
     }
     Ok(())
-}
-
-fn kind_name(kind: Option<LockKind>) -> Option<&'static str> {
-    match kind? {
-        LockKind::Mutex => Some("mutex"),
-        LockKind::FairMutex => Some("fair"),
-        LockKind::RwLock => Some("rwlock"),
-        _ => None,
-    }
-}
-
-fn millis(ttl: Option<Duration>) -> Option<u64> {
-    ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `redbell status --semaphore`.
@@ -136,7 +126,9 @@ async fn semaphores(client: &redbell::Client, url: &str, args: &StatusArgs) -> R
     }
     if !args.json {
         let header = ["NAME", "PERMITS", "HELD", "WAITERS", "FENCE", "HOLDERS"];
-        print_table(header, &rows);
+        for line in table::lines(header, &rows) {
+            println!("{line}");
+        }
     }
     Ok(())
 }
@@ -222,22 +214,4 @@ fn rows(info: &LockInfo) -> Vec<[String; 8]> {
 
 fn seconds(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
-}
-
-fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
-    let header = header.map(str::to_owned);
-    let mut widths = [0usize; N];
-    for r in std::iter::once(&header).chain(rows) {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for r in std::iter::once(&header).chain(rows) {
-        let line: Vec<String> = r
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
 }

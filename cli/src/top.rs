@@ -24,10 +24,11 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redbell::{Client, LockInfo, LockKind};
+use redbell::{Client, LockInfo};
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_USAGE, Failure};
+use crate::table::{self, kind_name, millis};
 
 /// Refreshes remembered per lock for its hand-off rate.
 const WINDOW: usize = 10;
@@ -387,19 +388,6 @@ impl Row<'_> {
     }
 }
 
-fn kind_name(kind: Option<LockKind>) -> Option<&'static str> {
-    match kind? {
-        LockKind::Mutex => Some("mutex"),
-        LockKind::FairMutex => Some("fair"),
-        LockKind::RwLock => Some("rwlock"),
-        _ => None,
-    }
-}
-
-fn millis(ttl: Option<Duration>) -> Option<u64> {
-    ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// Rounded to 2 decimals for JSON.
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
@@ -452,8 +440,7 @@ impl Frame<'_> {
             "HANDOFFS/S",
             "FENCE/S",
             "OWNER",
-        ]
-        .map(str::to_owned);
+        ];
         let rows: Vec<[String; 8]> = self
             .rows
             .iter()
@@ -498,12 +485,6 @@ impl Frame<'_> {
                 ]
             })
             .collect();
-        let mut widths = [0usize; 8];
-        for r in std::iter::once(&header).chain(&rows) {
-            for (w, cell) in widths.iter_mut().zip(r) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
         let mut out = String::new();
         if tty {
             out.push_str("\x1b[H\x1b[2J"); // home, clear screen
@@ -526,17 +507,7 @@ impl Frame<'_> {
             self.scans,
             self.inspected,
         ));
-        for (i, r) in std::iter::once(&header).chain(&rows).enumerate() {
-            let line: Vec<String> = r
-                .iter()
-                .zip(widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect();
-            out.push_str(line.join("  ").trim_end());
-            if i < rows.len() {
-                out.push('\n');
-            }
-        }
+        out.push_str(&table::lines(header, &rows).join("\n"));
         if rows.is_empty() {
             out.push_str("\n(no locks found)");
         }
