@@ -117,9 +117,6 @@
 //!
 //! ## The fair hand-off: the guard on the grant message
 //!
-//! (Behind [`TRUST_GRANT_MESSAGES`]; with it off every woken head takes
-//! the last path below, an attempt that confirms the grant.)
-//!
 //! A fair release makes the lock the head's (its token, a fresh fence, a
 //! claim lease of [`CLAIM_MS`](crate::keys::CLAIM_MS)) and publishes
 //! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The waiter
@@ -279,16 +276,6 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
-
-/// Whether a fair waiter takes its guard on the grant message alone (see
-/// "The fair hand-off" above). Off, the woken head confirms with an attempt
-/// first, as before the fast path. It was off for a while: the ten-minute
-/// Sentinel soak (seed 18122635316050706145) showed a holder beside the
-/// next one about 2 s after a primary was killed; the same overlap came
-/// back with it off, on a plain Mutex too, and the sentinel logs showed its
-/// cause, a failover the sentinels began on their own (the old primary
-/// still taking writes), which the soak now records.
-const TRUST_GRANT_MESSAGES: bool = true;
 
 /// When a fair guard taken on its grant message is confirmed (its first
 /// renewal: the claim becomes the full lease), after the message; a guard
@@ -664,9 +651,6 @@ impl Acquirer {
         grant: &Grant,
         anchor: Option<(Instant, u64)>,
     ) -> Option<Held> {
-        if !TRUST_GRANT_MESSAGES {
-            return None;
-        }
         let (sent, server_us) = anchor?;
         if grant.token != token || self.replication.is_some() {
             return None;
