@@ -330,6 +330,12 @@ struct State {
     entries: HashMap<u64, Entry>,
     /// `(due, id)` of every entry not in flight, earliest first.
     queue: BTreeSet<(Instant, u64)>,
+    /// The latest instant by which the task looks at `queue` again (the
+    /// due it sleeps until, or the past while it renews); `None`: it waits
+    /// for `added`. An entry due no earlier needs no wake-up, so an
+    /// acquisition on a client that already holds or recently held a lock
+    /// costs the task nothing.
+    awake_by: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -436,9 +442,13 @@ impl Renewer {
                 },
             );
             state.queue.insert((due, id));
+            let wake = state.awake_by.is_none_or(|by| due < by);
+            if wake {
+                state.awake_by = Some(due);
+                self.shared.added.notify_one();
+            }
             id
         };
-        self.shared.added.notify_one();
         Renewal {
             shared: self.shared.clone(),
             id,
@@ -456,7 +466,12 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
     let slack = shared.every / 4;
     let retry = (shared.every / 4).min(Duration::from_millis(250));
     loop {
-        let next = shared.lock().queue.first().map(|(due, _)| *due);
+        let next = {
+            let mut state = shared.lock();
+            let next = state.queue.first().map(|(due, _)| *due);
+            state.awake_by = next;
+            next
+        };
         match next {
             Some(due) if due > Instant::now() => {
                 tokio::select! {
