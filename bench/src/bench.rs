@@ -141,9 +141,15 @@ pub struct BenchArgs {
     pub handoff_only: Vec<u32>,
 
     /// Rounds of each `--handoff-only` row (the table gives each run and
-    /// the medians).
-    #[arg(long, default_value_t = 3, requires = "handoff_only")]
+    /// the medians), or of `--uncontended-only`'s strategies.
+    #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+
+    /// Only the uncontended row (scenario 5: redbell, rslock and the poll
+    /// recipe in turn, `--rounds` times) and its table. For comparing
+    /// changes to the uncontended path side by side in one run.
+    #[arg(long, conflicts_with = "handoff_only")]
+    pub uncontended_only: bool,
 }
 
 /// Runs a hidden `bench-worker` process.
@@ -159,6 +165,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
     }
     if !args.handoff_only.is_empty() {
         return handoff_only(url, args, &plan).await;
+    }
+    if args.uncontended_only {
+        return uncontended_only(url, args, &plan).await;
     }
     let nodes: Vec<String> = args
         .cluster
@@ -258,24 +267,34 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             scaling.push(contention(url, &run, &s).await?);
         }
 
-        eprintln!(
-            "bench: uncontended, {} workers each with its own client and lock, {} rounds of {:?} per strategy",
-            plan.uncontended_workers, plan.uncontended_rounds, plan.uncontended
-        );
-        let uncontended = floor::uncontended(
-            url,
-            &run,
-            plan.uncontended_workers,
-            plan.uncontended,
-            plan.uncontended_rounds,
-        )
-        .await?;
-        for row in &uncontended.rows {
+        let mut both = Vec::new();
+        for section in [None, Some(args.hold)] {
             eprintln!(
-                "bench:   {}: {:.0} ops/s, {:.2} commands and {:.1} µs Redis CPU per op",
-                row.strategy, row.ops_per_s, row.commands_per_op, row.cpu_us_per_op
+                "bench: uncontended{}, {} workers each with its own client and lock, {} rounds of {:?} per strategy",
+                section.map_or(String::new(), |h| format!(" with a {h:?} critical section")),
+                plan.uncontended_workers,
+                plan.uncontended_rounds,
+                plan.uncontended
             );
+            let u = floor::uncontended(
+                url,
+                &run,
+                plan.uncontended_workers,
+                plan.uncontended,
+                plan.uncontended_rounds,
+                section,
+            )
+            .await?;
+            for row in &u.rows {
+                eprintln!(
+                    "bench:   {}: {:.0} ops/s, {:.2} commands and {:.1} µs Redis CPU per op",
+                    row.strategy, row.ops_per_s, row.commands_per_op, row.cpu_us_per_op
+                );
+            }
+            both.push(u);
         }
+        let uncontended_work = both.pop().expect("two runs");
+        let uncontended = both.pop().expect("two runs");
 
         let mut takeover = Vec::new();
         for strategy in [
@@ -333,6 +352,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             handoff,
             scaling,
             uncontended,
+            uncontended_work,
             takeover,
             semaphore,
             metrics,
@@ -386,6 +406,32 @@ async fn metrics(
 
 /// `--handoff-only`: the serial floor, then redbell's plain and fair
 /// hand-off rows at each W, taking turns for `--rounds` rounds; one table.
+/// `--uncontended-only`: scenario 5 alone, its table on stdout.
+async fn uncontended_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Failure> {
+    let mut conn = contend::bookkeeping(url).await?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let result = async {
+        let mut tables = String::new();
+        for section in [None, Some(args.hold)] {
+            let u = floor::uncontended(
+                url,
+                &run,
+                plan.uncontended_workers,
+                plan.uncontended,
+                args.rounds.max(1),
+                section,
+            )
+            .await?;
+            tables.push_str(&report::uncontended(&u));
+        }
+        Ok::<_, Failure>(tables)
+    }
+    .await;
+    delete_run_keys(&mut conn, &run).await;
+    println!("{}{}", plan::utc_now(), result?);
+    Ok(())
+}
+
 async fn handoff_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Failure> {
     let mut conn = contend::bookkeeping(url).await?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();

@@ -185,9 +185,14 @@ fn handovers(r: &Results, area: &Area<'_>) -> DrawResult {
 }
 
 fn uncontended(r: &Results, area: &Area<'_>) -> DrawResult {
-    let u = &r.uncontended;
     let (top, bottom) = area.split_vertically(250);
     for (i, part) in [top, bottom].iter().enumerate() {
+        // ops/s around the critical section; CPU of lock+unlock alone.
+        let u = if i == 0 {
+            &r.uncontended_work
+        } else {
+            &r.uncontended
+        };
         let value = |row: &super::floor::UncontendedRow| {
             if i == 0 {
                 row.ops_per_s
@@ -201,8 +206,9 @@ fn uncontended(r: &Results, area: &Area<'_>) -> DrawResult {
             .caption(
                 if i == 0 {
                     format!(
-                        "Uncontended, {} workers each its own lock: lock+unlock/s",
-                        u.workers
+                        "Uncontended, {} workers each its own lock: ops/s around a {} µs section",
+                        u.workers,
+                        u.hold_us.unwrap_or(0)
                     )
                 } else {
                     "Redis CPU µs per lock+unlock (commands per op on the bar)".to_owned()

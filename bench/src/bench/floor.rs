@@ -143,9 +143,17 @@ pub async fn serial_floor(
 /// round, not a strategy). Per round: operations/s, and over the same
 /// window the Redis commands (`CONFIG RESETSTAT`, `INFO commandstats`) and
 /// the Redis CPU time (`INFO cpu`) per operation.
+///
+/// Run twice: with nothing between lock and unlock, which loads Redis alone
+/// (so ops/s is about 1 / its CPU per lock+unlock), and with the hand-off
+/// rows' critical section (`INCR` of the worker's own counter, then the
+/// hold spun), the workload the issue measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Uncontended {
     pub workers: u32,
+    /// The critical section's hold in µs, or `None`: nothing between lock
+    /// and unlock (no counter either).
+    pub hold_us: Option<u64>,
     /// Length of one round.
     pub seconds: f64,
     pub rounds: u32,
@@ -164,6 +172,9 @@ pub struct UncontendedRow {
     pub round_trips_per_op: f64,
     /// Redis CPU µs per pair: the median round.
     pub cpu_us_per_op: f64,
+    /// The bench process's CPU µs per pair (its every thread: the workers'
+    /// clients, the runtime, and the spun holds): the median round.
+    pub client_cpu_us_per_op: f64,
     /// Every round: (ops/s, commands/op, CPU µs/op).
     pub per_round: Vec<(f64, f64, f64)>,
     /// The last round's commands per pair, by name.
@@ -183,18 +194,24 @@ pub async fn uncontended(
     workers: u32,
     length: Duration,
     rounds: u32,
+    section: Option<Duration>,
 ) -> Result<Uncontended, Failure> {
     let mut stats = super::contend::bookkeeping(url).await?;
     let mut locks = Vec::new();
+    let tag = if section.is_some() { "work" } else { "free" };
     for strategy in UNCONTENDED {
         let mut mine = Vec::new();
         for i in 0..workers {
             let conn = Conn::connect(url, strategy).await?;
             let name = format!(
-                "bench-{run}-free-{}-{i}",
+                "bench-{run}-{tag}-{}-{i}",
                 strategy.label().replace(' ', "-")
             );
-            mine.push(conn.lock(strategy, &name, Duration::from_secs(5)));
+            let counter = match section {
+                Some(_) => Some((manager(url).await?, counter_key(&name))),
+                None => None,
+            };
+            mine.push((conn.lock(strategy, &name, Duration::from_secs(5)), counter));
         }
         locks.push(mine);
     }
@@ -212,11 +229,23 @@ pub async fn uncontended(
                 .await
                 .map_err(r)?;
             let cpu0 = crate::commandstats::cpu_us(&cpu);
+            let client0 = process_cpu_us();
             let mine = Arc::new(locks[s].clone());
             let (ops_per_s, ops) = timed(workers, length, move |i| {
-                let lock = mine[i as usize].clone();
+                let (lock, counter) = mine[i as usize].clone();
                 async move {
                     let held = lock.acquire().await.map_err(|e| e.to_string())?;
+                    if let (Some((mut conn, key)), Some(hold)) = (counter, section) {
+                        let since = Instant::now();
+                        let _: u64 = redis::cmd("INCR")
+                            .arg(&key)
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(|e| format!("counter: {e}"))?;
+                        while since.elapsed() < hold {
+                            std::hint::spin_loop();
+                        }
+                    }
                     lock.release(held).await.map_err(|e| e.to_string())
                 }
             })
@@ -231,6 +260,7 @@ pub async fn uncontended(
                 .await
                 .map_err(r)?;
             let cpu_us = crate::commandstats::cpu_us(&cpu) - cpu0;
+            let client_cpu_us = process_cpu_us() - client0;
             let commands = super::stats::Commands::from_stats(
                 &crate::commandstats::parse(&info),
                 *strategy,
@@ -240,6 +270,7 @@ pub async fn uncontended(
                 ops_per_s,
                 ops,
                 cpu_us,
+                client_cpu_us,
                 commands,
             });
         }
@@ -260,6 +291,7 @@ pub async fn uncontended(
                 commands_per_op: col(&|r| per_op(r, r.commands.all)),
                 round_trips_per_op: col(&|r| per_op(r, r.commands.round_trips)),
                 cpu_us_per_op: col(&|r| r.cpu_us / r.ops.max(1) as f64),
+                client_cpu_us_per_op: col(&|r| r.client_cpu_us / r.ops.max(1) as f64),
                 per_round: rounds
                     .iter()
                     .map(|r| {
@@ -282,6 +314,7 @@ pub async fn uncontended(
         .collect();
     Ok(Uncontended {
         workers,
+        hold_us: section.map(|h| h.as_micros() as u64),
         seconds: length.as_secs_f64(),
         rounds,
         rows,
@@ -294,7 +327,27 @@ struct Round {
     ops_per_s: f64,
     ops: u64,
     cpu_us: f64,
+    client_cpu_us: f64,
     commands: super::stats::Commands,
+}
+
+/// This process's CPU time so far (user + system, every thread) in µs,
+/// from `/proc/self/stat` (clock ticks of 10 ms: fine over a round of
+/// tens of thousands of operations); 0 where there is no `/proc`.
+fn process_cpu_us() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command name (which is in parentheses and may
+    // hold spaces): utime and stime are the 12th and 13th of them.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    ticks * 10_000.0
 }
 
 /// Runs `tasks` loops of `op(task)` for `length`, then lets every task

@@ -27,7 +27,10 @@ pub struct Results {
     pub serial_floor: SerialFloor,
     pub handoff: Vec<Outcome>,
     pub scaling: Vec<Outcome>,
+    /// Lock+unlock alone: Redis CPU per lock+unlock.
     pub uncontended: Uncontended,
+    /// With the hand-off rows' critical section: ops/s as the issue measured.
+    pub uncontended_work: Uncontended,
     pub takeover: Vec<Takeover>,
     pub semaphore: SemaphoreRow,
     /// The `metrics` feature's cost (scenario 8).
