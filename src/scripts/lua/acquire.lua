@@ -161,10 +161,19 @@ if holder == ARGV[1] then
 end
 -- Reserved for the waiter a release just woke ("m:<member>@<end ms>"). The
 -- reservation says when it ends, so neither the lock's PTTL nor TIME is
--- needed: the entry's expiry counts from that end (later than now, so on
--- the safe side), plus the caller's lease (the next holder's is not known
--- yet) and the grace, which puts it behind the waiters that queued during
--- the last hold. How long it parks depends on its place:
+-- needed: the entry's expiry counts from the reservation's start (its end
+-- less handoff_ms: the release, no later than now and at most handoff_ms
+-- before), plus the caller's lease (the next holder's is not known yet)
+-- and the grace. That is where a waiter queued during the next hold lands
+-- too (that holder's start + lease + grace: the holder's PTTL counts down
+-- as now goes up), so the queue stays in order of the hold or reservation
+-- each waiter queued during: behind the waiters that queued during the
+-- last hold, ahead of those that queue during the next. (Counting from the
+-- reservation's end put this entry behind everyone who queued during the
+-- next handoff_ms of holds: a releaser whose attempt came just after the
+-- woken waiter took the lock jumped the whole queue, the 12 ms wait p99 at
+-- W=8 in the bench.) The entry still outlives the park below by the grace
+-- less handoff_ms. How long it parks depends on its place:
 --   among the first two  until the reservation ends (if the woken waiter is
 --     frozen or dead, the lock is free by then; if it took the lock, the
 --     next attempt learns its PTTL), and its score carries the fraction .5:
@@ -177,7 +186,8 @@ local reserved_until = string.match(holder, '^m:.*@(%d+)$')
 if reserved_until then
   local park = tonumber(ARGV[7])
   if member ~= '' then
-    local expiry = tonumber(reserved_until) + tonumber(ARGV[2]) + tonumber(ARGV[5])
+    local expiry = tonumber(reserved_until) - tonumber(ARGV[7]) + tonumber(ARGV[2])
+      + tonumber(ARGV[5])
     local err = queue_error(redis.pcall('ZADD', KEYS[3], expiry, member))
     if err then
       return err
