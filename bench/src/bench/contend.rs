@@ -93,6 +93,14 @@ pub struct Outcome {
     /// The longest wait (a starved worker shows here, not in p99: it
     /// contributes a single sample).
     pub wait_max_us: i64,
+    /// The waits of the acquisitions that took the lock from another
+    /// worker (the previous acquisition was another's): what a worker
+    /// waiting behind someone feels. A polling releaser's re-takes of its
+    /// own lock, which wait for nobody, are left out.
+    pub handover_wait_us: Pcts,
+    /// How many acquisitions `handover_wait_us` is over.
+    pub handover_waits: usize,
+    pub handover_wait_max_us: i64,
     /// `unlock()` returned minus `lock()` returned: hold + counter + unlock.
     pub held_us: Pcts,
     pub commands: Option<Commands>,
@@ -324,6 +332,11 @@ fn analyse(
         .filter(|r| r.req < t_end)
         .map(|r| (r.acq.min(t_end) - r.req) as i64)
         .collect();
+    let handover_waits: Vec<i64> = main
+        .windows(2)
+        .filter(|p| p[0].w != p[1].w)
+        .map(|p| (p[1].acq - p[1].req) as i64)
+        .collect();
     let held: Vec<i64> = main.iter().map(|r| (r.rel - r.acq) as i64).collect();
     let mut per_worker = std::collections::HashMap::new();
     for r in &main {
@@ -352,6 +365,9 @@ fn analyse(
         gap_us: Pcts::of(&gaps),
         wait_us: Pcts::of(&waits),
         wait_max_us: waits.iter().copied().max().unwrap_or(0),
+        handover_wait_us: Pcts::of(&handover_waits),
+        handover_waits: handover_waits.len(),
+        handover_wait_max_us: handover_waits.iter().copied().max().unwrap_or(0),
         held_us: Pcts::of(&held),
         commands,
         gaps,

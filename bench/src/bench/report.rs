@@ -91,9 +91,12 @@ pub fn markdown(r: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "| strategy | W | N | hand-offs/s to another worker (× rslock) | all hand-offs/s (% of floor) | share to another worker | busiest worker's share (fair) | wait p50 | wait p99 | wait max | cmds / hand-off | round trips / hand-off | Redis CPU / hand-off |"
+        "| strategy | W | N | hand-offs/s to another worker (× rslock) | all hand-offs/s (% of floor) | share to another worker | busiest worker's share (fair) | wait p50 | wait p99 | wait max | wait p99 / max, lock from another worker | cmds / hand-off | round trips / hand-off | Redis CPU / hand-off |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for o in &r.handoff {
         let rs = r
             .handoff
@@ -101,7 +104,7 @@ pub fn markdown(r: &Results) -> String {
             .find(|x| x.strategy == "rslock" && x.workers == o.workers);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | **{:.0}**{} | {:.0}{} | {:.0}% | {:.0}% ({:.0}%) | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | **{:.0}**{} | {:.0}{} | {:.0}% | {:.0}% ({:.0}%) | {} | {} | {} | {} / {} | {} | {} | {} |",
             o.strategy,
             o.workers,
             o.n,
@@ -120,6 +123,12 @@ pub fn markdown(r: &Results) -> String {
             r.lat(o.wait_us.p50),
             r.lat(o.wait_us.p99),
             fmt_us(o.wait_max_us),
+            o.handover_wait_us.p99.map_or("–".into(), fmt_us),
+            if o.handover_waits == 0 {
+                "–".into()
+            } else {
+                fmt_us(o.handover_wait_max_us)
+            },
             per(o, false),
             per(o, true),
             cpu(o),
@@ -300,7 +309,9 @@ const NOTES: &str = "
 Definitions: *hand-offs/s to another worker* = acquisitions per second where the lock changed \
 worker (all hand-offs/s × the share that changed worker): a polling releaser mostly re-takes the \
 lock itself, which hands nothing to anyone. *wait* = `lock()` returning minus `lock()` called, for \
-every call before the N-th release, cut off there (a starved worker shows in *wait max*). \
+every call before the N-th release, cut off there (a starved worker shows in *wait max*); \
+*lock from another worker*: only the waits of the acquisitions whose previous holder was another \
+worker, what a worker queued behind someone feels (a polling releaser's re-takes wait for nobody). \
 *serial floor* = the hand-off loop without the lock (no acquire, no unlock), one task on one \
 connection: the rate with zero lock overhead. *redbell fair* = `client.fair_mutex()`: FIFO, the \
 release grants the lock to the head waiter. *rslock* = the `rslock` crate (Redlock over redis-rs \

@@ -120,11 +120,11 @@ pub fn expectations(r: &Results) -> String {
             let floor = r.of_floor(o.handoffs_per_s).unwrap_or(0.0);
             let _ = writeln!(
                 s,
-                "- W={w} {label}: hand-offs/s ≥ 0.6× the serial floor: {:.0}/s = {floor:.2}× — {}; commands per hand-off ≤ {budget:.0}: {} — {}",
+                "- W={w} {label}: hand-offs/s ≥ 0.6× the serial floor: {:.0}/s = {floor:.2}× — {}; commands per hand-off ≤ {budget:.0} (+0.05 for stray retries, as above): {} — {}",
                 o.handoffs_per_s,
                 mark(floor >= 0.6),
-                all(o).map_or("–".to_owned(), |v| format!("{v:.1}")),
-                mark(all(o).is_some_and(|v| v <= budget)),
+                all(o).map_or("–".to_owned(), |v| format!("{v:.2}")),
+                mark(all(o).is_some_and(|v| v <= budget + 0.05)),
             );
         }
         if let (Some(fair), Some(plain)) = (
@@ -156,15 +156,20 @@ pub fn expectations(r: &Results) -> String {
                 o.handover_share * 100.0,
                 mark(ev.handovers_per_s >= o.handovers_per_s)
             );
-            if let (Some(a), Some(b)) = (ev.wait_us.p99, o.wait_us.p99) {
+            // What a waiter behind another worker feels: the waits of the
+            // acquisitions that took the lock from another worker (a
+            // polling releaser's own re-takes, most of its acquisitions,
+            // wait for nobody and would flatter it).
+            if let (Some(a), Some(b)) = (ev.handover_wait_us.p99, o.handover_wait_us.p99) {
                 let _ = writeln!(
                     s,
-                    "- W=8 acquire wait p99 lower than {other}'s: {} vs {} = {:.1}× lower (max {} vs {}) — {}",
+                    "- W=8 lock() wait p99 when the lock came from another worker lower than {other}'s: {} vs {} ({} vs {} such acquisitions; max {} vs {}) — {}",
                     fmt_us(a),
                     fmt_us(b),
-                    b as f64 / a.max(1) as f64,
-                    fmt_us(ev.wait_max_us),
-                    fmt_us(o.wait_max_us),
+                    ev.handover_waits,
+                    o.handover_waits,
+                    fmt_us(ev.handover_wait_max_us),
+                    fmt_us(o.handover_wait_max_us),
                     mark(a <= b)
                 );
             }
