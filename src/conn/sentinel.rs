@@ -28,7 +28,8 @@ use crate::Error;
 /// they name are not (yet) the primary: a failover takes a second or two.
 const FAILOVER_WAIT: Duration = Duration::from_secs(5);
 
-/// The description of the error of a named node that is not the primary.
+/// The description of the error of a named node that is not the primary
+/// (what the caller is told; `Refused::NotPrimary` is how the code tells).
 const NOT_PRIMARY: &str = "the node a sentinel named is not the primary";
 
 /// The sentinels of one master, and how to connect to the primary they
@@ -85,15 +86,15 @@ impl Sentinels {
             match self.ask(None, timeouts).await {
                 Ok(Some(found)) => return Ok(found),
                 Ok(None) => return Err(Error::Closed), // not reached: no current primary given
-                Err(Error::Redis(e))
-                    if e.to_string().contains(NOT_PRIMARY)
-                        && tokio::time::Instant::now() + pause < deadline =>
-                {
-                    tracing::info!(error = %e, retry_in = ?pause, "no primary yet; a failover may be in progress");
+                Err(NotFound {
+                    error,
+                    not_primary: true,
+                }) if tokio::time::Instant::now() + pause < deadline => {
+                    tracing::info!(%error, retry_in = ?pause, "no primary yet; a failover may be in progress");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(e) => return Err(e),
+                Err(NotFound { error, .. }) => return Err(error),
             }
         }
     }
@@ -105,15 +106,17 @@ impl Sentinels {
         current: (&str, &Manager),
         timeouts: (Duration, Duration),
     ) -> Result<Option<Found>, Error> {
-        self.ask(Some(current), timeouts).await
+        self.ask(Some(current), timeouts).await.map_err(|e| e.error)
     }
 
     async fn ask(
         &self,
         current: Option<(&str, &Manager)>,
         (connect, response): (Duration, Duration),
-    ) -> Result<Option<Found>, Error> {
-        let mut last = None;
+    ) -> Result<Option<Found>, NotFound> {
+        // The last refusal, and whether it was a node saying it is not the
+        // primary.
+        let mut last: Option<(RedisError, bool)> = None;
         // The newest configuration first: a sentinel that has not heard of
         // the last failover yet (they tell each other every 2 s) names the
         // old primary, which answers `master` until it is converted.
@@ -123,7 +126,7 @@ impl Sentinels {
         for answer in asked {
             match answer {
                 Ok(n) => named.push(n),
-                Err(e) => last = Some(e),
+                Err(e) => last = Some((e, false)),
             }
         }
         // Stable: among equal epochs the order the sentinels were given.
@@ -141,7 +144,7 @@ impl Sentinels {
                 // Still named: keep it unless it says it was demoted (an
                 // unreachable primary is the sentinels' to fail over).
                 match role(&mut current_manager.clone(), response).await {
-                    Ok(Role::Other(role)) => last = Some(not_primary(&addr, &role)),
+                    Ok(Role::Other(role)) => last = Some((not_primary(&addr, &role), true)),
                     Ok(Role::Master | Role::Unknown) | Err(_) => return Ok(None),
                 }
                 continue;
@@ -155,11 +158,26 @@ impl Sentinels {
                         manager,
                     }));
                 }
-                Err(Refused::Settings(e)) => return Err(e),
-                Err(Refused::Node(e)) => last = Some(e),
+                Err(Refused::Settings(error)) => {
+                    return Err(NotFound {
+                        error,
+                        not_primary: false,
+                    });
+                }
+                Err(Refused::Node(e)) => last = Some((e, false)),
+                Err(Refused::NotPrimary(e)) => last = Some((e, true)),
             }
         }
-        Err(last.map_or(Error::Closed, Error::Redis))
+        Err(match last {
+            Some((e, not_primary)) => NotFound {
+                error: Error::Redis(e),
+                not_primary,
+            },
+            None => NotFound {
+                error: Error::Closed,
+                not_primary: false,
+            },
+        })
     }
 
     /// Connects to the node at `host:port` with the primary's settings and
@@ -185,7 +203,7 @@ impl Sentinels {
             Ok(Role::Master | Role::Unknown) => Ok((client, candidate)),
             Ok(Role::Other(role)) => {
                 tracing::info!(node = %addr, %role, "a sentinel named a node that is not the primary; asking the next");
-                Err(Refused::Node(not_primary(&addr, &role)))
+                Err(Refused::NotPrimary(not_primary(&addr, &role)))
             }
             Err(e) => Err(Refused::Node(e)),
         }
@@ -287,8 +305,19 @@ struct Named {
 enum Refused {
     /// The settings themselves (another node would refuse as well).
     Settings(Error),
-    /// This node: unreachable, or not the primary.
+    /// This node: unreachable, or its connection failed.
     Node(RedisError),
+    /// This node answered, and it is not the primary (a replica: the
+    /// sentinels may be failing over).
+    NotPrimary(RedisError),
+}
+
+/// Why the sentinels' answers led to no primary: the error to report, and
+/// whether the last node tried was reachable but not the primary (mid
+/// failover: worth asking again).
+struct NotFound {
+    error: Error,
+    not_primary: bool,
 }
 
 fn not_primary(addr: &str, role: &str) -> RedisError {
