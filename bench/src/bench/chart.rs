@@ -71,7 +71,7 @@ fn waits(r: &Results, area: &Area<'_>) -> DrawResult {
         .max(1000) as f64;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            format!("lock() wait, W={w}, each worker its own client (CDF)"),
+            format!("lock() wait, W={w}, each worker its own client (CDF; dashed: lock from another worker)"),
             ("sans-serif", 18),
         )
         .margin(12)
@@ -105,6 +105,27 @@ fn waits(r: &Results, area: &Area<'_>) -> DrawResult {
                 fmt_us(o.wait_max_us)
             ))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        // Dashed: only the acquisitions that took the lock from another
+        // worker (a polling releaser's re-takes of its own lock, the left
+        // of its solid curve, wait for nobody).
+        let mut h = o.handover_waits.clone();
+        if h.is_empty() {
+            continue;
+        }
+        h.sort_unstable();
+        let n = h.len() as f64;
+        let points = h
+            .iter()
+            .enumerate()
+            .map(|(j, g)| ((*g).max(10) as f64, (j + 1) as f64 * 100.0 / n));
+        chart
+            .draw_series(DashedLineSeries::new(points, 6, 4, c.stroke_width(2)))?
+            .label(format!(
+                "  from another worker ({} of them): p99 {}",
+                h.len(),
+                o.handover_wait_us.p99.map_or("–".into(), fmt_us)
+            ))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 8, y)], c.stroke_width(2)));
     }
     chart
         .configure_series_labels()

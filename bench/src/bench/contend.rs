@@ -98,9 +98,9 @@ pub struct Outcome {
     /// waiting behind someone feels. A polling releaser's re-takes of its
     /// own lock, which wait for nobody, are left out.
     pub handover_wait_us: Pcts,
-    /// How many acquisitions `handover_wait_us` is over.
-    pub handover_waits: usize,
     pub handover_wait_max_us: i64,
+    /// The samples of `handover_wait_us` (µs), in acquisition order.
+    pub handover_waits: Vec<i64>,
     /// `unlock()` returned minus `lock()` returned: hold + counter + unlock.
     pub held_us: Pcts,
     pub commands: Option<Commands>,
@@ -366,8 +366,8 @@ fn analyse(
         wait_us: Pcts::of(&waits),
         wait_max_us: waits.iter().copied().max().unwrap_or(0),
         handover_wait_us: Pcts::of(&handover_waits),
-        handover_waits: handover_waits.len(),
         handover_wait_max_us: handover_waits.iter().copied().max().unwrap_or(0),
+        handover_waits,
         held_us: Pcts::of(&held),
         commands,
         gaps,

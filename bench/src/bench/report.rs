@@ -124,7 +124,7 @@ pub fn markdown(r: &Results) -> String {
             r.lat(o.wait_us.p99),
             fmt_us(o.wait_max_us),
             o.handover_wait_us.p99.map_or("–".into(), fmt_us),
-            if o.handover_waits == 0 {
+            if o.handover_waits.is_empty() {
                 "–".into()
             } else {
                 fmt_us(o.handover_wait_max_us)

@@ -166,8 +166,8 @@ pub fn expectations(r: &Results) -> String {
                     "- W=8 lock() wait p99 when the lock came from another worker lower than {other}'s: {} vs {} ({} vs {} such acquisitions; max {} vs {}) — {}",
                     fmt_us(a),
                     fmt_us(b),
-                    ev.handover_waits,
-                    o.handover_waits,
+                    ev.handover_waits.len(),
+                    o.handover_waits.len(),
                     fmt_us(ev.handover_wait_max_us),
                     fmt_us(o.handover_wait_max_us),
                     mark(a <= b)
