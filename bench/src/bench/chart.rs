@@ -71,7 +71,7 @@ fn waits(r: &Results, area: &Area<'_>) -> DrawResult {
         .max(1000) as f64;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            format!("lock() wait, W={w}, each worker its own client (CDF; dashed: lock from another worker)"),
+            format!("lock() wait, W={w} (CDF; dashed: lock from another worker)"),
             ("sans-serif", 18),
         )
         .margin(12)
@@ -130,6 +130,7 @@ fn waits(r: &Results, area: &Area<'_>) -> DrawResult {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
+        .label_font(("sans-serif", 12))
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;

@@ -147,7 +147,7 @@ pub async fn serial_floor(
 /// Run twice: with nothing between lock and unlock, which loads Redis alone
 /// (so ops/s is about 1 / its CPU per lock+unlock), and with the hand-off
 /// rows' critical section (`INCR` of the worker's own counter, then the
-/// hold spun), the workload the issue measured.
+/// hold spun): a lock around some work, as users hold one.
 #[derive(Debug, Clone, Serialize)]
 pub struct Uncontended {
     pub workers: u32,

@@ -1,5 +1,5 @@
-//! The markdown report on stdout: the tables, then every expectation of
-//! the issue against what was measured (`verdict.rs`).
+//! The markdown report on stdout: the tables, then every expectation set
+//! for the bench against what was measured (`verdict.rs`).
 
 use std::fmt::Write;
 
@@ -219,9 +219,10 @@ pub fn uncontended(u: &super::floor::Uncontended) -> String {
         s,
         "\n## 5{}. Uncontended lock+unlock{} ({} workers, each with its own client and its own lock; median of {} rounds of {:.1} s, strategies in turn)\n",
         if u.hold_us.is_some() { "b" } else { "a" },
-        u.hold_us.map_or(" alone: Redis CPU per lock+unlock".to_owned(), |h| format!(
-            " around a critical section (INCR of the worker's counter, {h} µs hold), as the issue measures: ops/s"
-        )),
+        u.hold_us
+            .map_or(" alone: Redis CPU per lock+unlock".to_owned(), |h| format!(
+                " around a critical section (INCR of the worker's counter, {h} µs hold): ops/s"
+            )),
         u.workers,
         u.rounds,
         u.seconds

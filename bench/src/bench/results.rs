@@ -29,7 +29,7 @@ pub struct Results {
     pub scaling: Vec<Outcome>,
     /// Lock+unlock alone: Redis CPU per lock+unlock.
     pub uncontended: Uncontended,
-    /// With the hand-off rows' critical section: ops/s as the issue measured.
+    /// With the hand-off rows' critical section: ops/s of a lock around work.
     pub uncontended_work: Uncontended,
     pub takeover: Vec<Takeover>,
     pub semaphore: SemaphoreRow,

@@ -78,7 +78,7 @@ pub fn expectations(r: &Results) -> String {
     }
 
     // 3. Uncontended: redbell against rslock, same workload, same run:
-    //    ops/s around the critical section (the workload), Redis
+    //    ops/s around the critical section (a lock around work), Redis
     //    CPU per lock+unlock from the loop with nothing in between.
     let row = |u: &super::floor::Uncontended, name: &str| {
         u.rows.iter().find(|x| x.strategy == name).cloned()
