@@ -166,14 +166,15 @@ end
 -- before), plus the caller's lease (the next holder's is not known yet)
 -- and the grace. That is where a waiter queued during the next hold lands
 -- too (that holder's start + lease + grace: the holder's PTTL counts down
--- as now goes up), so the queue stays in order of the hold or reservation
--- each waiter queued during: behind the waiters that queued during the
--- last hold, ahead of those that queue during the next. (Counting from the
--- reservation's end put this entry behind everyone who queued during the
--- next handoff_ms of holds: a releaser whose attempt came just after the
--- woken waiter took the lock jumped the whole queue, the 12 ms wait p99 at
--- W=8 in the bench.) The entry still outlives the park below by the grace
--- less handoff_ms. How long it parks depends on its place:
+-- as now goes up), so with equal leases the queue stays in order of the
+-- hold or reservation each waiter queued during: behind the waiters that
+-- queued during the last hold, ahead of those that queue during the next.
+-- (Counting from the reservation's end put this entry behind everyone who
+-- queued during the next handoff_ms of holds: a releaser whose attempt
+-- came just after the woken waiter took the lock jumped the whole queue,
+-- a wait p99 of 7-12 ms at W=8 in the bench against 3 ms.) The entry still
+-- outlives the park below by the grace less handoff_ms. How long it parks
+-- depends on its place:
 --   among the first two  until the reservation ends (if the woken waiter is
 --     frozen or dead, the lock is free by then; if it took the lock, the
 --     next attempt learns its PTTL), and its score carries the fraction .5:
