@@ -27,7 +27,7 @@ use redbell_integration_tests::sentinel::{
     sentinel_agrees, sentinel_client, works_again,
 };
 use redbell_integration_tests::{
-    exists, fence_key, get, incr, join_waiters, lock_key, node_url, query, raw, recovering,
+    Proxy, exists, fence_key, get, incr, join_waiters, lock_key, node_url, query, raw, recovering,
     replication_field, spawn_waiter, spread, unique, wait_for_subscribers, waiter_errors,
 };
 use tokio::time::{Instant, sleep, timeout};
@@ -184,6 +184,78 @@ async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() 
     eprintln!(
         "SENTINEL FAILOVER: sentinels agreed after {failover:?}; the client's locks were on \
          the new primary {moved:?} after that ({on_old} granted on the old one first)"
+    );
+}
+
+/// Before: a client that was not listening when a sentinel announced a
+/// switch (its subscription lost, or, in the soak, not yet made: it had
+/// just been told of the old primary) stayed on the old primary, which
+/// still answers as one until the sentinels convert it, seconds later (the
+/// soak: a FairMutex held on both primaries for 7 s, seed
+/// 7087532376230508015). Here the client's one sentinel is unreachable
+/// (behind a proxy that is cut) while the failover happens, and reachable
+/// again once the sentinels agree; the client's locks must land on the new
+/// primary within seconds, long before the old one is converted. Now every
+/// subscription after the first is followed by a look at the primary, and
+/// the first is made before the client first asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_again() {
+    let topo = Topology::start().await;
+    let sentinel_port = topo.sentinel_ports()[0];
+    let proxy = Proxy::start(0, sentinel_port).await;
+    let port = proxy.port();
+    let client = Client::sentinel(&[proxy.url().as_str()], MASTER)
+        .await
+        .expect("a client of the sentinel behind the proxy");
+    let name = unique("missed");
+    let warm = client.mutex(&name).lock().await.expect("lock before");
+    warm.unlock().await.expect("unlock before");
+
+    proxy.cut().await; // its subscription dropped, and no new connection
+    let mut sentinel = raw(&topo.sentinel_urls()[1]).await;
+    let asked: String = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query_async(&mut sentinel)
+        .await
+        .expect("SENTINEL FAILOVER");
+    assert_eq!(asked, "OK");
+    topo.wait_for_failover().await;
+    let _proxy = Proxy::start(port, sentinel_port).await; // reachable again
+    let back = Instant::now();
+
+    let (mut old, mut new) = (
+        raw(&topo.primary_url()).await,
+        raw(&topo.replica_url()).await,
+    );
+    let mut on_old = 0;
+    loop {
+        let probe = format!("{name}-{on_old}");
+        let g = client
+            .mutex(&probe)
+            .try_lock()
+            .await
+            .expect("try_lock after the failover")
+            .expect("a fresh name is free");
+        let there = get(&mut new, &lock_key(&probe)).await;
+        let stale = get(&mut old, &lock_key(&probe)).await;
+        drop(g);
+        if there.is_some() {
+            break;
+        }
+        assert!(stale.is_some(), "the lock is on neither server");
+        on_old += 1;
+        assert!(
+            back.elapsed() < Duration::from_secs(4),
+            "{on_old} locks granted on the old primary in the 4 s after the client's \
+             sentinel was reachable again, the failover long agreed"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "the client's locks were on the new primary {:?} after its sentinel was back \
+         ({on_old} granted on the old one first)",
+        back.elapsed()
     );
 }
 

@@ -21,22 +21,27 @@
 //! later, and a client that stays on it grants locks the new primary never
 //! hears of. So the client also subscribes to every sentinel's
 //! `+switch-master` and re-resolves the moment one announces a new primary
-//! ([`follow_switches`]). Sentinels tell each other of a failover only
+//! ([`follow_switches`]). An announcement made while the client was not
+//! listening is missed, so the first subscriptions are made before the
+//! client first asks for the primary, and every later one (after a lost
+//! connection to a sentinel) is followed by a re-resolution. Sentinels tell each other of a failover only
 //! every 2 s, so a re-resolution asks them all and takes the answer with the
 //! newest configuration epoch, and never goes back to an older one.
 
 mod sentinel;
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, RwLock as StdRwLock, Weak};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::OnceCell;
-use tokio_stream::StreamExt;
+use tokio_stream::{Stream, StreamExt};
 
 pub(crate) use sentinel::Sentinels;
 
@@ -192,6 +197,18 @@ impl Conn {
         response_timeout: Duration,
     ) -> Result<Conn, Error> {
         let timeouts = (connect_timeout, response_timeout);
+        // Listening first: a switch announced after this is heard, and one
+        // announced before it is in the sentinels' answers below. (Asking
+        // first left a window: a client that connected to the old primary
+        // just before the announcement, and subscribed just after it,
+        // stayed there for seconds.)
+        let watched = sentinels.sentinel_clients().to_vec();
+        let listening = join_all(
+            watched
+                .iter()
+                .map(|s| subscribe_switches(s, subscribe_timeout(connect_timeout))),
+        )
+        .await;
         let found = sentinels.find(timeouts).await?;
         let current = Current {
             addr: found.addr,
@@ -200,13 +217,13 @@ impl Conn {
             manager: found.manager,
             slow: Arc::default(),
         };
-        let watched = sentinels.sentinel_clients().to_vec();
         let conn = Conn::new(current, Source::Sentinel(Box::new(sentinels)), timeouts);
         let watchers = watched
             .into_iter()
-            .map(|sentinel| {
+            .zip(listening)
+            .map(|(sentinel, switches)| {
                 let weak = Arc::downgrade(&conn.0);
-                AbortOnDrop(tokio::spawn(follow_switches(weak, sentinel)))
+                AbortOnDrop(tokio::spawn(follow_switches(weak, sentinel, switches)))
             })
             .collect();
         *conn.0.watchers.lock().unwrap_or_else(|p| p.into_inner()) = watchers;
@@ -368,27 +385,57 @@ impl Conn {
     }
 }
 
+/// One sentinel's `+switch-master` announcements, from a subscription.
+type Switches = Pin<Box<dyn Stream<Item = redis::Msg> + Send>>;
+
+/// How long a subscription to a sentinel may take.
+fn subscribe_timeout(connect_timeout: Duration) -> Duration {
+    connect_timeout.max(Duration::from_secs(1))
+}
+
+/// Subscribes to `sentinel`'s `+switch-master`; `None` when it cannot be
+/// reached in `timeout`.
+async fn subscribe_switches(sentinel: &redis::Client, timeout: Duration) -> Option<Switches> {
+    let subscribed = async {
+        let mut pubsub = sentinel.get_async_pubsub().await?;
+        pubsub.subscribe("+switch-master").await?;
+        RedisResult::Ok(Box::pin(pubsub.into_on_message()) as Switches)
+    };
+    tokio::time::timeout(timeout, subscribed).await.ok()?.ok()
+}
+
 /// Follows one sentinel's `+switch-master` announcements, so the client
 /// moves to a new primary as soon as a sentinel announces it rather than on
 /// its next command error. After a failover the old primary still answers
 /// as a primary until the sentinels convert it to a replica (seconds
 /// later); a client left on it would keep granting locks that the new
-/// primary knows nothing of. Reconnects with a backoff while the sentinel
-/// is unreachable; ends when the `Conn` is gone.
-async fn follow_switches(conn: Weak<Inner>, sentinel: redis::Client) {
+/// primary knows nothing of. `first` is the subscription made before the
+/// client first asked for the primary. Reconnects with a backoff while the
+/// sentinel is unreachable, and after each new subscription re-resolves
+/// once (what was announced while nobody listened is missed); ends when the
+/// `Conn` is gone.
+async fn follow_switches(conn: Weak<Inner>, sentinel: redis::Client, first: Option<Switches>) {
     let mut backoff = Duration::from_millis(100);
+    let mut first = first;
     loop {
-        let subscribed = async {
-            let mut pubsub = sentinel.get_async_pubsub().await?;
-            pubsub.subscribe("+switch-master").await?;
-            RedisResult::Ok(pubsub.into_on_message())
+        let (switches, fresh) = match first.take() {
+            Some(switches) => (Some(switches), false),
+            None => {
+                let timeout = match conn.upgrade() {
+                    Some(inner) => subscribe_timeout(inner.connect_timeout),
+                    None => return,
+                };
+                (subscribe_switches(&sentinel, timeout).await, true)
+            }
         };
-        let timeout = match conn.upgrade() {
-            Some(inner) => inner.connect_timeout.max(Duration::from_secs(1)),
-            None => return,
-        };
-        if let Ok(Ok(mut messages)) = tokio::time::timeout(timeout, subscribed).await {
+        if let Some(mut messages) = switches {
             backoff = Duration::from_millis(100);
+            if fresh {
+                let Some(inner) = conn.upgrade() else { return };
+                if let Err(e) = Conn(inner).resolve().await {
+                    tracing::debug!(error = %e, "could not re-resolve the primary after re-subscribing");
+                }
+            }
             while let Some(message) = messages.next().await {
                 let Some(inner) = conn.upgrade() else { return };
                 let payload: String = message.get_payload().unwrap_or_default();
