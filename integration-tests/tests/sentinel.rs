@@ -153,12 +153,38 @@ async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() 
     let failover = topo.wait_for_failover().await;
     let switched = Instant::now();
 
+    let on_old = on_old_primary_until_moved(
+        &client,
+        &topo,
+        &name,
+        (switched, Duration::from_secs(3)),
+        "after the sentinels named the new one",
+    )
+    .await;
+    let moved = switched.elapsed();
+    eprintln!(
+        "SENTINEL FAILOVER: sentinels agreed after {failover:?}; the client's locks were on \
+         the new primary {moved:?} after that ({on_old} granted on the old one first)"
+    );
+}
+
+/// After a failover to the topology's replica: takes a lock on a fresh name
+/// every 100 ms until one lands on the new primary, and says how many
+/// landed on the old one first. Fails when they still land there
+/// `limit` after `since` (`what` says after what).
+async fn on_old_primary_until_moved(
+    client: &Client,
+    topo: &Topology,
+    name: &str,
+    (since, limit): (Instant, Duration),
+    what: &str,
+) -> u32 {
     let (mut old, mut new) = (
         raw(&topo.primary_url()).await,
         raw(&topo.replica_url()).await,
     );
     let mut on_old = 0;
-    let moved = loop {
+    loop {
         let probe = format!("{name}-{on_old}");
         let g = client
             .mutex(&probe)
@@ -170,21 +196,16 @@ async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() 
         let stale = get(&mut old, &lock_key(&probe)).await;
         drop(g);
         if there.is_some() {
-            break switched.elapsed();
+            return on_old;
         }
         assert!(stale.is_some(), "the lock is on neither server");
         on_old += 1;
         assert!(
-            switched.elapsed() < Duration::from_secs(3),
-            "{on_old} locks granted on the old primary in the 3 s after the sentinels \
-             named the new one"
+            since.elapsed() < limit,
+            "{on_old} locks granted on the old primary in the {limit:?} {what}"
         );
         sleep(Duration::from_millis(100)).await;
-    };
-    eprintln!(
-        "SENTINEL FAILOVER: sentinels agreed after {failover:?}; the client's locks were on \
-         the new primary {moved:?} after that ({on_old} granted on the old one first)"
-    );
+    }
 }
 
 /// Before: a client that was not listening when a sentinel announced a
@@ -224,34 +245,14 @@ async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_
     let _proxy = Proxy::start(port, sentinel_port).await; // reachable again
     let back = Instant::now();
 
-    let (mut old, mut new) = (
-        raw(&topo.primary_url()).await,
-        raw(&topo.replica_url()).await,
-    );
-    let mut on_old = 0;
-    loop {
-        let probe = format!("{name}-{on_old}");
-        let g = client
-            .mutex(&probe)
-            .try_lock()
-            .await
-            .expect("try_lock after the failover")
-            .expect("a fresh name is free");
-        let there = get(&mut new, &lock_key(&probe)).await;
-        let stale = get(&mut old, &lock_key(&probe)).await;
-        drop(g);
-        if there.is_some() {
-            break;
-        }
-        assert!(stale.is_some(), "the lock is on neither server");
-        on_old += 1;
-        assert!(
-            back.elapsed() < Duration::from_secs(4),
-            "{on_old} locks granted on the old primary in the 4 s after the client's \
-             sentinel was reachable again, the failover long agreed"
-        );
-        sleep(Duration::from_millis(100)).await;
-    }
+    let on_old = on_old_primary_until_moved(
+        &client,
+        &topo,
+        &name,
+        (back, Duration::from_secs(4)),
+        "after the client's sentinel was reachable again, the failover long agreed",
+    )
+    .await;
     eprintln!(
         "the client's locks were on the new primary {:?} after its sentinel was back \
          ({on_old} granted on the old one first)",
