@@ -24,9 +24,10 @@
 //! ([`follow_switches`]). An announcement made while the client was not
 //! listening is missed, so the first subscriptions are made before the
 //! client first asks for the primary, and every later one (after a lost
-//! connection to a sentinel) is followed by a re-resolution. Sentinels tell each other of a failover only
-//! every 2 s, so a re-resolution asks them all and takes the answer with the
-//! newest configuration epoch, and never goes back to an older one.
+//! connection to a sentinel) is followed by a re-resolution. Sentinels tell
+//! each other of a failover only every 2 s, so a re-resolution asks them
+//! all and takes the answer with the newest configuration epoch, and never
+//! goes back to an older one.
 
 mod sentinel;
 

@@ -574,12 +574,15 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 // (A woken waiter stopped had let go of its last hold: not
                 // a holder fault; if it was granted the lock just before,
                 // `frozen_grant` below tells, but for a reader, whose grant
-                // may be shared and need not show in the fences.)
+                // may be shared and need not show in the fences. Unless
+                // the hold began after the stop was sent: the signal can
+                // land late, after the waiter got the lock and logged the
+                // end of its section but before it released.)
                 || stops.iter().any(|(w, s, u, k)| {
                     *w == x.worker
                         && *s <= gap_end
                         && *u >= x.start
-                        && (*k != FaultKind::SigstopWaiter || x.shared)
+                        && (*k != FaultKind::SigstopWaiter || x.shared || x.start >= *s)
                 })
                 || (x.kind == RUN
                     && conn_faults

@@ -184,6 +184,30 @@ fn a_waiter_frozen_right_after_its_grant_is_explained() {
     assert_eq!(check(&r, &[frozen], LEASE).overlaps_unexplained, 1);
 }
 
+/// The stop of a woken waiter is sent at `at_us` (before `kill` runs) and
+/// may land late: after the waiter was granted the lock, ran its section
+/// and logged the end of its hold, but before it released (a `redbell run`
+/// worker releases after its command exits). Its lock then stays taken
+/// until its lease runs out: a holder's fault, with its bound. (The soak
+/// saw this: seed 7211279904243670056, single, 1,497 ms judged against
+/// 1 s.)
+#[test]
+fn a_woken_waiter_stopped_only_after_its_section_is_a_holder_fault() {
+    // b, woken, is to be stopped from 100; it gets the lock at 110 anyway,
+    // holds until 10_000, and is frozen before its release: a takes over
+    // when b's lease runs out.
+    let mut r = section("b", 1, 10, 50, 110, 10_000, "accepted");
+    r.extend(section("a", 1, 11, 5, 1_510_000, 1_520_000, "accepted"));
+    let frozen = stop(FaultKind::SigstopWaiter, "b", 100, 2_300_000);
+    let v = check(&r, std::slice::from_ref(&frozen), LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 1_500_000);
+    // A waiter stopped after a hold it had let go of before the stop is
+    // no holder fault: the same gap breaks the bound.
+    let early = stop(FaultKind::SigstopWaiter, "b", 20_000, 2_300_000);
+    assert_eq!(check(&r, &[early], LEASE).violations.len(), 1);
+}
+
 #[test]
 fn a_killed_holder_gets_the_lease_and_its_wait_ends() {
     let mut r = vec![
