@@ -142,15 +142,7 @@ async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() 
     let warm = client.mutex(&name).lock().await.expect("lock before");
     warm.unlock().await.expect("unlock before");
 
-    let mut sentinel = raw(&topo.sentinel_urls()[0]).await;
-    let asked: String = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg(MASTER)
-        .query_async(&mut sentinel)
-        .await
-        .expect("SENTINEL FAILOVER");
-    assert_eq!(asked, "OK");
-    let failover = topo.wait_for_failover().await;
+    let failover = topo.sentinel_failover(0).await;
     let switched = Instant::now();
 
     let on_old = on_old_primary_until_moved(
@@ -233,15 +225,7 @@ async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_
     warm.unlock().await.expect("unlock before");
 
     proxy.cut().await; // its subscription dropped, and no new connection
-    let mut sentinel = raw(&topo.sentinel_urls()[1]).await;
-    let asked: String = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg(MASTER)
-        .query_async(&mut sentinel)
-        .await
-        .expect("SENTINEL FAILOVER");
-    assert_eq!(asked, "OK");
-    topo.wait_for_failover().await;
+    topo.sentinel_failover(1).await;
     let _proxy = Proxy::start(port, sentinel_port).await; // reachable again
     let back = Instant::now();
 

@@ -88,6 +88,25 @@ impl Topology {
         assert!(done, "no failover to the replica within 20 s of the kill");
         started.elapsed()
     }
+
+    /// Asks sentinel `via` (an index into the sentinels) for `SENTINEL
+    /// FAILOVER`, then [waits](Topology::wait_for_failover) until they all
+    /// name the replica; how long the wait took.
+    ///
+    /// # Panics
+    ///
+    /// When the sentinel refuses, or the failover does not happen within
+    /// 20 s.
+    pub async fn sentinel_failover(&self, via: usize) -> Duration {
+        let asked: String = query(
+            self.sentinel_ports()[via],
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER),
+        )
+        .await
+        .expect("SENTINEL FAILOVER: no answer");
+        assert_eq!(asked, "OK", "SENTINEL FAILOVER");
+        self.wait_for_failover().await
+    }
 }
 
 /// Locks and unlocks a fresh lock through `client` until it works (on the
