@@ -142,7 +142,12 @@ impl Client {
     /// dropped, timed out, `READONLY`), the client asks the sentinels again
     /// and switches to the new primary; the pub/sub hub does the same before
     /// each reconnect and then wakes every waiter. Commands in flight during
-    /// a failover fail with a retryable [`Error::Redis`].
+    /// a failover fail with a retryable [`Error::Redis`]. It also listens to
+    /// every sentinel's `+switch-master` (the old primary answers as one for
+    /// seconds after a failover, so errors alone come late): the
+    /// subscriptions are made before the primary is first asked for, so the
+    /// first connection waits for them too, up to the connect timeout (at
+    /// least 1 s) for a sentinel that does not answer.
     ///
     /// The sentinel URLs carry the sentinels' own credentials; the
     /// primary's (and its database) are set with
