@@ -179,11 +179,15 @@
 //!   naming a window (twice the reservation for the plain mutex; the claim
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. (The plain release skips the standby of a member that parks
-//!   no longer than a reservation already, its score's fraction `.5`, and
-//!   of a member of the woken one's own client, frozen with it or alive and
-//!   attempting: to them it would change nothing. In a steady stream of
-//!   hand-offs, where every releaser queues again during the reservation
-//!   its release made, a hand-off thus publishes one message.) A live woken waiter has attempted by then (they find the lock
+//!   no longer than a reservation already, its score's fraction `.5`, of
+//!   a member of the woken one's own client, frozen with it or alive and
+//!   attempting, and of a member it told already: to them it would change
+//!   nothing, since a standby only ever shortens a park. A member told
+//!   gets the fraction `.5` too, until its next attempt queues it again.
+//!   In a steady stream of hand-offs, where every releaser queues again
+//!   during the reservation its release made, a hand-off thus publishes
+//!   one message, or two with more than two waiting: the wake-up and the
+//!   standby of the member that just became third in line.) A live woken waiter has attempted by then (they find the lock
 //!   held and park again); a frozen one has not, the lock is free, and the
 //!   first live standby waiter takes it. The frozen member is out of the
 //!   queue (plain, and a fair grantee), or dropped by the next attempt that
@@ -253,8 +257,8 @@
 //! its grant confirms it). The standby windows are the scripts' own
 //! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -420,7 +424,7 @@ impl Acquirer {
         let hub = &self.client.0.hub;
         // Joining the hub is local; the first attempt is the whole cost of an
         // uncontended lock: one round trip, no SUBSCRIBE.
-        let token = new_token(keys.kind);
+        let token = self.client.0.tokens.next(keys.kind);
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let waiter = registration.waiter();
         let member = registration.member().to_owned();
@@ -537,7 +541,7 @@ impl Acquirer {
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
         Ok(self
-            .attempt(&keys, &new_token(keys.kind), lease_ms, None)
+            .attempt(&keys, &self.client.0.tokens.next(keys.kind), lease_ms, None)
             .await?
             .ok())
     }
@@ -765,23 +769,37 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// A fresh owner token: the kind's tag letter (see [`Kind::token_tag`]),
-/// then 32 hex digits, unique across processes and clients.
+/// Where a client's owner tokens come from: the kind's tag letter (see
+/// [`Kind::token_tag`]), then 32 hex digits, unique across processes and
+/// clients.
 ///
-/// The first 16 digits are random, drawn once per process; the last 16 are
-/// a per-process counter, mixed with the process id (so a forked child
-/// does not repeat its parent's tokens), through a bijection (so two
-/// distinct inputs never give the same digits). A token only has to be
-/// unique, not secret (`status` shows it to anyone who can read the key),
-/// and this costs no system call per acquisition, where a random UUID each
-/// time did (`getrandom`).
-fn new_token(kind: Kind) -> String {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let unique = count ^ (u64::from(std::process::id()) << 32);
-    format!("{}{seed:016x}{:016x}", kind.token_tag(), mix(unique))
+/// The first 16 digits are random, drawn once per client; the last 16 are
+/// the client's counter through a bijection (so two distinct counts never
+/// give the same digits). A forked child cannot go on using its parent's
+/// client (its runtime and connections stay with the parent), so a client
+/// it builds draws a seed of its own. A token only has to be unique, not
+/// secret (`status` shows it to anyone who can read the key), and this
+/// costs no system call per acquisition: a random UUID each time did
+/// (`getrandom`), and so did mixing in the process id (`getpid`).
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    seed: u64,
+    count: AtomicU64,
+}
+
+impl Tokens {
+    pub(crate) fn new() -> Tokens {
+        Tokens {
+            seed: uuid::Uuid::new_v4().as_u64_pair().0,
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh owner token for a lock of this kind.
+    pub(crate) fn next(&self, kind: Kind) -> String {
+        let count = self.count.fetch_add(1, Ordering::Relaxed);
+        format!("{}{:016x}{:016x}", kind.token_tag(), self.seed, mix(count))
+    }
 }
 
 /// The splitmix64 finalizer: a bijection on `u64` that scatters nearby
@@ -817,16 +835,20 @@ mod tests {
 
     #[test]
     fn tokens_are_unique_and_tagged_with_their_kind() {
-        let (a, b) = (new_token(Kind::Plain), new_token(Kind::Plain));
+        let tokens = Tokens::new();
+        let (a, b) = (tokens.next(Kind::Plain), tokens.next(Kind::Plain));
         assert_ne!(a, b);
         assert_eq!(a.len(), 33);
         assert!(a.starts_with('m'));
         assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()));
         for kind in [Kind::Fair, Kind::Read, Kind::Write] {
-            assert!(new_token(kind).starts_with(kind.token_tag()));
+            assert!(tokens.next(kind).starts_with(kind.token_tag()));
         }
         let many: std::collections::HashSet<String> =
-            (0..10_000).map(|_| new_token(Kind::Plain)).collect();
+            (0..10_000).map(|_| tokens.next(Kind::Plain)).collect();
         assert_eq!(many.len(), 10_000);
+        // Another client's tokens share no prefix with these.
+        let other = Tokens::new().next(Kind::Plain);
+        assert_ne!(other[..17], a[..17]);
     }
 }

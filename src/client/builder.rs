@@ -380,6 +380,7 @@ impl ClientBuilder {
             renewer,
             background,
             id,
+            tokens: crate::acquire::Tokens::new(),
             config,
             counters,
         })))

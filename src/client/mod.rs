@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     pub(super) background: background::Sender,
     /// This client's id in waiter queues and wake channel names.
     pub(crate) id: String,
+    /// This client's owner tokens.
+    pub(crate) tokens: crate::acquire::Tokens,
     pub(crate) config: Config,
     /// What the client did, for [`Client::stats`] (and the `metrics`
     /// feature); shared with the hub, the renewer and the worker.
