@@ -297,6 +297,114 @@ async fn a_release_sends_standbys_only_where_they_help() {
     }
 }
 
+/// The messages a release published, by client, within 300 ms.
+async fn published(
+    stream: &mut (impl futures_util::Stream<Item = redis::Msg> + Unpin),
+    wake: &str,
+) -> Vec<(String, String)> {
+    let mut got = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), stream.next()).await
+    {
+        let channel = msg.get_channel_name().to_owned();
+        let payload: String = msg.get_payload().unwrap();
+        got.push((channel.trim_start_matches(wake).to_owned(), payload));
+    }
+    got
+}
+
+/// Before: each release sent a standby to the next two in line, so a
+/// member was told again at every hand-off until it was woken (three
+/// messages per hand-off with eight waiting, each waking a parked task).
+/// A standby only ever shortens a park, so the release now tells a member
+/// once: the next release skips it, and tells it again only after its next
+/// attempt has queued it afresh.
+#[tokio::test]
+async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let mut conn = raw(&url).await;
+    let name = unique("lean-told");
+    let lock = lock_key(&name);
+    let wake = format!("{lock}:wake:");
+    let mut pubsub = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    for client in ["a", "c", "d", "e", "g"] {
+        pubsub.subscribe(format!("{wake}{client}")).await.unwrap();
+    }
+    let later = server_ms(&mut conn).await + 60_000;
+    for (i, member) in ["a:1", "c:1", "d:1", "e:1"].into_iter().enumerate() {
+        let _: () = redis::cmd("ZADD")
+            .arg(waiters_key(&name))
+            .arg(later + i as u64)
+            .arg(member)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let mut stream = pubsub.into_on_message();
+    let standbys = |got: &[(String, String)], case: &str| -> Vec<String> {
+        let mut told: Vec<String> = got[1..]
+            .iter()
+            .map(|(client, payload)| {
+                assert!(
+                    payload.ends_with("::s200"),
+                    "{case}: not a standby: {payload}"
+                );
+                client.clone()
+            })
+            .collect();
+        told.sort_unstable();
+        told
+    };
+
+    // a is woken; c and d, next in line, are told to stand by.
+    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
+    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
+    let got = published(&mut stream, &wake).await;
+    assert_eq!(
+        got.first(),
+        Some(&("a".to_owned(), "1".to_owned())),
+        "{got:?}"
+    );
+    assert_eq!(standbys(&got, "first"), ["c", "d"], "{got:?}");
+
+    // a takes its reservation and releases: c is woken; d was told
+    // already, so only e, newly among the next two, is.
+    assert_eq!(acquire(&mut conn, &name, "ma", "a:1").await.0, 1);
+    assert_eq!(release(&mut conn, &name, "ma").await, 1);
+    let got = published(&mut stream, &wake).await;
+    assert_eq!(
+        got.first(),
+        Some(&("c".to_owned(), "1".to_owned())),
+        "{got:?}"
+    );
+    assert_eq!(standbys(&got, "second"), ["e"], "{got:?}");
+
+    // d attempts (its window ended) while c holds: queued again, it is to
+    // be told once more. e, still told, is not. (g: a head to wake ahead
+    // of them.)
+    assert_eq!(acquire(&mut conn, &name, "mc", "c:1").await.0, 1);
+    assert_eq!(acquire(&mut conn, &name, "md", "d:1").await.0, 0);
+    let _: () = redis::cmd("ZADD")
+        .arg(waiters_key(&name))
+        .arg(server_ms(&mut conn).await + 1_000)
+        .arg("g:1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(release(&mut conn, &name, "mc").await, 1);
+    let got = published(&mut stream, &wake).await;
+    assert_eq!(
+        got.first(),
+        Some(&("g".to_owned(), "1".to_owned())),
+        "{got:?}"
+    );
+    assert_eq!(standbys(&got, "third"), ["d"], "{got:?}");
+}
+
 /// The other half of the guarantee: the releaser, queueing again during the
 /// reservation its release made (first in line, nobody standing by), still
 /// takes the lock at once when the woken waiter takes it with a short lease

@@ -18,7 +18,7 @@
 -- Waking the head (wake_next.lua) adds TIME (to prune expired members and
 -- to date the reservation), PUBLISH (the wake-up), SET (the reservation),
 -- ZREM (the woken member leaves the queue) and a standby PUBLISH for each
--- of the next two that can use one.
+-- of the next two that can use one (with a ZADD that marks it as told).
 -- With nobody waiting it runs GET (is it ours?), ZRANGE (the queue's head:
 -- empty, so nothing to wake and nothing published) and DEL. The queue read
 -- is the one command that tells an empty queue, and it is atomic with the

@@ -27,10 +27,15 @@
 -- two, a member that already parks no longer than a reservation (it queued
 -- during one: acquire.lua scores it with the fraction .5) or that belongs
 -- to the woken member's client (frozen with it, or alive and attempting)
--- gets no standby: it would change nothing. So in a steady stream of
--- hand-offs, where each releaser queues again during the reservation its
--- release made, a hand-off publishes one message. Nothing is published
--- when nobody waits.
+-- gets no standby: it would change nothing. Nor does a member that was
+-- sent one already: a standby only ever shortens a park, so it attempts
+-- within that first window anyway; the release marks it with the same
+-- fraction .5 (its next attempt queues it again, unmarked). So in a steady
+-- stream of hand-offs, where each releaser queues again during the
+-- reservation its release made, a hand-off publishes one message (two
+-- with more than two waiting: the wake-up, and a standby to the member
+-- that just became third in line). Nothing is published when nobody
+-- waits.
 -- PUBLISH runs under redis.pcall: a server whose ACL denies the wake channel
 -- refuses it after the caller's DEL already happened (Redis does not roll a
 -- script back), so a refusal must not fail the script. It stops the wake-up
@@ -77,8 +82,15 @@ local function wake_next(lock, waiters, prefix, handoff_ms, head)
         -- queued during a reservation (score fraction .5: it parks no
         -- longer than a reservation anyway).
         if s and string.sub(next, 1, s) ~= client and tonumber(head[i + 1]) % 1 == 0 then
-          redis.pcall('PUBLISH', prefix .. string.sub(next, 1, s - 1),
-                      string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
+          local told = redis.pcall('PUBLISH', prefix .. string.sub(next, 1, s - 1),
+                                   string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
+          if type(told) == 'number' and told > 0 then
+            -- It attempts within the window now, whatever later standbys
+            -- say (a standby only ever shortens a park): the fraction .5
+            -- tells the next releases so, until its next attempt queues
+            -- it again.
+            redis.call('ZADD', waiters, string.format('%d.5', tonumber(head[i + 1])), next)
+          end
         end
       end
       return 1
