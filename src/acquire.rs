@@ -187,12 +187,13 @@
 //!   In a steady stream of hand-offs, where every releaser queues again
 //!   during the reservation its release made, a hand-off thus publishes
 //!   one message, or two with more than two waiting: the wake-up and the
-//!   standby of the member that just became third in line.) A live woken waiter has attempted by then (they find the lock
-//!   held and park again); a frozen one has not, the lock is free, and the
-//!   first live standby waiter takes it. The frozen member is out of the
-//!   queue (plain, and a fair grantee), or dropped by the next attempt that
-//!   finds the lock free (a fair standby that missed its window), so it
-//!   does not take later wake-ups either. One frozen waiter, or two in a row, at the
+//!   standby of the member that just became third in line.) A live woken
+//!   waiter has attempted by then (they find the lock held and park
+//!   again); a frozen one has not, the lock is free, and the first live
+//!   standby waiter takes it. The frozen member is out of the queue (plain,
+//!   and a fair grantee), or dropped by the next attempt that finds the
+//!   lock free (a fair standby that missed its window), so it does not take
+//!   later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
 //! - **A waiting writer of a read-write lock that froze** keeps its intent,
