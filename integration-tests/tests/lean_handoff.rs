@@ -241,14 +241,7 @@ async fn a_release_sends_standbys_only_where_they_help() {
         let name = unique("lean-standby");
         let lock = lock_key(&name);
         let wake = format!("{lock}:wake:");
-        let mut pubsub = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_async_pubsub()
-            .await
-            .unwrap();
-        for client in ["a", "b", "c", "d"] {
-            pubsub.subscribe(format!("{wake}{client}")).await.unwrap();
-        }
+        let mut stream = listen(&url, &wake, &["a", "b", "c", "d"]).await;
         let later = server_ms(&mut conn).await + 60_000;
         for (i, member) in ["a:1", second, third].into_iter().enumerate() {
             let score = (later + i as u64) as f64;
@@ -268,40 +261,32 @@ async fn a_release_sends_standbys_only_where_they_help() {
         set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
         assert_eq!(release(&mut conn, &name, "mholder").await, 1, "{case}");
 
-        let mut stream = pubsub.on_message();
-        let mut got = Vec::new();
-        while let Ok(Some(msg)) =
-            tokio::time::timeout(Duration::from_millis(300), stream.next()).await
-        {
-            let channel = msg.get_channel_name().to_owned();
-            let payload: String = msg.get_payload().unwrap();
-            got.push((channel.trim_start_matches(&wake).to_owned(), payload));
-        }
+        let got = published(&mut stream, &wake).await;
         assert_eq!(
             got.first(),
             Some(&("a".to_owned(), "1".to_owned())),
             "{case}: the head was not woken first: {got:?}"
         );
-        let mut standbys: Vec<&str> = got[1..]
-            .iter()
-            .map(|(client, payload)| {
-                assert!(
-                    payload.ends_with("::s200"),
-                    "{case}: not a standby: {payload}"
-                );
-                client.as_str()
-            })
-            .collect();
-        standbys.sort_unstable();
-        assert_eq!(standbys, want, "{case}: {got:?}");
+        assert_eq!(standbys(&got, case), want, "{case}: {got:?}");
     }
 }
 
-/// The messages a release published, by client, within 300 ms.
-async fn published(
-    stream: &mut (impl futures_util::Stream<Item = redis::Msg> + Unpin),
-    wake: &str,
-) -> Vec<(String, String)> {
+/// A pub/sub connection on the wake channels (prefix `wake`) of these
+/// clients.
+async fn listen(url: &str, wake: &str, clients: &[&str]) -> redis::aio::PubSubStream {
+    let mut pubsub = redis::Client::open(url)
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    for client in clients {
+        pubsub.subscribe(format!("{wake}{client}")).await.unwrap();
+    }
+    pubsub.into_on_message()
+}
+
+/// The messages a release published, as (client, payload), within 300 ms.
+async fn published(stream: &mut redis::aio::PubSubStream, wake: &str) -> Vec<(String, String)> {
     let mut got = Vec::new();
     while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), stream.next()).await
     {
@@ -310,6 +295,23 @@ async fn published(
         got.push((channel.trim_start_matches(wake).to_owned(), payload));
     }
     got
+}
+
+/// The clients told to stand by, after the first (the wake-up), sorted;
+/// every one of those messages must be a standby.
+fn standbys(got: &[(String, String)], case: &str) -> Vec<String> {
+    let mut told: Vec<String> = got[1..]
+        .iter()
+        .map(|(client, payload)| {
+            assert!(
+                payload.ends_with("::s200"),
+                "{case}: not a standby: {payload}"
+            );
+            client.clone()
+        })
+        .collect();
+    told.sort_unstable();
+    told
 }
 
 /// Before: each release sent a standby to the next two in line, so a
@@ -326,14 +328,7 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     let name = unique("lean-told");
     let lock = lock_key(&name);
     let wake = format!("{lock}:wake:");
-    let mut pubsub = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    for client in ["a", "c", "d", "e", "g"] {
-        pubsub.subscribe(format!("{wake}{client}")).await.unwrap();
-    }
+    let mut stream = listen(&url, &wake, &["a", "c", "d", "e", "g"]).await;
     let later = server_ms(&mut conn).await + 60_000;
     for (i, member) in ["a:1", "c:1", "d:1", "e:1"].into_iter().enumerate() {
         let _: () = redis::cmd("ZADD")
@@ -344,22 +339,6 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
             .await
             .unwrap();
     }
-    let mut stream = pubsub.into_on_message();
-    let standbys = |got: &[(String, String)], case: &str| -> Vec<String> {
-        let mut told: Vec<String> = got[1..]
-            .iter()
-            .map(|(client, payload)| {
-                assert!(
-                    payload.ends_with("::s200"),
-                    "{case}: not a standby: {payload}"
-                );
-                client.clone()
-            })
-            .collect();
-        told.sort_unstable();
-        told
-    };
-
     // a is woken; c and d, next in line, are told to stand by.
     set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
     assert_eq!(release(&mut conn, &name, "mholder").await, 1);
