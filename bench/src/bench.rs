@@ -267,34 +267,8 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
             scaling.push(contention(url, &run, &s).await?);
         }
 
-        let mut both = Vec::new();
-        for section in [None, Some(args.hold)] {
-            eprintln!(
-                "bench: uncontended{}, {} workers each with its own client and lock, {} rounds of {:?} per strategy",
-                section.map_or(String::new(), |h| format!(" with a {h:?} critical section")),
-                plan.uncontended_workers,
-                plan.uncontended_rounds,
-                plan.uncontended
-            );
-            let u = floor::uncontended(
-                url,
-                &run,
-                plan.uncontended_workers,
-                plan.uncontended,
-                plan.uncontended_rounds,
-                section,
-            )
-            .await?;
-            for row in &u.rows {
-                eprintln!(
-                    "bench:   {}: {:.0} ops/s, {:.2} commands and {:.1} µs Redis CPU per op",
-                    row.strategy, row.ops_per_s, row.commands_per_op, row.cpu_us_per_op
-                );
-            }
-            both.push(u);
-        }
-        let uncontended_work = both.pop().expect("two runs");
-        let uncontended = both.pop().expect("two runs");
+        let (uncontended, uncontended_work) =
+            uncontended_twice(url, &run, &plan, plan.uncontended_rounds, args.hold).await?;
 
         let mut takeover = Vec::new();
         for strategy in [
@@ -404,34 +378,67 @@ async fn metrics(
     .await
 }
 
-/// `--handoff-only`: the serial floor, then redbell's plain and fair
-/// hand-off rows at each W, taking turns for `--rounds` rounds; one table.
-/// `--uncontended-only`: scenario 5 alone, its table on stdout.
+/// Scenario 5 twice: lock+unlock alone, then around a critical section of
+/// `hold`.
+async fn uncontended_twice(
+    url: &str,
+    run: &str,
+    plan: &Plan,
+    rounds: u32,
+    hold: Duration,
+) -> Result<(floor::Uncontended, floor::Uncontended), Failure> {
+    let alone = uncontended(url, run, plan, rounds, None).await?;
+    let work = uncontended(url, run, plan, rounds, Some(hold)).await?;
+    Ok((alone, work))
+}
+
+/// Scenario 5 with `section` between lock and unlock, with progress on
+/// stderr.
+async fn uncontended(
+    url: &str,
+    run: &str,
+    plan: &Plan,
+    rounds: u32,
+    section: Option<Duration>,
+) -> Result<floor::Uncontended, Failure> {
+    eprintln!(
+        "bench: uncontended{}, {} workers each with its own client and lock, {rounds} rounds of {:?} per strategy",
+        section.map_or(String::new(), |h| format!(" with a {h:?} critical section")),
+        plan.uncontended_workers,
+        plan.uncontended
+    );
+    let u = floor::uncontended(
+        url,
+        run,
+        plan.uncontended_workers,
+        plan.uncontended,
+        rounds,
+        section,
+    )
+    .await?;
+    for row in &u.rows {
+        eprintln!(
+            "bench:   {}: {:.0} ops/s, {:.2} commands and {:.1} µs Redis CPU per op",
+            row.strategy, row.ops_per_s, row.commands_per_op, row.cpu_us_per_op
+        );
+    }
+    Ok(u)
+}
+
+/// `--uncontended-only`: scenario 5 alone, its tables on stdout.
 async fn uncontended_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Failure> {
     let mut conn = contend::bookkeeping(url).await?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    let result = async {
-        let mut tables = String::new();
-        for section in [None, Some(args.hold)] {
-            let u = floor::uncontended(
-                url,
-                &run,
-                plan.uncontended_workers,
-                plan.uncontended,
-                args.rounds.max(1),
-                section,
-            )
-            .await?;
-            tables.push_str(&report::uncontended(&u));
-        }
-        Ok::<_, Failure>(tables)
-    }
-    .await;
+    let result = uncontended_twice(url, &run, plan, args.rounds.max(1), args.hold)
+        .await
+        .map(|(alone, work)| report::uncontended(&alone) + &report::uncontended(&work));
     delete_run_keys(&mut conn, &run).await;
     println!("{}{}", plan::utc_now(), result?);
     Ok(())
 }
 
+/// `--handoff-only`: the serial floor, then redbell's plain and fair
+/// hand-off rows at each W, taking turns for `--rounds` rounds; one table.
 async fn handoff_only(url: &str, args: &BenchArgs, plan: &Plan) -> Result<(), Failure> {
     let mut conn = contend::bookkeeping(url).await?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
