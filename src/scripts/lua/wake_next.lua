@@ -88,8 +88,9 @@ local function wake_next(lock, waiters, prefix, handoff_ms, head)
             -- It attempts within the window now, whatever later standbys
             -- say (a standby only ever shortens a park): the fraction .5
             -- tells the next releases so, until its next attempt queues
-            -- it again.
-            redis.call('ZADD', waiters, string.format('%d.5', tonumber(head[i + 1])), next)
+            -- it again. Under pcall, like the PUBLISHes: the wake-up is
+            -- written, and a refused mark only costs a repeated standby.
+            redis.pcall('ZADD', waiters, string.format('%d.5', tonumber(head[i + 1])), next)
           end
         end
       end
