@@ -848,7 +848,7 @@ mod tests {
         let many: std::collections::HashSet<String> =
             (0..10_000).map(|_| tokens.next(Kind::Plain)).collect();
         assert_eq!(many.len(), 10_000);
-        // Another client's tokens share no prefix with these.
+        // Another client draws another seed (the 16 digits after the tag).
         let other = Tokens::new().next(Kind::Plain);
         assert_ne!(other[..17], a[..17]);
     }

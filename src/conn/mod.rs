@@ -415,9 +415,8 @@ async fn subscribe_switches(sentinel: &redis::Client, timeout: Duration) -> Opti
 /// sentinel is unreachable, and after each new subscription re-resolves
 /// once (what was announced while nobody listened is missed); ends when the
 /// `Conn` is gone.
-async fn follow_switches(conn: Weak<Inner>, sentinel: redis::Client, first: Option<Switches>) {
+async fn follow_switches(conn: Weak<Inner>, sentinel: redis::Client, mut first: Option<Switches>) {
     let mut backoff = Duration::from_millis(100);
-    let mut first = first;
     loop {
         let (switches, fresh) = match first.take() {
             Some(switches) => (Some(switches), false),
