@@ -262,12 +262,9 @@ async fn a_release_sends_standbys_only_where_they_help() {
         assert_eq!(release(&mut conn, &name, "mholder").await, 1, "{case}");
 
         let got = published(&mut stream, &wake).await;
-        assert_eq!(
-            got.first(),
-            Some(&("a".to_owned(), "1".to_owned())),
-            "{case}: the head was not woken first: {got:?}"
-        );
-        assert_eq!(standbys(&got, case), want, "{case}: {got:?}");
+        let (woken, told) = woken_and_told(&got, case);
+        assert_eq!(woken, "a", "{case}: the head was not woken first: {got:?}");
+        assert_eq!(told, want, "{case}: {got:?}");
     }
 }
 
@@ -297,9 +294,14 @@ async fn published(stream: &mut redis::aio::PubSubStream, wake: &str) -> Vec<(St
     got
 }
 
-/// The clients told to stand by, after the first (the wake-up), sorted;
-/// every one of those messages must be a standby.
-fn standbys(got: &[(String, String)], case: &str) -> Vec<String> {
+/// The client a release woke (the first message, naming waiter 1) and the
+/// clients it told to stand by, sorted; every later message must be a
+/// standby.
+fn woken_and_told(got: &[(String, String)], case: &str) -> (String, Vec<String>) {
+    let Some((woken, id)) = got.first() else {
+        panic!("{case}: nothing published");
+    };
+    assert_eq!(id, "1", "{case}: the first message is no wake-up: {got:?}");
     let mut told: Vec<String> = got[1..]
         .iter()
         .map(|(client, payload)| {
@@ -311,7 +313,7 @@ fn standbys(got: &[(String, String)], case: &str) -> Vec<String> {
         })
         .collect();
     told.sort_unstable();
-    told
+    (woken.clone(), told)
 }
 
 /// Before: each release sent a standby to the next two in line, so a
@@ -344,11 +346,10 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     assert_eq!(release(&mut conn, &name, "mholder").await, 1);
     let got = published(&mut stream, &wake).await;
     assert_eq!(
-        got.first(),
-        Some(&("a".to_owned(), "1".to_owned())),
+        woken_and_told(&got, "first"),
+        ("a".into(), ["c", "d"].map(String::from).to_vec()),
         "{got:?}"
     );
-    assert_eq!(standbys(&got, "first"), ["c", "d"], "{got:?}");
 
     // a takes its reservation and releases: c is woken; d was told
     // already, so only e, newly among the next two, is.
@@ -356,11 +357,10 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     assert_eq!(release(&mut conn, &name, "ma").await, 1);
     let got = published(&mut stream, &wake).await;
     assert_eq!(
-        got.first(),
-        Some(&("c".to_owned(), "1".to_owned())),
+        woken_and_told(&got, "second"),
+        ("c".into(), ["e"].map(String::from).to_vec()),
         "{got:?}"
     );
-    assert_eq!(standbys(&got, "second"), ["e"], "{got:?}");
 
     // d attempts (its window ended) while c holds: queued again, it is to
     // be told once more. e, still told, is not. (g: a head to wake ahead
@@ -377,11 +377,10 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     assert_eq!(release(&mut conn, &name, "mc").await, 1);
     let got = published(&mut stream, &wake).await;
     assert_eq!(
-        got.first(),
-        Some(&("g".to_owned(), "1".to_owned())),
+        woken_and_told(&got, "third"),
+        ("g".into(), ["d"].map(String::from).to_vec()),
         "{got:?}"
     );
-    assert_eq!(standbys(&got, "third"), ["d"], "{got:?}");
 }
 
 /// The other half of the guarantee: the releaser, queueing again during the
