@@ -69,6 +69,22 @@ async fn release(conn: &mut redis::aio::MultiplexedConnection, name: &str, token
         .unwrap()
 }
 
+/// Puts `member` in the lock's queue with `score` (its expiry, server ms).
+async fn enqueue(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    score: f64,
+    member: &str,
+) {
+    let _: () = redis::cmd("ZADD")
+        .arg(waiters_key(name))
+        .arg(score)
+        .arg(member)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 async fn scores(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<(String, f64)> {
     redis::cmd("ZRANGE")
         .arg(waiters_key(name))
@@ -250,13 +266,7 @@ async fn a_release_sends_standbys_only_where_they_help() {
             } else {
                 score
             };
-            let _: () = redis::cmd("ZADD")
-                .arg(waiters_key(&name))
-                .arg(score)
-                .arg(member)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            enqueue(&mut conn, &name, score, member).await;
         }
         set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
         assert_eq!(release(&mut conn, &name, "mholder").await, 1, "{case}");
@@ -333,13 +343,7 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     let mut stream = listen(&url, &wake, &["a", "c", "d", "e", "g"]).await;
     let later = server_ms(&mut conn).await + 60_000;
     for (i, member) in ["a:1", "c:1", "d:1", "e:1"].into_iter().enumerate() {
-        let _: () = redis::cmd("ZADD")
-            .arg(waiters_key(&name))
-            .arg(later + i as u64)
-            .arg(member)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        enqueue(&mut conn, &name, (later + i as u64) as f64, member).await;
     }
     // a is woken; c and d, next in line, are told to stand by.
     set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
@@ -367,13 +371,8 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     // of them.)
     assert_eq!(acquire(&mut conn, &name, "mc", "c:1").await.0, 1);
     assert_eq!(acquire(&mut conn, &name, "md", "d:1").await.0, 0);
-    let _: () = redis::cmd("ZADD")
-        .arg(waiters_key(&name))
-        .arg(server_ms(&mut conn).await + 1_000)
-        .arg("g:1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let soon = server_ms(&mut conn).await + 1_000;
+    enqueue(&mut conn, &name, soon as f64, "g:1").await;
     assert_eq!(release(&mut conn, &name, "mc").await, 1);
     let got = published(&mut stream, &wake).await;
     assert_eq!(
