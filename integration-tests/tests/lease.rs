@@ -1,4 +1,4 @@
-//! Leases that outlive slow work (issue 4): the renewal task, the lost-lease
+//! Leases that outlive slow work: the renewal task (and when it is woken), the lost-lease
 //! signal, no orphan renewals, batched renewal of many guards, renewal
 //! across a killed connection, `extend`, and fixed leases running out.
 //!
@@ -85,6 +85,80 @@ async fn a_renewed_lease_outlives_slow_work() {
     let released = gone_within(&conn, &key, Duration::from_secs(2)).await;
     assert!(released, "the key outlived the dropped guard");
     assert!(!exists(&mut conn, &key).await);
+}
+
+/// Holds `guard` (of lock `name`) for `hold`, checking every 100 ms that
+/// another client cannot take it; panics if its lease is lost meanwhile.
+async fn keeps(
+    guard: &MutexGuard,
+    other: &redbell::Client,
+    name: &str,
+    hold: Duration,
+    what: &str,
+) {
+    let started = Instant::now();
+    let work = async {
+        while started.elapsed() < hold {
+            let stolen = other.mutex(name).try_lock().await.unwrap();
+            assert!(
+                stolen.is_none(),
+                "{what}: another client took the lock {:?} in",
+                started.elapsed()
+            );
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        () = work => {}
+        () = guard.lost() => panic!("{what}: lost {:?} in", started.elapsed()),
+    }
+}
+
+/// The renewal task is woken by a new lock only when that lock's first
+/// renewal falls due before the task's next look at its queue. Both other
+/// cases must still renew: a lock taken while the task sleeps until an
+/// earlier lock's renewal (released since, so the task wakes to find the
+/// later one), and a lock taken once the task has gone idle after renewing
+/// (it must be woken then). A 600 ms lease renewed every 200 ms, each lock
+/// held 1.5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_without_waking_the_renewal_task_is_renewed() {
+    let url = redis_url();
+    let c = renewing_client(&url, Duration::from_millis(600), Duration::from_millis(200)).await;
+    let other = client(&url).await;
+    let first = unique("renew-first");
+    c.mutex(&first)
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    sleep(Duration::from_millis(50)).await; // the task sleeps until 200 ms
+    let second = unique("renew-asleep");
+    let guard = c.mutex(&second).lock().await.unwrap();
+    keeps(
+        &guard,
+        &other,
+        &second,
+        Duration::from_millis(1500),
+        "taken while the task slept",
+    )
+    .await;
+    guard.unlock().await.expect("unlock after 1.5 s");
+
+    sleep(Duration::from_millis(500)).await; // the task has gone idle
+    let third = unique("renew-idle");
+    let guard = c.mutex(&third).lock().await.unwrap();
+    keeps(
+        &guard,
+        &other,
+        &third,
+        Duration::from_millis(1500),
+        "taken once the task was idle",
+    )
+    .await;
+    guard.unlock().await.expect("unlock after 1.5 s");
 }
 
 // ------------------------------------------------------- lost: renewal
