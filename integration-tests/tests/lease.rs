@@ -1,6 +1,7 @@
-//! Leases that outlive slow work: the renewal task (and when it is woken), the lost-lease
-//! signal, no orphan renewals, batched renewal of many guards, renewal
-//! across a killed connection, `extend`, and fixed leases running out.
+//! Leases that outlive slow work: the renewal task (and when it is woken),
+//! the lost-lease signal, no orphan renewals, batched renewal of many
+//! guards, renewal across a killed connection, `extend`, and fixed leases
+//! running out.
 //!
 //! Tests that kill connections, pause the server or count commands
 //! server-wide run on a [`PrivateRedis`] of their own.
