@@ -97,6 +97,11 @@ impl Topology {
     ///
     /// When the sentinel refuses, or the failover does not happen within
     /// 20 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future once the sentinel has answered stops only the
+    /// wait: the failover goes on.
     pub async fn sentinel_failover(&self, via: usize) -> Duration {
         let asked: String = query(
             self.sentinel_ports()[via],
