@@ -1,0 +1,52 @@
+//! A worker process with a pool of tasks waiting on one lock, for the tests
+//! of a frozen process whose tasks queue ahead of another client's waiter.
+//!
+//! Usage, with `REDIS_URL` set: `pool_waiter KIND NAME TASKS [PERMITS]`,
+//! KIND one of `mutex`, `fair`, `write` (an RwLock writer) or `semaphore`
+//! (PERMITS permits, default 1). One client; TASKS tasks each wait for the
+//! lock, one after another in the queue (each starts once the previous one
+//! has had 20 ms to queue). Prints `waiting <TASKS>` once all are started,
+//! then `acquired <task>` for each task that gets the lock, which it then
+//! holds until the process is killed.
+
+use std::io::Write;
+use std::time::Duration;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (kind, name, tasks, permits) = match args.as_slice() {
+        [kind, name, tasks] => (kind, name, tasks, 1),
+        [kind, name, tasks, permits] => (kind, name, tasks, permits.parse()?),
+        _ => {
+            return Err("usage: pool_waiter mutex|fair|write|semaphore NAME TASKS [PERMITS]".into());
+        }
+    };
+    let tasks: usize = tasks.parse()?;
+    let client = redbell::Client::connect(&std::env::var("REDIS_URL")?).await?;
+    let mut handles: Vec<tokio::task::JoinHandle<Result<(), redbell::Error>>> = Vec::new();
+    for task in 0..tasks {
+        let (client, kind, name) = (client.clone(), kind.clone(), name.clone());
+        handles.push(tokio::spawn(async move {
+            let held: Box<dyn std::any::Any + Send> = match kind.as_str() {
+                "mutex" => Box::new(client.mutex(&name).lock().await?),
+                "fair" => Box::new(client.fair_mutex(&name).lock().await?),
+                "write" => Box::new(client.rwlock(&name).write().await?),
+                "semaphore" => Box::new(client.semaphore(&name, permits).acquire().await?),
+                other => panic!("unknown kind {other:?}"),
+            };
+            println!("acquired {task}");
+            let _ = std::io::stdout().flush();
+            std::future::pending::<()>().await;
+            drop(held);
+            Ok(())
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("waiting {tasks}");
+    std::io::stdout().flush()?;
+    for handle in handles {
+        handle.await??;
+    }
+    Ok(())
+}
