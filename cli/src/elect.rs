@@ -4,36 +4,50 @@
 //! Campaign (waiting, event-driven, until the current leader resigns or its
 //! lease runs out), run the command in its own process group with
 //! `REDBELL_NAME`, `REDBELL_TERM` and `REDBELL_VALUE` in its environment,
-//! forward SIGINT, SIGTERM, SIGHUP and SIGQUIT to the group, and resign
-//! once the command and its group are gone. With `--requeue`, campaign
-//! again and run it anew in the next term.
+//! forward SIGINT, SIGTERM, SIGHUP and SIGQUIT to the group (each followed
+//! by SIGCONT; SIGTERM and SIGINT by SIGKILL after `--kill-grace`), and
+//! resign once the command and its group are gone. With `--requeue`,
+//! campaign again and run it anew in the next term.
 //!
 //! The library renews the leadership's lease. Should it be lost (renewals
 //! not confirmed by the lease's local deadline, which comes before anyone
 //! else can be elected), the group gets SIGTERM, then SIGKILL after
-//! `--kill-grace`, and `redbell` exits 75. The group may thus outlive the
-//! leadership by up to the grace: what it writes should carry
-//! `REDBELL_TERM`, the fence, so that a stale leader's writes can be
-//! rejected. (`redbell run` stops its command *before* the lease can
-//! expire; `elect` keeps to the simpler guarantee.) Should `redbell` die
-//! first (SIGKILL, the OOM killer), `run`'s guardian process kills the
-//! command's group, so the command never outlives the process that leads.
-//! The process-group handling (signals to the group, reaping adopted
-//! orphans) is `run`'s too.
-
+//! `--kill-grace`, and `redbell` exits 75. What the command writes should
+//! carry `REDBELL_TERM`, the fence, so that a stale leader's writes can be
+//! rejected.
+//!
+//! The guardian process (`process/guardian.rs`, as for `run`) kills the
+//! command's group should `redbell` die, and stops it before the lease can
+//! expire should `redbell` stop running (SIGSTOP, a starved runtime): the
+//! command never outlives the process that leads. Its dead-man timer is fed
+//! from Redis, as the library does not tell when its lease can expire:
+//! every twentieth of the lease, `redbell` reads the lock's holder, fence
+//! and remaining lease in one script ([`redbell::Client::status`]); while
+//! the holder's fence is this term (a later acquisition would have raised
+//! it), the key lives at least the remaining lease past the instant the
+//! reading was *sent*, less the drift margin. Readings are sent a
+//! twentieth of the lease apart and answered within another (or dropped);
+//! with the library renewing every third, each shows about two thirds of
+//! the lease left or more, so the guardian's SIGTERM (the grace, at most a
+//! third, and the margin, at most a tenth, before that deadline: over a
+//! fifth of the lease after the reading) never comes while Redis answers
+//! and the renewals keep time. The first reading is made before the
+//! command starts.
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
 use crate::connect::{GlobalArgs, connect_with};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
-use crate::run::child::{adopt_orphans, finish, group_alive, reap_adopted, signal_group, start};
+use crate::process::group::{
+    adopt_orphans, exit_code, finish, forward, group_alive, reap_adopted, signal_exit_code,
+    signal_group, start,
+};
+use crate::process::guardian::Guardian;
+use crate::process::schedule::{Schedule, drift};
+use crate::process::signals::Signals;
 use crate::run::duration;
-use crate::run::guardian::Guardian;
-use crate::run::signals::Signals;
 
 /// Options of `redbell elect`.
 #[derive(Debug, clap::Args)]
@@ -45,7 +59,10 @@ Exit codes:
   2        usage error
   69       Redis could not be reached
   75       the leadership was lost while the command ran: its group got
-           SIGTERM, then SIGKILL after --kill-grace
+           SIGTERM, then SIGKILL after --kill-grace; or its lease could not
+           be confirmed in time (redbell was stopped or starved, or Redis
+           did not answer) and the guardian stopped the group before the
+           lease could expire
 
 Environment:
   REDIS_URL       the Redis server when --url is absent
@@ -67,8 +84,10 @@ pub struct ElectArgs {
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
 
-    /// When the leadership is lost, or the command leaves processes behind
-    /// in its group: time between SIGTERM and SIGKILL to the group.
+    /// When the leadership is lost, redbell gets SIGTERM or SIGINT, or the
+    /// command leaves processes behind in its group: time between SIGTERM
+    /// and SIGKILL to the group. When the lease cannot be confirmed in
+    /// time, the guardian stops the group with at most a third of --ttl.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
 
@@ -105,6 +124,7 @@ async fn lead(
     let name = args.name.as_str();
     let election = client.election(name);
     let value = args.value.clone().unwrap_or_else(default_value);
+    let schedule = Schedule::new(args.ttl, args.kill_grace);
     loop {
         if args.verbose {
             eprintln!("redbell: campaigning in {name:?} as {value:?}");
@@ -123,12 +143,28 @@ async fn lead(
         if args.verbose {
             eprintln!("redbell: leading {name:?} in term {term}");
         }
-        // The guardian kills the command's group should redbell die first.
-        let guardian = Guardian::start()?;
+        // The guardian stops the command's group should redbell die first,
+        // or not confirm the lease in time; it has the deadline before the
+        // command starts.
+        let guardian = Guardian::start(schedule)?;
+        match confirmed_deadline(client, name, term, args.ttl / 3).await {
+            Ok(deadline) => guardian.feed(deadline),
+            Err(why) => {
+                let _ = guardian.dismiss();
+                let _ = leadership.resign().await;
+                return Err(Failure::new(
+                    EX_TEMPFAIL,
+                    format!(
+                        "cannot confirm the lease of the leadership of {name:?} ({why}); the \
+                         command was not run"
+                    ),
+                ));
+            }
+        }
         let (mut child, group) = match spawn(args, term, &value, &guardian) {
             Ok(spawned) => spawned,
             Err(failure) => {
-                guardian.dismiss();
+                let _ = guardian.dismiss();
                 let _ = leadership.resign().await;
                 return Err(failure);
             }
@@ -136,31 +172,52 @@ async fn lead(
         let mut lost = false;
         let mut signalled = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break status,
-                sig = signals.recv() => {
-                    signalled = true;
-                    signal_group(group, sig);
-                }
-                () = leadership.lost(), if !lost => {
-                    lost = true;
-                    eprintln!(
-                        "redbell: lost the leadership of {name:?} (term {term}): sending SIGTERM \
-                         to the command's process group (SIGKILL after {})",
-                        humantime::format_duration(args.kill_grace)
-                    );
-                    signal_group(group, Signal::SIGTERM);
-                    kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
-                }
-                () = sleep_until(kill_at) => {
-                    signal_group(group, Signal::SIGKILL);
-                    kill_at = None;
+        let status = {
+            let feeding = keep_fed(client, name, term, args.ttl, &guardian);
+            tokio::pin!(feeding);
+            loop {
+                tokio::select! {
+                    status = child.wait() => break status,
+                    sig = signals.recv() => {
+                        signalled = true;
+                        forward(group, sig);
+                        // A command that does not end on it (it ignores it,
+                        // or is stopped) must not lead for ever.
+                        if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {
+                            kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
+                        }
+                    }
+                    () = leadership.lost(), if !lost => {
+                        lost = true;
+                        eprintln!(
+                            "redbell: lost the leadership of {name:?} (term {term}): sending \
+                             SIGTERM to the command's process group (SIGKILL after {})",
+                            humantime::format_duration(args.kill_grace)
+                        );
+                        forward(group, Signal::SIGTERM);
+                        kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
+                    }
+                    () = sleep_until(kill_at) => {
+                        eprintln!(
+                            "redbell: the command's process group outlived the grace: sending \
+                             it SIGKILL"
+                        );
+                        signal_group(group, Signal::SIGKILL);
+                        kill_at = None;
+                    }
+                    () = &mut feeding => {}
                 }
             }
         };
         end_group(group, args.kill_grace).await;
-        guardian.dismiss();
+        if guardian.dismiss() && !lost {
+            lost = true;
+            eprintln!(
+                "redbell: the guardian stopped the command: the lease of the leadership of \
+                 {name:?} (term {term}) was not confirmed in time (redbell was stopped or \
+                 starved, or Redis did not answer)"
+            );
+        }
         match leadership.resign().await {
             Ok(()) => {
                 if args.verbose {
@@ -221,7 +278,7 @@ async fn end_group(group: nix::unistd::Pid, grace: Duration) {
         return;
     }
     eprintln!("redbell: the command left processes in its process group: sending them SIGTERM");
-    signal_group(group, Signal::SIGTERM);
+    forward(group, Signal::SIGTERM);
     let started = tokio::time::Instant::now();
     let mut killed = false;
     while group_alive(group) {
@@ -251,15 +308,52 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// The command's exit code, or 128 + the signal that killed it.
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(EX_FAILURE),
-        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(EX_FAILURE),
-        (None, None) => EX_FAILURE,
+/// The earliest instant at which the leadership's lock key can expire, read
+/// from Redis (see the module doc): the holder's remaining lease from when
+/// the reading was sent, less the drift margin. An error when the lock is no
+/// longer this term's, or Redis does not answer within `within`.
+async fn confirmed_deadline(
+    client: &redbell::Client,
+    name: &str,
+    term: u64,
+    within: Duration,
+) -> Result<Instant, String> {
+    let sent = Instant::now();
+    let status = match tokio::time::timeout(within, client.status(name)).await {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => {
+            return Err(format!(
+                "no answer within {}",
+                humantime::format_duration(within)
+            ));
+        }
+    };
+    match (status.holder, status.fence, status.ttl) {
+        (Some(_), Some(fence), Some(left)) if fence == term => {
+            Ok((sent + left).checked_sub(drift(left)).unwrap_or(sent))
+        }
+        _ => Err(format!("the lock is no longer held in term {term}")),
     }
 }
 
-fn signal_exit_code(sig: Signal) -> u8 {
-    u8::try_from(128 + sig as i32).unwrap_or(EX_FAILURE)
+/// Feeds `guardian` a confirmed deadline every twentieth of `ttl` (a
+/// reading that fails feeds nothing: the guardian keeps the earlier
+/// deadline). Never resolves; drop it to stop.
+async fn keep_fed(
+    client: &redbell::Client,
+    name: &str,
+    term: u64,
+    ttl: Duration,
+    guardian: &Guardian,
+) {
+    let every = ttl / 20;
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Ok(deadline) = confirmed_deadline(client, name, term, every).await {
+            guardian.feed(deadline);
+        }
+    }
 }

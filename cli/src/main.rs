@@ -10,6 +10,7 @@ mod connect;
 mod elect;
 mod fail;
 mod leader;
+mod process;
 mod run;
 mod status;
 mod table;
@@ -80,15 +81,15 @@ enum Command {
     /// Show the leader of an election; --watch prints each change
     Leader(leader::LeaderArgs),
 
-    /// Internal: the guardian `run` starts beside its command
-    #[command(name = run::GUARD_SUBCOMMAND, hide = true)]
+    /// Internal: the guardian `run` and `elect` start beside their command
+    #[command(name = process::guardian::SUBCOMMAND, hide = true)]
     Guard,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Guard = cli.command {
-        return run::guard(); // no runtime: it only reads its stdin
+        return process::guardian::serve(); // no runtime: one thread, one socket
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

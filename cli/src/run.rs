@@ -17,8 +17,16 @@
 //! another host may take the lock: a lease that could not be renewed in time
 //! stops the group early enough for that (see `run/supervise.rs`).
 //!
-//! Should `redbell` die first (SIGKILL, the OOM killer), a guardian process
-//! kills the command's group (see `run/guardian.rs`).
+//! Should `redbell` die first (SIGKILL, the OOM killer), or stop running
+//! (SIGSTOP, a starved runtime) while the lease runs out, a guardian process
+//! stops the command's group: a dead-man timer that `redbell` feeds each
+//! confirmed lease deadline (see `process/guardian.rs`).
+//!
+//! A forwarded signal is followed by SIGCONT, so a command that stopped
+//! itself gets it; a SIGTERM or SIGINT to `redbell` is followed by SIGKILL
+//! of the group after the grace (`--kill-grace`, at most a third of the
+//! lease), so a command that does not end on it does not hold the lock for
+//! ever.
 //!
 //! `redbell` makes itself a child subreaper (Linux), so orphaned
 //! grandchildren are re-parented to it and reaped by it: "no process of the
@@ -30,29 +38,24 @@
 //! is taken back before `redbell` exits.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
-
-use nix::sys::signal::Signal;
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
+use crate::process::group::{adopt_orphans, exit_code, finish, signal_exit_code};
+use crate::process::guardian::Guardian;
+use crate::process::schedule::Schedule;
+use crate::process::signals::Signals;
 
-pub(crate) mod child;
+mod child;
 pub(crate) mod duration;
-pub(crate) mod guardian;
 mod hold;
 mod lease;
-pub(crate) mod signals;
 mod supervise;
 mod terminal;
 
-use guardian::Guardian;
-pub use guardian::{SUBCOMMAND as GUARD_SUBCOMMAND, serve as guard};
 use lease::Lease;
-use signals::Signals;
-use supervise::{Schedule, Supervisor};
+use supervise::Supervisor;
 use terminal::Terminal;
 
 /// The guarantees, exit codes and environment of `redbell run`, shown by
@@ -61,12 +64,16 @@ pub const AFTER_HELP: &str = "\
 The command's process group:
   The command and everything it starts stay in its own process group, which
   gets the forwarded signals, and SIGTERM/SIGKILL when the lease is lost.
-  The group is dead before the lease can expire on the server. If redbell
-  itself dies (even by SIGKILL or the OOM killer), a guardian process
-  (`redbell __guard`, started beside the command) kills the group at once.
+  The group is dead before the lease can expire on the server. A guardian
+  process (`redbell __guard`, started beside the command) kills the group at
+  once if redbell itself dies (even by SIGKILL or the OOM killer), and stops
+  it before the lease can expire if redbell stops running (SIGSTOP, a
+  starved machine) and so cannot renew it. Forwarded signals are followed
+  by SIGCONT, so a stopped command gets them; SIGTERM or SIGINT to redbell
+  is followed by SIGKILL to the group after --kill-grace.
   What escapes: a process that leaves the group (setsid, setpgid, as some
-  daemons do), and everything if the guardian is killed together with
-  redbell (e.g. a SIGKILL to every process of the user).
+  daemons do), and everything if the guardian is killed (or stopped)
+  together with redbell (e.g. a SIGKILL to every process of the user).
 
 Exit codes:
   N        the command's own exit code (0 when it succeeded)
@@ -183,13 +190,13 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> Result<(), Failure> {
     // Installed first: from here on these signals are ours to handle (the
     // lock is always released), not the default "die at once".
     let mut signals = Signals::install()?;
-    child::adopt_orphans();
+    adopt_orphans();
 
     let client = connect(global).await?;
     let outcome = hold_and_run(&client, &global.target(), &args, &mut signals).await;
     // Releases still queued (an acquire cancelled by a signal or by -w's
     // deadline while in flight) must reach Redis before the process ends.
-    child::finish(&client, outcome).await
+    finish(&client, outcome).await
 }
 
 /// Acquires, runs the command under the lock and releases it; returns
@@ -256,20 +263,23 @@ async fn hold_and_run(
         );
     }
 
-    // The guardian kills the command's group should redbell die first.
-    let guardian = match Guardian::start() {
+    // The guardian stops the command's group should redbell die first, or
+    // not renew the lease in time. It has the deadline before the command
+    // starts.
+    let guardian = match Guardian::start(schedule) {
         Ok(guardian) => guardian,
         Err(failure) => {
             let _ = guard.unlock().await;
             return Err(failure);
         }
     };
+    guardian.feed(lease.deadline());
     let terminal = Terminal::foreground();
     let spawned = child::spawn(args, guard.token(), guard.fence(), &guardian);
     let (mut child, group) = match spawned {
         Ok(spawned) => spawned,
         Err(failure) => {
-            guardian.dismiss();
+            let _ = guardian.dismiss();
             let _ = guard.unlock().await;
             return Err(failure);
         }
@@ -280,6 +290,7 @@ async fn hold_and_run(
         name,
         group,
         lease: &lease,
+        guardian: &guardian,
         schedule,
         max_hold_end: args.max_hold.map(|d| acquired + d),
         verbose: args.verbose,
@@ -288,12 +299,19 @@ async fn hold_and_run(
         .supervise(&mut child, &guard, signals, terminal.as_ref())
         .await;
     // The command and its whole group are gone, and renewal has stopped.
-    guardian.dismiss();
+    let stopped_by_guardian = guardian.dismiss();
     if let Some(terminal) = terminal {
         terminal.take_back();
     }
 
     let mut lost = outcome.lost;
+    if stopped_by_guardian && !lost {
+        lost = true;
+        eprintln!(
+            "redbell: the guardian stopped the command: the lease on lock {name:?} was not \
+             renewed in time (redbell was stopped or starved)"
+        );
+    }
     let held = acquired.elapsed();
     match guard.unlock().await {
         Ok(()) => {
@@ -328,17 +346,4 @@ async fn hold_and_run(
             }
         }
     })
-}
-
-/// The command's exit code, or 128 + the signal that killed it.
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(EX_FAILURE),
-        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(EX_FAILURE),
-        (None, None) => EX_FAILURE,
-    }
-}
-
-fn signal_exit_code(sig: Signal) -> u8 {
-    u8::try_from(128 + sig as i32).unwrap_or(EX_FAILURE)
 }

@@ -7,19 +7,17 @@
 //! third of it, with `extend`: each confirmed renewal moves the deadline to
 //! the instant it was *sent* plus the lease, minus a margin for clock drift.
 //! (The library's own renewal keeps a lock just as well, but its guard does
-//! not tell when the key can expire.)
+//! not tell when the key can expire.) Each new deadline is fed to the
+//! guardian, which stops the group by itself should no later one come in
+//! time (`process/guardian.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use super::hold::Held;
 use crate::fail::{EX_TEMPFAIL, EX_UNAVAILABLE, Failure};
-
-/// The margin kept off a lease for clock drift between us and the server
-/// (as the library does).
-fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
+use crate::process::guardian::Guardian;
+use crate::process::schedule::drift;
 
 /// One acquisition's lease, confirmed and renewed by `redbell run`.
 #[derive(Debug)]
@@ -80,10 +78,10 @@ impl Lease {
     }
 
     /// Renews the lease every third of it, and sooner again after a failed
-    /// attempt, moving [`deadline`](Lease::deadline) on each success.
-    /// Resolves only when the lock is known lost: a renewal found it gone
-    /// or taken. Drop it to stop renewing.
-    pub(super) async fn keep_renewed(&self, guard: &Held) {
+    /// attempt, moving [`deadline`](Lease::deadline) on each success and
+    /// feeding it to `guardian`. Resolves only when the lock is known lost:
+    /// a renewal found it gone or taken. Drop it to stop renewing.
+    pub(super) async fn keep_renewed(&self, guard: &Held, guardian: &Guardian) {
         let every = self.ttl / 3;
         let attempt = self.ttl / 6;
         let retry = self.ttl / 20;
@@ -96,6 +94,7 @@ impl Lease {
             let failure = match tokio::time::timeout(attempt, guard.extend(self.ttl)).await {
                 Ok(Ok(())) => {
                     self.confirmed.set(sent);
+                    guardian.feed(self.deadline());
                     self.failure.replace(None);
                     due = sent + every;
                     // The owner note lives as long as the lease.

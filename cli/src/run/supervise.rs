@@ -5,8 +5,12 @@
 //! because another host may take the lock from then on. So a lease that was
 //! not renewed in time is treated as lost *before* its deadline: the group
 //! gets SIGTERM at the deadline − the grace − a margin, and SIGKILL at the
-//! deadline − the margin at the latest. The grace is `--kill-grace`, capped
-//! at a third of the lease so that the lease leaves time for it.
+//! deadline − the margin at the latest (`process/schedule.rs`). The
+//! guardian keeps to the same schedule should this loop not run.
+//!
+//! A forwarded signal is followed by SIGCONT; a SIGTERM or SIGINT starts
+//! the grace as a lost lease does: SIGKILL once it is over (or at the
+//! deadline − the margin, if sooner).
 
 use std::io;
 use std::process::ExitStatus;
@@ -15,41 +19,22 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::child::{group_alive, reap_adopted, signal_group};
 use super::hold::Held;
 use super::lease::Lease;
-use super::signals::Signals;
 use super::terminal::Terminal;
+use crate::process::group::{forward, group_alive, reap_adopted, signal_group};
+use crate::process::guardian::Guardian;
+use crate::process::schedule::Schedule;
+use crate::process::signals::Signals;
 
-/// When the group gets SIGTERM and SIGKILL.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Schedule {
-    /// The time between SIGTERM and SIGKILL: `--kill-grace`, at most a
-    /// third of the lease.
-    pub(super) grace: Duration,
-    /// How long before the lease's deadline the group gets SIGKILL at the
-    /// latest: a tenth of the lease, at most a second. It covers a late
-    /// timer on a busy machine and the time processes take to die.
-    margin: Duration,
+/// When an unrenewed lease must have its group stopped.
+fn stop_due(plan: Schedule, lease: &Lease) -> Instant {
+    plan.term_at(lease.deadline())
 }
 
-impl Schedule {
-    pub(super) fn new(ttl: Duration, kill_grace: Duration) -> Schedule {
-        Schedule {
-            grace: kill_grace.min(ttl / 3),
-            margin: (ttl / 10).min(Duration::from_secs(1)),
-        }
-    }
-
-    /// When an unrenewed lease must have its group stopped.
-    fn stop_at(self, lease: &Lease) -> Instant {
-        sub(lease.deadline(), self.grace + self.margin)
-    }
-
-    /// When a group being stopped gets SIGKILL.
-    fn kill_at(self, lease: &Lease, stop: Stop) -> Instant {
-        (stop.since + self.grace).min(sub(lease.deadline(), self.margin))
-    }
+/// When a group being stopped gets SIGKILL.
+fn kill_due(plan: Schedule, lease: &Lease, stop: Stop) -> Instant {
+    (stop.since + plan.grace).min(plan.kill_at(lease.deadline()))
 }
 
 /// How the command ended.
@@ -68,6 +53,8 @@ pub(super) struct Supervisor<'a> {
     /// The command's process group (its pid).
     pub(super) group: Pid,
     pub(super) lease: &'a Lease,
+    /// Fed each renewed deadline.
+    pub(super) guardian: &'a Guardian,
     pub(super) schedule: Schedule,
     /// `--max-hold` after the acquisition.
     pub(super) max_hold_end: Option<Instant>,
@@ -93,7 +80,7 @@ impl Supervisor<'_> {
     ) -> Outcome {
         let plan = self.schedule;
         let grace = plan.grace;
-        let renewal = self.lease.keep_renewed(guard);
+        let renewal = self.lease.keep_renewed(guard, self.guardian);
         tokio::pin!(renewal);
         let mut renewing = true;
         let mut status = None;
@@ -104,8 +91,8 @@ impl Supervisor<'_> {
         loop {
             // A renewal moves the deadline on without ending this turn, so
             // the timers below may fire early: each checks again.
-            let stop_at = plan.stop_at(self.lease);
-            let kill_at = stop.map(|s| plan.kill_at(self.lease, s));
+            let stop_at = stop_due(plan, self.lease);
+            let kill_at = stop.map(|s| kill_due(plan, self.lease, s));
             tokio::select! {
                 done = child.wait(), if status.is_none() => {
                     status = Some(done);
@@ -125,7 +112,15 @@ impl Supervisor<'_> {
                     if self.verbose {
                         eprintln!("redbell: forwarding {sig} to the command's process group");
                     }
-                    signal_group(self.group, sig);
+                    forward(self.group, sig);
+                    // A command that does not end on it (it ignores it, or
+                    // is stopped) must not hold the lock for ever.
+                    if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && stop.is_none() {
+                        stop = Some(Stop {
+                            since: Instant::now(),
+                            killed: None,
+                        });
+                    }
                 }
                 () = &mut renewal, if renewing => {
                     renewing = false;
@@ -141,7 +136,7 @@ impl Supervisor<'_> {
                     }
                 }
                 () = sleep_until(Some(stop_at)), if stop.is_none() => {
-                    if Instant::now() >= plan.stop_at(self.lease) {
+                    if Instant::now() >= stop_due(plan, self.lease) {
                         lost = true;
                         eprintln!(
                             "redbell: could not renew the lease on lock {:?} ({}): stopping the \
@@ -166,7 +161,7 @@ impl Supervisor<'_> {
                 }
                 () = sleep_until(kill_at), if stop.is_some_and(|s| s.killed.is_none()) => {
                     if let Some(s) = stop.as_mut()
-                        && Instant::now() >= plan.kill_at(self.lease, *s)
+                        && Instant::now() >= kill_due(plan, self.lease, *s)
                     {
                         eprintln!(
                             "redbell: the command's process group outlived the grace: sending \
@@ -206,19 +201,14 @@ impl Supervisor<'_> {
         }
     }
 
-    /// Sends SIGTERM to the group and starts the grace.
+    /// Sends SIGTERM to the group (and SIGCONT) and starts the grace.
     fn terminate(&self) -> Stop {
-        signal_group(self.group, Signal::SIGTERM);
+        forward(self.group, Signal::SIGTERM);
         Stop {
             since: Instant::now(),
             killed: None,
         }
     }
-}
-
-/// `at − d`; now if that precedes the clock's origin.
-fn sub(at: Instant, d: Duration) -> Instant {
-    at.checked_sub(d).unwrap_or_else(Instant::now)
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

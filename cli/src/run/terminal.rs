@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::Pid;
 
-use super::child::signal_group;
+use crate::process::group::signal_group;
 
 /// The controlling terminal on stdin, while `redbell` is its foreground.
 pub(super) struct Terminal {

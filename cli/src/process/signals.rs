@@ -1,5 +1,5 @@
-//! The signals `redbell run` handles itself (and forwards to the command's
-//! group) instead of dying of them.
+//! The signals `redbell run` and `redbell elect` handle themselves (and
+//! forward to the command's group) instead of dying of them.
 
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{SignalKind, signal};

@@ -1,0 +1,395 @@
+//! The guardian: a small process that stops the command's group when
+//! `redbell` cannot: when it dies (SIGKILL, the OOM killer, a crash), and
+//! when it is alive but not running (SIGSTOP, ptrace, a hung system call, a
+//! starved runtime) while the lease runs out. The supervisor that enforces a
+//! deadline must not depend on the liveness of the process it supervises.
+//!
+//! `redbell` starts it before the command: itself again, with the hidden
+//! `__guard` subcommand, in a process group of its own, one end of a socket
+//! pair as its stdin. `redbell` keeps the other end, close-on-exec, so no
+//! other process holds it. Messages on it are fixed frames ([`Frame`]).
+//!
+//! - **The group.** Between fork and exec, the command writes its own pid
+//!   (its process group) into that end, so the guardian knows the group
+//!   before the command runs any code of its own: there is no moment at
+//!   which the command runs unguarded.
+//! - **Dead-man timer.** `redbell` feeds it each confirmed lease deadline,
+//!   the first before the command starts (`run`: each renewal its
+//!   [`Lease`](crate::run) confirms; `elect`: each reading of the
+//!   leadership's remaining lease). A deadline travels as the two instants
+//!   of its [`Schedule`], SIGTERM and SIGKILL, on `CLOCK_MONOTONIC`, which
+//!   both processes read: an *instant*, not a remaining duration, so a
+//!   `redbell` stopped between reading the lease and writing the frame, or
+//!   a guardian slow to read it, cannot move the deadline later. Unless a
+//!   later deadline comes in time, the guardian sends the group SIGTERM
+//!   (then SIGCONT, so a stopped process gets it) at the deadline − the
+//!   grace − the margin, and SIGKILL at the deadline − the margin: the
+//!   bounds of `Schedule` (grace: `--kill-grace`, at most a third of the
+//!   lease; margin: a tenth of it, at most 1 s), the same `redbell run`'s
+//!   supervisor keeps when Redis cannot be reached, so the group is dead
+//!   before the key can expire on the server. The deadline itself is the
+//!   one the lease code computes, drift already taken off (`schedule.rs`).
+//!   Once it has sent SIGTERM, the guardian goes through with the stop: a
+//!   deadline fed later does not call it off.
+//! - **End-of-file.** When `redbell` dies, however it dies, the kernel
+//!   closes its end; the guardian's read returns end-of-file, and it sends
+//!   SIGKILL to the group at once.
+//! - **Dismissal.** Once `redbell` is done with the group (it is gone), it
+//!   writes a dismissal; the guardian exits, with [`EX_TEMPFAIL`] if its
+//!   timer stopped the group (`redbell` then reports a lost lease), with 0
+//!   otherwise.
+//!
+//! When `redbell` is alive and Redis is not, `redbell` and the guardian
+//! both stop the group on the same schedule: the signals go out twice, which
+//! changes nothing.
+//!
+//! The guardian ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT (and, in its own
+//! group, gets none of those meant for `redbell` or the command). What
+//! escapes it: a process that left the command's group (`setsid`,
+//! `setpgid`), as such a process escapes every signal to the group; and
+//! everything, if the guardian is SIGKILLed (or SIGSTOPped) along with
+//! `redbell`.
+
+use std::cell::Cell;
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, Signal, killpg};
+use nix::time::{ClockId, clock_gettime};
+use nix::unistd::Pid;
+
+use super::schedule::Schedule;
+use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
+
+/// The hidden subcommand that runs the guardian.
+pub const SUBCOMMAND: &str = "__guard";
+
+/// One message to the guardian: a tag byte and two numbers (native byte
+/// order). Fixed-size, written with one `write`, so frames never interleave.
+type Frame = [u8; 17];
+
+/// `G`: the command's process group is `a`.
+const GROUP: u8 = b'G';
+/// `D`: a confirmed lease deadline: SIGTERM at `a`, SIGKILL at `b`
+/// (nanoseconds of `CLOCK_MONOTONIC`).
+const DEADLINE: u8 = b'D';
+/// `X`: the group is gone; exit.
+const DISMISS: u8 = b'X';
+
+/// Encodes a frame. Allocates nothing and cannot panic: it runs between
+/// fork and exec.
+fn frame(tag: u8, a: u64, b: u64) -> Frame {
+    let mut f = [0u8; 17];
+    f[0] = tag;
+    let (a, b) = (a.to_ne_bytes(), b.to_ne_bytes());
+    let mut i = 0;
+    while i < 8 {
+        f[1 + i] = a[i];
+        f[9 + i] = b[i];
+        i += 1;
+    }
+    f
+}
+
+fn decode(f: &Frame) -> (u8, u64, u64) {
+    let mut a = [0u8; 8];
+    let mut b = [0u8; 8];
+    a.copy_from_slice(&f[1..9]);
+    b.copy_from_slice(&f[9..17]);
+    (f[0], u64::from_ne_bytes(a), u64::from_ne_bytes(b))
+}
+
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds; `None` if it cannot be read.
+fn monotonic_ns() -> Option<u64> {
+    let t = clock_gettime(ClockId::CLOCK_MONOTONIC).ok()?;
+    let secs = u64::try_from(t.tv_sec()).ok()?;
+    let nanos = u64::try_from(t.tv_nsec()).ok()?;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+/// `at` on `CLOCK_MONOTONIC`. The clock is read *before* `Instant::now()`,
+/// so a delay between the two reads moves the result earlier, never later;
+/// an unreadable clock gives 0, which is past (the guardian acts at once).
+fn monotonic_at(at: Instant) -> u64 {
+    let Some(mono) = monotonic_ns() else {
+        return 0;
+    };
+    let ahead = at.saturating_duration_since(Instant::now()).as_nanos();
+    mono.saturating_add(u64::try_from(ahead).unwrap_or(u64::MAX))
+}
+
+/// A running guardian, as `redbell` sees it.
+#[derive(Debug)]
+pub(crate) struct Guardian {
+    /// Our end of the socket pair: its closing is the guardian's signal.
+    /// Non-blocking once the guardian is ready: a feed never blocks
+    /// `redbell` (a feed that cannot be written leaves the guardian on the
+    /// earlier deadline, the safe side).
+    socket: UnixStream,
+    process: std::process::Child,
+    schedule: Schedule,
+    /// The latest deadline fed; only a later one is sent (every one fed is
+    /// a lower bound on the key's expiry, so the latest holds).
+    fed: Cell<Option<Instant>>,
+}
+
+impl Guardian {
+    /// Starts the guardian and waits until it is ready. It stops the group
+    /// on `schedule` relative to the deadlines it is fed.
+    pub(crate) fn start(schedule: Schedule) -> Result<Guardian, Failure> {
+        let fail = |e: std::io::Error| {
+            Failure::new(
+                EX_FAILURE,
+                format!("cannot start the guardian of the command: {e}"),
+            )
+        };
+        // Both ends are close-on-exec: only the guardian gets one, as stdin.
+        let (ours, theirs) = UnixStream::pair().map_err(fail)?;
+        let mut process = std::process::Command::new(own_executable().map_err(fail)?)
+            .arg0("redbell")
+            .arg(SUBCOMMAND)
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .current_dir("/")
+            .process_group(0)
+            .spawn()
+            .map_err(fail)?;
+        let ready = ours
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .and_then(|()| (&ours).read_exact(&mut [0u8]))
+            .and_then(|()| ours.set_nonblocking(true));
+        if let Err(e) = ready {
+            let _ = process.kill();
+            let _ = process.wait();
+            return Err(fail(e));
+        }
+        Ok(Guardian {
+            socket: ours,
+            process,
+            schedule,
+            fed: Cell::new(None),
+        })
+    }
+
+    /// Makes the command announce itself to the guardian between fork and
+    /// exec, so that it is guarded before it runs.
+    pub(crate) fn enroll(&self, command: &mut tokio::process::Command) {
+        let fd = self.socket.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec. It calls
+        // only getpid and write, both async-signal-safe, and allocates
+        // nothing (`frame` does not; an io::Error from an errno or a kind
+        // does not allocate).
+        unsafe {
+            command.pre_exec(move || {
+                let pid = u64::try_from(nix::libc::getpid()).unwrap_or(0);
+                let f = frame(GROUP, pid, 0);
+                let n = nix::libc::write(fd, f.as_ptr().cast(), f.len());
+                match usize::try_from(n) {
+                    Ok(n) if n == f.len() => Ok(()),
+                    Ok(_) => Err(std::io::ErrorKind::WriteZero.into()),
+                    Err(_) => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    }
+
+    /// Moves the dead-man timer on to the confirmed lease `deadline` (if it
+    /// is later than the last one fed).
+    pub(crate) fn feed(&self, deadline: Instant) {
+        if self.fed.get().is_some_and(|fed| fed >= deadline) {
+            return;
+        }
+        let term = monotonic_at(self.schedule.term_at(deadline));
+        let kill = monotonic_at(self.schedule.kill_at(deadline));
+        let f = frame(DEADLINE, term, kill);
+        // One small write to a Unix stream socket is sent whole or not at
+        // all (it fits one buffer), so a full socket never splits a frame.
+        if matches!((&self.socket).write(&f), Ok(n) if n == f.len()) {
+            self.fed.set(Some(deadline));
+        }
+    }
+
+    /// Tells the guardian that the command's group is gone, and waits (a
+    /// moment at most) for it to exit. Returns whether its timer stopped
+    /// the group (the lease was not confirmed in time).
+    pub(crate) fn dismiss(mut self) -> bool {
+        let _ = self.socket.set_nonblocking(false);
+        let _ = (&self.socket).write_all(&frame(DISMISS, 0, 0));
+        drop(self.socket);
+        let end = Instant::now() + Duration::from_secs(1);
+        loop {
+            match self.process.try_wait() {
+                Ok(Some(status)) => return status.code() == Some(i32::from(EX_TEMPFAIL)),
+                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(1)),
+                // An error means it was reaped already (redbell reaps its
+                // orphans): it had not acted, as it stays until dismissed
+                // once it has.
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// The running executable: `/proc/self/exe` on Linux, which stays valid
+/// even if the file was replaced or deleted since.
+fn own_executable() -> std::io::Result<std::path::PathBuf> {
+    if cfg!(target_os = "linux") {
+        Ok("/proc/self/exe".into())
+    } else {
+        std::env::current_exe()
+    }
+}
+
+/// What the guardian knows and has done.
+#[derive(Debug, Default)]
+struct Watch {
+    group: Option<Pid>,
+    /// SIGTERM and SIGKILL instants of the latest deadline fed.
+    due: Option<(u64, u64)>,
+    /// SIGTERM was sent; SIGKILL is due at this instant.
+    stopping: Option<u64>,
+    killed: bool,
+}
+
+impl Watch {
+    /// Sends what is due at `now`; returns when it next has something to
+    /// do (`None`: nothing, until a message comes).
+    fn act(&mut self, now: u64) -> Option<u64> {
+        let group = self.group?;
+        if self.stopping.is_none()
+            && let Some((term, kill)) = self.due
+            && now >= term
+        {
+            let _ = killpg(group, Signal::SIGTERM);
+            let _ = killpg(group, Signal::SIGCONT);
+            self.stopping = Some(kill);
+            say(&format!(
+                "redbell did not confirm its lease in time (stopped or starved?): sent SIGTERM to \
+                 the command's process group {group}, SIGKILL before the lease can expire"
+            ));
+        }
+        if let Some(kill) = self.stopping
+            && !self.killed
+            && now >= kill
+        {
+            if killpg(group, Signal::SIGKILL).is_ok() {
+                say(&format!(
+                    "sent SIGKILL to the command's process group {group}"
+                ));
+            }
+            self.killed = true;
+        }
+        if self.killed {
+            None
+        } else {
+            self.stopping.or(self.due.map(|(term, _)| term))
+        }
+    }
+}
+
+/// One line on stderr. Not eprintln!, which panics when stderr is gone (as
+/// redbell may be).
+fn say(what: &str) {
+    let _ = writeln!(std::io::stderr(), "redbell: {what}");
+}
+
+/// The guardian process itself (`redbell __guard`): stdin is its end of the
+/// socket pair. Exits when dismissed (0, or [`EX_TEMPFAIL`] if its timer
+/// stopped the group); kills the group it was told of when the other end
+/// closes without a dismissal.
+pub fn serve() -> ExitCode {
+    let mut ignored = SigSet::empty();
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        ignored.add(sig);
+    }
+    // One thread: blocked signals stay pending, never delivered.
+    let _ = ignored.thread_block();
+    if std::io::stdin().is_terminal() {
+        say(&format!(
+            "{SUBCOMMAND} is started by `redbell run` and `redbell elect`, not by hand"
+        ));
+        return ExitCode::from(crate::fail::EX_USAGE);
+    }
+    let socket = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => UnixStream::from(fd),
+        Err(_) => return ExitCode::from(EX_FAILURE),
+    };
+    if (&socket).write_all(&[1]).is_err() {
+        return ExitCode::from(EX_FAILURE); // redbell is gone already
+    }
+    let mut watch = Watch::default();
+    let mut pending: Vec<u8> = Vec::with_capacity(64);
+    let mut buf = [0u8; 256];
+    loop {
+        // An unreadable clock counts as "everything is due": the safe side.
+        let now = monotonic_ns().unwrap_or(u64::MAX);
+        let next = watch.act(now);
+        let wait = next.map(|at| Duration::from_nanos(at.saturating_sub(now)));
+        // A zero timeout would mean "block": wait at least a millisecond.
+        let wait = wait.map(|w| w.max(Duration::from_millis(1)));
+        if socket.set_read_timeout(wait).is_err() {
+            break;
+        }
+        let n = match (&socket).read(&mut buf) {
+            Ok(0) => break, // redbell is gone
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        let mut frames = pending.chunks_exact(17);
+        for f in frames.by_ref() {
+            let mut one: Frame = [0u8; 17];
+            one.copy_from_slice(f);
+            match decode(&one) {
+                (GROUP, pid, _) => {
+                    if let Ok(pid) = i32::try_from(pid)
+                        && pid > 1
+                    {
+                        watch.group = Some(Pid::from_raw(pid));
+                    }
+                }
+                (DEADLINE, term, kill) if watch.stopping.is_none() => {
+                    watch.due = Some((term, kill));
+                }
+                (DISMISS, _, _) => {
+                    return if watch.stopping.is_some() {
+                        ExitCode::from(EX_TEMPFAIL)
+                    } else {
+                        ExitCode::SUCCESS
+                    };
+                }
+                _ => {}
+            }
+        }
+        let used = pending.len() - frames.remainder().len();
+        pending.drain(..used);
+    }
+    if let Some(group) = watch.group
+        && killpg(group, Signal::SIGKILL).is_ok()
+    {
+        say(&format!(
+            "redbell ended without stopping its command: sent SIGKILL to the command's process \
+             group {group}"
+        ));
+    }
+    ExitCode::SUCCESS
+}
