@@ -141,9 +141,9 @@ fn start_stopped_command(args: &[&str], script: &str, dir: &Path) -> (Child, i32
     (holder, pid)
 }
 
-/// Waits for `child` at most `limit`; `None` if it has not exited by then.
-fn exited_within(child: &mut Child, limit: Duration) -> Option<Duration> {
-    let start = Instant::now();
+/// Waits for `child` until `limit` after `start`; how long after `start` it
+/// exited, `None` if it has not by then.
+fn exited_within(child: &mut Child, start: Instant, limit: Duration) -> Option<Duration> {
     loop {
         if child.try_wait().expect("try_wait").is_some() {
             return Some(start.elapsed());
@@ -172,8 +172,9 @@ fn sigterm_ends_a_stopped_command(args: &[&str], lock: Option<&str>) {
     let dir = scratch();
     let script = r#"trap "" TERM; echo $$ > "$PIDS"; kill -STOP $$; sleep 60"#;
     let (mut holder, command) = start_stopped_command(args, script, &dir);
+    let sent = Instant::now();
     kill("TERM", holder.id());
-    let took = exited_within(&mut holder, Duration::from_secs(3));
+    let took = exited_within(&mut holder, sent, Duration::from_secs(3));
     let Some(took) = took else {
         let seen = state(command);
         clean_up(&mut holder, command);
@@ -214,8 +215,9 @@ fn forwarded_sigterm_continues_a_stopped_command(args: &[&str]) {
     let script =
         r#"trap 'echo handled >> "$OUT"; exit 3' TERM; echo $$ > "$PIDS"; kill -STOP $$; sleep 60"#;
     let (mut holder, command) = start_stopped_command(args, script, &dir);
+    let sent = Instant::now();
     kill("TERM", holder.id());
-    let took = exited_within(&mut holder, Duration::from_secs(5));
+    let took = exited_within(&mut holder, sent, Duration::from_secs(5));
     let Some(took) = took else {
         let seen = state(command);
         clean_up(&mut holder, command);

@@ -268,8 +268,9 @@ impl Watch {
             let _ = killpg(group, Signal::SIGCONT);
             self.stopping = Some(kill);
             say(&format!(
-                "redbell did not confirm its lease in time (stopped or starved?): sent SIGTERM to \
-                 the command's process group {group}, SIGKILL before the lease can expire"
+                "the lease was not confirmed in time (redbell stopped, starved or cut off from \
+                 Redis): sent SIGTERM to the command's process group {group}, SIGKILL before the \
+                 lease can expire"
             ));
         }
         if let Some(kill) = self.stopping
