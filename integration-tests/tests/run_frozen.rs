@@ -1,7 +1,8 @@
 //! A `redbell run` or `redbell elect` that is alive but not running (SIGSTOP,
 //! a hung system call, a starved runtime) still never lets its command run
 //! beside the next holder's: its guardian is a dead-man timer that stops the
-//! command's group before the last confirmed lease can expire. And a command
+//! command's group before the last confirmed lease can expire (and so does
+//! it for an `elect` cut off from Redis). And a command
 //! that stopped itself (job control) does not hold its lock forever: a
 //! forwarded signal is followed by SIGCONT, and a SIGTERM to redbell
 //! escalates to SIGKILL of the group after `--kill-grace`.
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use redbell_integration_tests::cli::{
     code, delete_lock, finish, kill, lock_exists, redbell, scratch, stderr, wait_for_file,
 };
+use redbell_integration_tests::{Proxy, redis_url};
 
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("run-frozen-{what}"))
@@ -43,30 +45,63 @@ const LOOP_A: &str =
 /// A command that appends 30 lines `B <ns>` to `$OUT`, 50 ms apart.
 const LINES_B: &str = r#"for i in $(seq 30); do echo B $(date +%s%N) >> "$OUT"; sleep 0.05; done"#;
 
-/// `redbell SUBCOMMAND --ttl 3s NAME -- LOOP_A` is SIGSTOPped (redbell only:
-/// its guardian and its command run on); a second `redbell SUBCOMMAND NAME
-/// -- LINES_B` then gets the lock (or the leadership) once the lease runs
-/// out. No line of the first command may come after the second's first.
-fn frozen_holder_stops_its_command(subcommand: &str) {
-    let name = unique(&format!("sigstop-{subcommand}"));
+/// How the first holder is kept from renewing its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGSTOP of redbell only: its guardian and its command run on.
+    Freeze,
+    /// Redbell runs on, but its connections to Redis (through a proxy)
+    /// stop forwarding, every socket open.
+    Partition,
+}
+
+/// The port of the test Redis (`redis://[auth@]host:port[/db]`).
+fn redis_port() -> u16 {
+    let url = redis_url();
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    let port = host_port.rsplit_once(':').map_or("6379", |(_, p)| p);
+    port.parse().expect("a port in REDIS_URL")
+}
+
+/// `redbell SUBCOMMAND --ttl 3s NAME -- LOOP_A` meets `fault`; a second
+/// `redbell SUBCOMMAND NAME -- LINES_B` then gets the lock (or the
+/// leadership) once the lease runs out. No line of the first command may
+/// come after the second's first.
+fn holder_stops_its_command(subcommand: &str, fault: Fault) {
+    let name = unique(&format!("{fault:?}-{subcommand}"));
     let dir = scratch();
     let file = dir.join("lines");
-    let first = redbell(&[subcommand, "--ttl", "3s", &name, "--", "sh", "-c", LOOP_A])
-        .env("OUT", &file)
-        .spawn()
-        .expect("redbell starts");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let proxy = runtime.block_on(Proxy::start(0, redis_port()));
+    let url = match fault {
+        Fault::Freeze => redis_url(),
+        Fault::Partition => proxy.url(),
+    };
+    let first = redbell(&[
+        "--url", &url, subcommand, "--ttl", "3s", &name, "--", "sh", "-c", LOOP_A,
+    ])
+    .env("OUT", &file)
+    .spawn()
+    .expect("redbell starts");
     wait_for_file(&file, Duration::from_secs(20));
-    kill("STOP", first.id());
-    let frozen = Instant::now();
+    match fault {
+        Fault::Freeze => kill("STOP", first.id()),
+        Fault::Partition => runtime.block_on(proxy.partition()),
+    }
+    let faulted = Instant::now();
 
     let second = redbell(&[subcommand, "--ttl", "3s", &name, "--", "sh", "-c", LINES_B])
         .env("OUT", &file)
         .spawn()
         .expect("redbell starts");
     let second = finish(second, Duration::from_secs(30), "the second holder");
-    let second_ran = frozen.elapsed();
-    kill("CONT", first.id());
-    let first = finish(first, Duration::from_secs(30), "the frozen holder");
+    let second_ran = faulted.elapsed();
+    if fault == Fault::Freeze {
+        kill("CONT", first.id());
+    }
+    let first = finish(first, Duration::from_secs(30), "the first holder");
     assert_eq!(code(&second), 0, "{}", stderr(&second));
 
     let text = std::fs::read_to_string(&file).expect("the lines");
@@ -78,19 +113,19 @@ fn frozen_holder_stops_its_command(subcommand: &str) {
     let during = a.iter().filter(|&&t| t >= first_b).count();
     let gap_ms = (first_b - last_a) as f64 / 1e6;
     eprintln!(
-        "{subcommand}: the second holder ended {second_ran:?} after the freeze; the frozen \
-         holder's command wrote its last line {gap_ms:.1} ms before the second's first"
+        "{subcommand} ({fault:?}): the second holder ended {second_ran:?} after the fault; the \
+         first holder's command wrote its last line {gap_ms:.1} ms before the second's first"
     );
     assert!(
         last_a < first_b,
-        "{subcommand}: the frozen holder's command ran beside the next one's: {during} of its \
-         lines came after the second's first ({:.3} s of overlap)",
+        "{subcommand} ({fault:?}): the first holder's command ran beside the next one's: \
+         {during} of its lines came after the second's first ({:.3} s of overlap)",
         -gap_ms / 1e3
     );
     assert_eq!(
         code(&first),
         75,
-        "{subcommand}: the frozen holder's command was stopped for its lease"
+        "{subcommand} ({fault:?}): the first holder's command was stopped for its lease"
     );
     if subcommand == "run" {
         delete_lock(&name);
@@ -102,7 +137,7 @@ fn frozen_holder_stops_its_command(subcommand: &str) {
 /// of overlap, until the test continued redbell).
 #[test]
 fn a_frozen_redbell_run_stops_its_command_before_the_lease_expires() {
-    frozen_holder_stops_its_command("run");
+    holder_stops_its_command("run", Fault::Freeze);
 }
 
 /// Before the fix: the frozen leader's command wrote 121 of its lines after
@@ -110,7 +145,17 @@ fn a_frozen_redbell_run_stops_its_command_before_the_lease_expires() {
 /// redbell, and then for elect's --kill-grace of 5 s).
 #[test]
 fn a_frozen_redbell_elect_stops_its_command_before_another_leads() {
-    frozen_holder_stops_its_command("elect");
+    holder_stops_its_command("elect", Fault::Freeze);
+}
+
+/// A leader cut off from Redis (redbell runs on): its command is stopped
+/// before the lease can expire, as `run`'s is (`run_safety.rs`), not
+/// `--kill-grace` after the library's lost-leadership signal.
+///
+/// Before the fix: FAILMSG
+#[test]
+fn a_partitioned_redbell_elect_stops_its_command_before_another_leads() {
+    holder_stops_its_command("elect", Fault::Partition);
 }
 
 /// `redbell SUBCOMMAND --kill-grace GRACE NAME -- sh -c SCRIPT`, where SCRIPT
