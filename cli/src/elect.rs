@@ -18,8 +18,9 @@
 //!
 //! The guardian process (`process/guardian.rs`, as for `run`) kills the
 //! command's group should `redbell` die, and stops it before the lease can
-//! expire should `redbell` stop running (SIGSTOP, a starved runtime): the
-//! command never outlives the process that leads. Its dead-man timer is fed
+//! expire should the lease not be confirmed in time (`redbell` stopped or
+//! starved, or cut off from Redis): the command never outlives the
+//! leadership, nor the process that leads. Its dead-man timer is fed
 //! from Redis, as the library does not tell when its lease can expire:
 //! every twentieth of the lease, `redbell` reads the lock's holder, fence
 //! and remaining lease in one script ([`redbell::Client::status`]); while

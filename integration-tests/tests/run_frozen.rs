@@ -152,7 +152,9 @@ fn a_frozen_redbell_elect_stops_its_command_before_another_leads() {
 /// before the lease can expire, as `run`'s is (`run_safety.rs`), not
 /// `--kill-grace` after the library's lost-leadership signal.
 ///
-/// Before the fix: FAILMSG
+/// Before the fix: 87 of its lines came after the next leader's first
+/// (4.9 s of overlap: the library reports the loss at the lease's local
+/// deadline, and elect's --kill-grace of 5 s followed).
 #[test]
 fn a_partitioned_redbell_elect_stops_its_command_before_another_leads() {
     holder_stops_its_command("elect", Fault::Partition);
