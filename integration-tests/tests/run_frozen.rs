@@ -297,3 +297,48 @@ fn a_forwarded_sigterm_continues_a_stopped_elect_command() {
     let name = unique("continued-elect");
     forwarded_sigterm_continues_a_stopped_command(&["elect", "--kill-grace", "10s", &name]);
 }
+
+/// The dead-man timer is moved on while redbell runs: a command that runs
+/// through several leases (5 s under a 2 s lease) is not stopped, for `run`
+/// (fed each renewal) and for `elect` (fed each reading of the lease).
+fn a_long_command_is_not_stopped(args: &[&str]) {
+    let dir = scratch();
+    let file = dir.join("out");
+    let mut argv = args.to_vec();
+    argv.extend([
+        "--ttl",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        r#"sleep 5; echo done > "$OUT""#,
+    ]);
+    let out = finish(
+        redbell(&argv)
+            .env("OUT", &file)
+            .spawn()
+            .expect("redbell starts"),
+        Duration::from_secs(30),
+        "a long command",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&file).unwrap_or_default(), "done\n");
+}
+
+/// A check that the timer does not stop a healthy command. It passed
+/// before the fix too, which had no timer; with the feeds taken out of
+/// `run/lease.rs` and `elect.rs`, both failed (the guardian stopped the
+/// command, exit 75).
+#[test]
+fn a_command_outliving_its_lease_runs_on_while_run_renews() {
+    let name = unique("long-run");
+    a_long_command_is_not_stopped(&["run", &name]);
+    assert!(!lock_exists(&name), "the lock is released");
+}
+
+/// As for `run`.
+#[test]
+fn a_command_outliving_its_lease_runs_on_while_elect_leads() {
+    let name = unique("long-elect");
+    a_long_command_is_not_stopped(&["elect", &name]);
+}

@@ -394,3 +394,33 @@ pub fn serve() -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_reads_back_as_written() {
+        let f = frame(DEADLINE, u64::MAX - 1, 42);
+        assert_eq!(decode(&f), (DEADLINE, u64::MAX - 1, 42));
+        assert_eq!(decode(&frame(GROUP, 4242, 0)), (GROUP, 4242, 0));
+    }
+
+    #[test]
+    fn an_instant_maps_to_the_monotonic_clock_never_later() {
+        let before = monotonic_ns().expect("CLOCK_MONOTONIC");
+        let in_a_second = monotonic_at(Instant::now() + Duration::from_secs(1));
+        let after = monotonic_ns().expect("CLOCK_MONOTONIC");
+        assert!(
+            in_a_second <= after + 1_000_000_000,
+            "later than the instant"
+        );
+        assert!(
+            in_a_second + 100_000_000 >= before + 1_000_000_000,
+            "far too early"
+        );
+        // A deadline already past is now (the guardian acts at once).
+        let past = monotonic_at(Instant::now() - Duration::from_millis(1));
+        assert!(past <= monotonic_ns().expect("CLOCK_MONOTONIC"));
+    }
+}
