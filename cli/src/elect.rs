@@ -34,6 +34,7 @@
 //! fifth of the lease after the reading) never comes while Redis answers
 //! and the renewals keep time. The first reading is made before the
 //! command starts.
+
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
