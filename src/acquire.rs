@@ -565,8 +565,24 @@ impl Acquirer {
             keys,
             token: Some(token),
         };
-        let result =
+        let mut result =
             scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
+        if let Err(Error::Redis(e)) = &result
+            && e.is_timeout()
+            && inner.conn.recover(sent).await
+        {
+            // The connection stopped answering, and a fresh one replaced
+            // it: send the same call once more there. Safe if the first one
+            // ran: an acquire that finds its own token reports the
+            // acquisition again (the fair and read ones renew its lease), a
+            // failed one refreshes the same queue entry. The lease still
+            // counts from `sent`, the first send: its key may have been set
+            // then. A second timeout is returned (Redis unreachable), and
+            // the caller's deadline still bounds this, a drop of the
+            // future being the same as for one call.
+            result =
+                scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
+        }
         match result {
             Ok((Acquire::Acquired { .. }, Some(acked)))
                 if self.replication.is_some_and(|r| acked < r.replicas) =>
