@@ -213,6 +213,15 @@
 //!   hub proves the connection alive with a PING every
 //!   [`probe_interval`](crate::ClientBuilder::probe_interval) and treats a
 //!   late answer as a lost connection (below).
+//! - **A silent command connection** (the same faults): an attempt times
+//!   out after the [response
+//!   timeout](crate::ClientBuilder::response_timeout) `T`, `conn`
+//!   replaces the socket, and the attempt is sent once more on the fresh
+//!   one (`attempt`, below). With the pub/sub
+//!   probe, a waiter parked through such a fault attempts again within
+//!   about 1.5 probe periods + `T`, and the client works again within 2 ×
+//!   `T` + 1 s (one `T` to notice, in sentinel mode one more to ask the
+//!   silent node its role, a second for the fresh connection).
 //!
 //! ## Lost messages
 //!

@@ -159,7 +159,7 @@ async fn a_waiting_lock_rides_over_the_fault() {
         .expect("the waiter ended by its deadline")
         .expect("the waiter task");
     let took = fault.elapsed();
-    eprintln!("black hole: the parked waiter got the lock {took:?} after the fault");
+    eprintln!("black hole: the parked waiter returned {took:?} after the fault");
     let guard = got.unwrap_or_else(|e| panic!("the parked waiter: {e} ({took:?} after the fault)"));
     assert!(parked.elapsed() < deadline, "past the waiter's deadline");
     let mut conn = raw(&s.redis.url()).await;
@@ -205,8 +205,9 @@ async fn a_held_lease_is_renewed_on_a_fresh_connection() {
 /// (d) Once the client recovered, a waiter still parked from before the
 /// fault is woken by the next release at once, not at the holder's lease:
 /// the pub/sub connection was replaced and resubscribed too. Before the
-/// fix: the waiter's attempt after the hub's wake-up failed with
-/// `Err(Redis(timed out))`.
+/// fix the client never recovered: the fresh lock failed with
+/// `Err(Redis(timed out))`, and so did the waiter's attempt after the
+/// hub's wake-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_waiter_is_woken_after_the_recovery() {
     let s = setup().await;

@@ -383,11 +383,12 @@ impl Conn {
     /// at a time); other errors change nothing.
     pub(crate) fn report(&self, err: &redis::RedisError) {
         let timed_out = err.is_timeout();
-        let moved = err.is_io_error()
-            || err.is_connection_refusal()
-            || err.is_connection_dropped()
-            || matches!(err.code(), Some("READONLY" | "NOREPLICAS"));
-        if !timed_out && !(moved && matches!(self.0.source, Source::Sentinel(_))) {
+        let moved = matches!(self.0.source, Source::Sentinel(_))
+            && (err.is_io_error()
+                || err.is_connection_refusal()
+                || err.is_connection_dropped()
+                || matches!(err.code(), Some("READONLY" | "NOREPLICAS")));
+        if !timed_out && !moved {
             return;
         }
         if self.0.resolving.swap(true, Ordering::AcqRel) {
