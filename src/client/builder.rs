@@ -223,7 +223,7 @@ impl ClientBuilder {
     /// that stopped answering (see
     /// [`response_timeout`](Self::response_timeout)). A call whose fresh
     /// connection cannot be opened in time fails with
-    /// [`Error::Redis`](crate::Error::Redis).
+    /// [`Error::Redis`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -232,7 +232,7 @@ impl ClientBuilder {
     /// Sets the timeout for one command's response (default 2 s).
     ///
     /// A command that times out fails with
-    /// [`Error::Redis`](crate::Error::Redis), and the command connection
+    /// [`Error::Redis`], and the command connection
     /// is taken for dead: a fresh one replaces it (a NAT, load balancer or
     /// firewall that dropped its state, or a host that died without a
     /// reset, leaves a connection that never answers again, while a new

@@ -43,7 +43,7 @@
 //! works again within 2 × `T` + 1 s of the fault (6 s with the defaults),
 //! the second for the handshake and the scheduling. While Redis cannot be
 //! reached at all no fresh connection opens, and calls fail
-//! ([`Error::Redis`](crate::Error::Redis)) after about that long.
+//! ([`Error::Redis`]) after about that long.
 //!
 //! [`report`]: Conn::report
 //!
