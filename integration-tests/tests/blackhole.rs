@@ -133,6 +133,30 @@ async fn a_fresh_lock_works_within_the_bound_of_the_fault() {
     }
 }
 
+/// (a) With the default timeouts (response 2 s) the issue's own bound, 6 s:
+/// the issue's `lock_timeout(2s)` calls failed 9 times in 17 s; now the
+/// first call made at the fault that may wait 6 s gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_default_timeouts_a_fresh_lock_works_within_6_s() {
+    let redis = PrivateRedis::start().await;
+    let proxy = Proxy::start(0, redis.port()).await;
+    let c = client(&proxy.url()).await;
+    warm_up(&c).await;
+    let name = unique("bh-default");
+    let bound = Duration::from_secs(6);
+    proxy.blackhole().await;
+    let fault = Instant::now();
+    let got = c.mutex(&name).with_lease(LONG).lock_timeout(bound).await;
+    let took = fault.elapsed();
+    eprintln!("black hole, default timeouts: lock_timeout returned after {took:?}");
+    let guard = got.unwrap_or_else(|e| panic!("lock_timeout after the fault: {e} ({took:?})"));
+    assert!(took <= bound, "the lock took {took:?}, over 6 s");
+    guard
+        .unlock()
+        .await
+        .expect("unlock on the fresh connection");
+}
+
 /// (b) A `lock_timeout` parked when the fault hits, on a lock another
 /// client releases right after it, gets the lock within its deadline: the
 /// pub/sub probe notices the silence and the hub wakes the waiter, whose
