@@ -217,11 +217,12 @@
 //!   out after the [response
 //!   timeout](crate::ClientBuilder::response_timeout) `T`, `conn`
 //!   replaces the socket, and the attempt is sent once more on the fresh
-//!   one (`attempt`, below). With the pub/sub
-//!   probe, a waiter parked through such a fault attempts again within
-//!   about 1.5 probe periods + `T`, and the client works again within 2 ×
-//!   `T` + 1 s (one `T` to notice, in sentinel mode one more to ask the
-//!   silent node its role, a second for the fresh connection).
+//!   one (`attempt`, below). With the pub/sub probe, a waiter parked
+//!   through such a fault attempts again within about `T` plus 1.5 probe
+//!   periods, and the client works again within 2 × `T` + 1 s (one `T` to
+//!   notice, in sentinel mode one more to ask the silent node its role, a
+//!   second for the fresh connection; `conn` says why a cluster takes
+//!   longer).
 //!
 //! ## Lost messages
 //!

@@ -16,6 +16,19 @@
 //! replaces the old one. The hub also re-resolves before each reconnect, so
 //! parked waiters follow the failover even when no command is running.
 //!
+//! Errors are not enough: after a failover the old primary still answers as
+//! a primary until the sentinels convert it to a replica, 8 s or more
+//! later, and a client that stays on it grants locks the new primary never
+//! hears of. So the client also subscribes to every sentinel's
+//! `+switch-master` and re-resolves the moment one announces a new primary
+//! ([`follow_switches`]). An announcement made while the client was not
+//! listening is missed, so the first subscriptions are made before the
+//! client first asks for the primary, and every later one (after a lost
+//! connection to a sentinel) is followed by a re-resolution. Sentinels tell
+//! each other of a failover only every 2 s, so a re-resolution asks them
+//! all and takes the answer with the newest configuration epoch, and never
+//! goes back to an older one.
+//!
 //! # A connection that stops answering
 //!
 //! redis-rs's manager reconnects when its socket is closed or reset, but
@@ -32,33 +45,26 @@
 //! see `acquire.rs`). A timeout on a connection opened after the command
 //! was sent is not the old connection's: it does not replace the new one
 //! again. The hot path pays nothing: a command that answers takes no lock
-//! and no clock reading. Redis Cluster has the same hole (redis-rs retries
-//! a timed-out request on the same node connection), and is recovered the
-//! same way: a fresh cluster connection.
+//! and no clock reading.
 //!
-//! The bound: a command sent after the fault times out one response
-//! timeout `T` later; in sentinel mode the sentinels are asked first, and
-//! asking the silent primary its role costs up to one more `T`; a fresh
-//! connection to a reachable server then takes milliseconds. So the client
-//! works again within 2 × `T` + 1 s of the fault (6 s with the defaults),
-//! the second for the handshake and the scheduling. While Redis cannot be
-//! reached at all no fresh connection opens, and calls fail
-//! ([`Error::Redis`]) after about that long.
+//! Redis Cluster has the same hole: redis-rs retries a timed-out request on
+//! the same node connection, up to its `retries` (16 by default) times, and
+//! never reconnects for it. A timeout that reaches us gets a fresh cluster
+//! connection the same way, but only after those retries (17 response
+//! timeouts), so the bound below does not hold on a cluster; cutting the
+//! retries or setting redis-rs's overall response timeout would also cut
+//! the retries that follow a cluster failover (not done here, untested).
+//!
+//! The bound (one server, or sentinels): a command sent after the fault
+//! times out one response timeout `T` later; in sentinel mode the
+//! sentinels are asked first, and asking the silent primary its role costs
+//! up to one more `T`; a fresh connection to a reachable server then takes
+//! milliseconds. So the client works again within 2 × `T` + 1 s of the
+//! fault (6 s with the defaults), the second for the handshake and the
+//! scheduling. While Redis cannot be reached at all no fresh connection
+//! opens, and calls fail ([`Error::Redis`]) after about that long.
 //!
 //! [`report`]: Conn::report
-//!
-//! Errors are not enough: after a failover the old primary still answers as
-//! a primary until the sentinels convert it to a replica, 8 s or more
-//! later, and a client that stays on it grants locks the new primary never
-//! hears of. So the client also subscribes to every sentinel's
-//! `+switch-master` and re-resolves the moment one announces a new primary
-//! ([`follow_switches`]). An announcement made while the client was not
-//! listening is missed, so the first subscriptions are made before the
-//! client first asks for the primary, and every later one (after a lost
-//! connection to a sentinel) is followed by a re-resolution. Sentinels tell
-//! each other of a failover only every 2 s, so a re-resolution asks them
-//! all and takes the answer with the newest configuration epoch, and never
-//! goes back to an older one.
 
 mod sentinel;
 
