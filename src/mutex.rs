@@ -147,7 +147,9 @@ impl Mutex {
     }
 
     /// Makes one attempt: `Some(guard)` if the lock was free, `None` if it
-    /// is held. Never waits and never subscribes.
+    /// is held. Never waits and never subscribes. (An attempt that times
+    /// out is sent once more on a fresh connection, as for
+    /// [`lock`](Self::lock).)
     ///
     /// # Errors
     ///
