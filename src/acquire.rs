@@ -213,6 +213,16 @@
 //!   hub proves the connection alive with a PING every
 //!   [`probe_interval`](crate::ClientBuilder::probe_interval) and treats a
 //!   late answer as a lost connection (below).
+//! - **A silent command connection** (the same faults): an attempt times
+//!   out after the [response
+//!   timeout](crate::ClientBuilder::response_timeout) `T`, `conn`
+//!   replaces the socket, and the attempt is sent once more on the fresh
+//!   one (`attempt`, below). With the pub/sub probe, a waiter parked
+//!   through such a fault attempts again within about `T` plus 1.5 probe
+//!   periods, and the client works again within 2 × `T` + 1 s (one `T` to
+//!   notice, in sentinel mode one more to ask the silent node its role, a
+//!   second for the fresh connection; `conn` says why a cluster takes
+//!   longer).
 //!
 //! ## Lost messages
 //!
@@ -565,8 +575,24 @@ impl Acquirer {
             keys,
             token: Some(token),
         };
-        let result =
+        let mut result =
             scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
+        if let Err(Error::Redis(e)) = &result
+            && e.is_timeout()
+            && inner.conn.recover(sent).await
+        {
+            // The connection stopped answering, and a fresh one replaced
+            // it: send the same call once more there. Safe if the first one
+            // ran: an acquire that finds its own token reports the
+            // acquisition again (the fair and read ones renew its lease), a
+            // failed one refreshes the same queue entry. The lease still
+            // counts from `sent`, the first send: its key may have been set
+            // then. A second timeout is returned (Redis unreachable), and
+            // the caller's deadline still bounds this, a drop of the
+            // future being the same as for one call.
+            result =
+                scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
+        }
         match result {
             Ok((Acquire::Acquired { .. }, Some(acked)))
                 if self.replication.is_some_and(|r| acked < r.replicas) =>

@@ -103,6 +103,24 @@ impl Mutex {
     /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
     ///   held (a possibly applied attempt is released in the background).
     ///
+    /// # While Redis is unreachable
+    ///
+    /// `lock()` does not wait for Redis to come back: it fails with
+    /// [`Error::Redis`]. A parked waiter sends nothing, so it notices at its
+    /// next attempt (its wake-up, the holder's lease ending, or the
+    /// pub/sub connection's reconnect). An attempt whose reply does not
+    /// come within the [response
+    /// timeout](crate::ClientBuilder::response_timeout) `T` (a connection
+    /// silently dropped by a NAT, a load balancer or a firewall) is sent
+    /// once more on a fresh connection, the acquire being idempotent, so a
+    /// lock waited for rides over such a fault; only when that fails too,
+    /// or no connection opens, is the error returned: about 2 × `T` (plus
+    /// the [connect timeout](crate::ClientBuilder::connect_timeout) when
+    /// the server does not even refuse) after the attempt was sent, at
+    /// once when connections are refused. The client works again within
+    /// 2 × `T` + 1 s of such a fault. To wait through an outage, retry
+    /// the call; [`lock_timeout`](Self::lock_timeout) bounds the whole.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future at any point leaves no lock behind.
@@ -129,7 +147,9 @@ impl Mutex {
     }
 
     /// Makes one attempt: `Some(guard)` if the lock was free, `None` if it
-    /// is held. Never waits and never subscribes.
+    /// is held. Never waits and never subscribes. (An attempt that times
+    /// out is sent once more on a fresh connection, as for
+    /// [`lock`](Self::lock).)
     ///
     /// # Errors
     ///

@@ -1,5 +1,5 @@
-//! [`Proxy`]: a TCP proxy on loopback that can hold back, partition and cut
-//! the connections it relays.
+//! [`Proxy`]: a TCP proxy on loopback that can hold back, partition,
+//! black-hole and cut the connections it relays.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,6 +61,7 @@ impl Flow {
 /// | (start), [`resume`](Proxy::resume) | forwarded | forwarded | passed on | relayed |
 /// | [`pause`](Proxy::pause) | held back | forwarded | passed on | relayed |
 /// | [`partition`](Proxy::partition) | held back | held back | held back | relayed, then held back |
+/// | [`blackhole`](Proxy::blackhole) | never again | read and discarded | upstream closed, client's left open | relayed |
 /// | [`cut`](Proxy::cut) | dropped | dropped | all closed | refused |
 ///
 /// What is held back stays in the proxy (one read per connection and
@@ -70,6 +71,14 @@ impl Flow {
 /// the client holds a half-open connection, which only its own timeouts (or
 /// a `resume`/`cut`) end. `CLIENT KILL` cannot do any of this: the client
 /// notices at once and reconnects.
+///
+/// [`blackhole`](Proxy::blackhole) is what a NAT or load balancer that
+/// dropped its state, a firewall flush or a host that died without a reset
+/// do to every connection open at that moment: the server's side is gone
+/// (the proxy closes it, so the server frees the client), while the
+/// client's socket stays open, swallows what the client sends and never
+/// answers, closes or resets. Unlike a partition it is not undone by
+/// `resume`: only the connections the client opens afterwards work.
 ///
 /// # Example
 ///
@@ -94,8 +103,12 @@ pub struct Proxy {
     /// and by `pause`/`partition`/`cut` while they change the flow, so once
     /// they return no write they stop is under way.
     gates: [Arc<AsyncMutex<()>>; 2],
-    /// Relays alive (each holds its two connections).
+    /// Relays alive (each holds its two connections, or a black-holed
+    /// client's socket).
     live: Arc<AtomicUsize>,
+    /// Counts [`blackhole`](Proxy::blackhole) calls: a relay accepted when
+    /// it was `n` is black-holed once it exceeds `n`.
+    holes: watch::Sender<u64>,
     accept: JoinHandle<()>,
 }
 
@@ -124,8 +137,10 @@ impl Proxy {
         let (flow, _) = watch::channel(Flow::Forward);
         let gates = [Arc::new(AsyncMutex::new(())), Arc::new(AsyncMutex::new(()))];
         let live = Arc::new(AtomicUsize::new(0));
+        let (holes, _) = watch::channel(0);
         let accept = tokio::spawn({
             let (flow, gates, live) = (flow.clone(), gates.clone(), live.clone());
+            let holes = holes.clone();
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     if *flow.borrow() == Flow::Cut {
@@ -134,9 +149,14 @@ impl Proxy {
                     live.fetch_add(1, Ordering::SeqCst);
                     let alive = Live(live.clone());
                     let (rx, gates) = (flow.subscribe(), gates.clone());
+                    // Read at accept: a later `blackhole` swallows this one.
+                    let hole = Hole {
+                        rx: holes.subscribe(),
+                        accepted: *holes.borrow(),
+                    };
                     tokio::spawn(async move {
                         let _alive = alive;
-                        relay(client, upstream, rx, gates).await;
+                        relay(client, upstream, rx, gates, hole).await;
                     });
                 }
             }
@@ -146,6 +166,7 @@ impl Proxy {
             flow,
             gates,
             live,
+            holes,
             accept,
         }
     }
@@ -180,6 +201,18 @@ impl Proxy {
         let _down = self.gates[0].lock().await;
         let _up = self.gates[1].lock().await;
         self.flow.send_replace(Flow::Partitioned);
+    }
+
+    /// Black-holes every connection open now: closes its upstream side
+    /// (the server sees the client leave), and from then on reads and
+    /// discards whatever the client sends and never answers, closes or
+    /// resets it (until the proxy is cut or dropped, or the client closes).
+    /// Connections accepted afterwards are relayed as before. Once this
+    /// returns nothing more reaches a black-holed client.
+    pub async fn blackhole(&self) {
+        let _down = self.gates[0].lock().await;
+        let _up = self.gates[1].lock().await;
+        self.holes.send_modify(|n| *n += 1);
     }
 
     /// Forwards both ways again, first what was held back.
@@ -218,55 +251,91 @@ impl Drop for Proxy {
     }
 }
 
+/// Whether a relay has been black-holed: [`Proxy::blackhole`]'s count, and
+/// what it was when the relay's connection was accepted.
+#[derive(Clone)]
+struct Hole {
+    rx: watch::Receiver<u64>,
+    accepted: u64,
+}
+
+impl Hole {
+    fn open(&self) -> bool {
+        *self.rx.borrow() > self.accepted
+    }
+}
+
 /// Relays one connection until either end closes (and the close is not
-/// held back) or the proxy is cut.
+/// held back) or the proxy is cut; once black-holed, drops the upstream
+/// side and swallows the client's bytes instead.
 async fn relay(
     client: TcpStream,
     upstream: u16,
-    flow: watch::Receiver<Flow>,
+    mut flow: watch::Receiver<Flow>,
     gates: [Arc<AsyncMutex<()>>; 2],
+    mut hole: Hole,
 ) {
     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
         return;
     };
     let _ = server.set_nodelay(true);
     let _ = client.set_nodelay(true);
-    let (from_server, to_server) = server.into_split();
-    let (from_client, to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let (mut from_client, mut to_client) = client.into_split();
     let [down_gate, up_gate] = gates;
     let down = pump(
-        from_server,
-        to_client,
+        &mut from_server,
+        &mut to_client,
         Direction::Down,
         64 * 1024,
-        flow.clone(),
+        (flow.clone(), hole.clone()),
         down_gate,
     );
     let up = pump(
-        from_client,
-        to_server,
+        &mut from_client,
+        &mut to_server,
         Direction::Up,
         16 * 1024,
-        flow,
+        (flow.clone(), hole.clone()),
         up_gate,
     );
+    let accepted = hole.accepted;
     tokio::select! {
         () = down => {}
         () = up => {}
+        _ = hole.rx.wait_for(|n| *n > accepted) => {}
+    }
+    if !hole.open() {
+        return;
+    }
+    // Black-holed: the server's side closes here; the client's stays open
+    // (its write half is kept, unused: no FIN, no RST) and is drained.
+    drop((from_server, to_server));
+    let _open = to_client;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            r = from_client.read(&mut buf) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+            _ = flow.wait_for(|f| *f == Flow::Cut) => return,
+        }
     }
 }
 
 /// Copies `from` to `to` in chunks of up to `chunk` bytes: a chunk read is
 /// written only while `direction` is not held back, under `gate`, and
 /// nothing more is read meanwhile. Returns when `from` closes (once a
-/// partition no longer holds the close back), `to` fails, or the proxy is
-/// cut.
+/// partition no longer holds the close back), `to` fails, the proxy is
+/// cut, or the relay is black-holed (checked under `gate`, so no write
+/// follows [`Proxy::blackhole`]).
 async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
     direction: Direction,
     chunk: usize,
-    mut flow: watch::Receiver<Flow>,
+    (mut flow, hole): (watch::Receiver<Flow>, Hole),
     gate: Arc<AsyncMutex<()>>,
 ) {
     let mut buf = vec![0u8; chunk];
@@ -290,7 +359,7 @@ async fn pump(
             }
             let _gate = gate.lock().await;
             let now = *flow.borrow();
-            if now == Flow::Cut {
+            if now == Flow::Cut || hole.open() {
                 return;
             }
             if now.holds(direction) {
@@ -388,5 +457,42 @@ mod tests {
                 .is_err(),
             "a cut proxy accepted a connection"
         );
+    }
+
+    #[tokio::test]
+    async fn blackhole_closes_upstream_and_swallows_the_client() {
+        let upstream = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let proxy = Proxy::start(0, upstream.local_addr().unwrap().port()).await;
+        let mut client = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        let (mut server, _) = upstream.accept().await.unwrap();
+        client.write_all(b"1").await.unwrap();
+        assert_eq!(byte(&mut server).await, b'1');
+
+        proxy.blackhole().await;
+        // The server's side is closed; the client hears nothing, not even
+        // a close, and may go on writing.
+        closed(&mut server).await;
+        server.write_all(b"2").await.ok();
+        for _ in 0..3 {
+            client.write_all(&[b'3'; 4096]).await.unwrap();
+        }
+        silent(&mut client, "black-holed").await;
+        assert_eq!(proxy.connections(), 1, "the client's socket stays open");
+
+        // A new connection is relayed.
+        let mut fresh = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        let (mut server, _) = upstream.accept().await.unwrap();
+        fresh.write_all(b"4").await.unwrap();
+        assert_eq!(byte(&mut server).await, b'4');
+        server.write_all(b"5").await.unwrap();
+        assert_eq!(byte(&mut fresh).await, b'5');
+        silent(&mut client, "still black-holed").await;
+
+        proxy.cut().await;
+        closed(&mut client).await;
     }
 }

@@ -218,13 +218,34 @@ impl ClientBuilder {
         self
     }
 
-    /// Sets the timeout for establishing a connection (default 2 s).
+    /// Sets the timeout for establishing a connection (default 2 s): the
+    /// first one, and each fresh one that replaces a command connection
+    /// that stopped answering (see
+    /// [`response_timeout`](Self::response_timeout)). A call whose fresh
+    /// connection cannot be opened in time fails with
+    /// [`Error::Redis`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// Sets the timeout for one command's response (default 2 s).
+    ///
+    /// A command that times out fails with [`Error::Redis`], and the
+    /// command connection is taken for dead: a fresh one replaces it (a
+    /// NAT, load balancer or firewall that dropped its state, or a host
+    /// that died without a reset, leaves a connection that never answers
+    /// again, while a new one works at once). An acquire attempt that timed out is sent once
+    /// more on the fresh connection; a renewal is retried on it, so a
+    /// lease rides over the fault unless it ends first. The client works
+    /// again within 2 × this + 1 s of such a fault (6 s with the
+    /// defaults): one timeout to notice, in sentinel mode up to one more to
+    /// ask whether the silent node is still the primary, and a second for
+    /// the new connection. (On a Redis Cluster redis-rs first retries a
+    /// timed-out request on the same node connection, 16 times by
+    /// default, so the fault is noticed that many timeouts later.) Shorter
+    /// notices sooner; it must stay above the slowest command's round
+    /// trip, or healthy connections are replaced.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self

@@ -28,6 +28,43 @@
 //! each other of a failover only every 2 s, so a re-resolution asks them
 //! all and takes the answer with the newest configuration epoch, and never
 //! goes back to an older one.
+//!
+//! # A connection that stops answering
+//!
+//! redis-rs's manager reconnects when its socket is closed or reset, but
+//! not when it merely falls silent: a response timeout is an I/O error it
+//! retries on the same socket. A NAT or load balancer that dropped its
+//! state, a firewall flush, or a host that died without a reset leave
+//! exactly that: the server side gone, no RST, and every later command
+//! timing out, forever, while a new connection would work at once. So a
+//! response timeout marks the command connection suspect: [`report`]
+//! (which every failing command calls) opens a fresh one in the background
+//! and swaps it in ([`Conn::recover`], the same swap a failover makes),
+//! and an acquire attempt that timed out waits for that swap and is sent
+//! once more on the new connection (the acquire scripts are idempotent,
+//! see `acquire.rs`). A timeout on a connection opened after the command
+//! was sent is not the old connection's: it does not replace the new one
+//! again. The hot path pays nothing: a command that answers takes no lock
+//! and no clock reading.
+//!
+//! Redis Cluster has the same hole: redis-rs retries a timed-out request on
+//! the same node connection, up to its `retries` (16 by default) times, and
+//! never reconnects for it. A timeout that reaches us gets a fresh cluster
+//! connection the same way, but only after those retries (17 response
+//! timeouts), so the bound below does not hold on a cluster; cutting the
+//! retries or setting redis-rs's overall response timeout would also cut
+//! the retries that follow a cluster failover (not done here, untested).
+//!
+//! The bound (one server, or sentinels): a command sent after the fault
+//! times out one response timeout `T` later; in sentinel mode the
+//! sentinels are asked first, and asking the silent primary its role costs
+//! up to one more `T`; a fresh connection to a reachable server then takes
+//! milliseconds. So the client works again within 2 × `T` + 1 s of the
+//! fault (6 s with the defaults), the second for the handshake and the
+//! scheduling. While Redis cannot be reached at all no fresh connection
+//! opens, and calls fail ([`Error::Redis`]) after about that long.
+//!
+//! [`report`]: Conn::report
 
 mod sentinel;
 
@@ -41,7 +78,8 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
-use tokio::sync::OnceCell;
+use tokio::sync::{Mutex as AsyncMutex, OnceCell};
+use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
 
 pub(crate) use sentinel::Sentinels;
@@ -81,8 +119,13 @@ struct Inner {
     source: Source,
     connect_timeout: Duration,
     response_timeout: Duration,
-    /// Set while a re-resolution started by `report` runs (one at a time).
+    /// Set while a re-resolution or a recovery started by `report` runs
+    /// (one at a time).
     resolving: AtomicBool,
+    /// Held while [`Conn::recover`] opens a fresh command connection: one
+    /// at a time, and a caller that waited finds the connection opened
+    /// meanwhile (its `opened` is later than the caller's request).
+    recovering: AsyncMutex<()>,
     /// Counts switches to a new primary (see [`Conn::epoch`]).
     epoch: AtomicU64,
     /// In sentinel mode, the tasks following `+switch-master` (see
@@ -104,8 +147,13 @@ struct Current {
     manager: Manager,
     /// The lane for slow calls (those followed by `WAIT`), so they never
     /// hold up the hot path's multiplexed socket; opened on first use, so a
-    /// client that never asks for replication pays nothing.
+    /// client that never asks for replication pays nothing. Each `Current`
+    /// has its own: [`Conn::recover`] tells by it whether `current` is
+    /// still the connection it replaces.
     slow: Arc<OnceCell<Manager>>,
+    /// When the opening of `manager` began: a request sent before this was
+    /// not sent on it, so its timeout says nothing about it.
+    opened: Instant,
 }
 
 enum Source {
@@ -165,6 +213,7 @@ impl Conn {
             connect_timeout: timeouts.0,
             response_timeout: timeouts.1,
             resolving: AtomicBool::new(false),
+            recovering: AsyncMutex::new(()),
             epoch: AtomicU64::new(0),
             watchers: StdMutex::new(Vec::new()),
         }))
@@ -176,6 +225,7 @@ impl Conn {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Conn, Error> {
+        let opened = Instant::now();
         let manager = manager(&client, connect_timeout, response_timeout).await?;
         let current = Current {
             addr: client.get_connection_info().addr().to_string(),
@@ -183,6 +233,7 @@ impl Conn {
             client: Some(client),
             manager,
             slow: Arc::default(),
+            opened,
         };
         Ok(Conn::new(
             current,
@@ -210,6 +261,7 @@ impl Conn {
                 .map(|s| subscribe_switches(s, subscribe_timeout(connect_timeout))),
         )
         .await;
+        let opened = Instant::now();
         let found = sentinels.find(timeouts).await?;
         let current = Current {
             addr: found.addr,
@@ -217,6 +269,7 @@ impl Conn {
             client: Some(found.client),
             manager: found.manager,
             slow: Arc::default(),
+            opened,
         };
         let conn = Conn::new(current, Source::Sentinel(Box::new(sentinels)), timeouts);
         let watchers = watched
@@ -240,6 +293,7 @@ impl Conn {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Conn, Error> {
+        let opened = Instant::now();
         let manager = commands.get_async_connection().await?;
         let current = Current {
             addr: seeds,
@@ -247,6 +301,7 @@ impl Conn {
             client: None,
             manager: Manager::Cluster(manager),
             slow: Arc::default(),
+            opened,
         };
         Ok(Conn::new(
             current,
@@ -328,28 +383,90 @@ impl Conn {
             .clone()
     }
 
-    /// Notes a command error. In sentinel mode an error that may mean the
-    /// primary moved starts a re-resolution in the background (one at a
-    /// time); otherwise it does nothing.
+    /// Notes a command error. A response timeout starts a
+    /// [recovery](Conn::recover) in the background; in sentinel mode an
+    /// error that may mean the primary moved starts a re-resolution (one
+    /// at a time); other errors change nothing.
     pub(crate) fn report(&self, err: &redis::RedisError) {
-        let moved = err.is_io_error()
-            || err.is_connection_refusal()
-            || err.is_connection_dropped()
-            || err.is_timeout()
-            || matches!(err.code(), Some("READONLY" | "NOREPLICAS"));
-        if !moved || !matches!(self.0.source, Source::Sentinel(_)) {
+        let timed_out = err.is_timeout();
+        let moved = matches!(self.0.source, Source::Sentinel(_))
+            && (err.is_io_error()
+                || err.is_connection_refusal()
+                || err.is_connection_dropped()
+                || matches!(err.code(), Some("READONLY" | "NOREPLICAS")));
+        if !timed_out && !moved {
             return;
         }
         if self.0.resolving.swap(true, Ordering::AcqRel) {
             return;
         }
+        // The request that timed out was sent a response timeout ago (or a
+        // little later): a connection opened since is not the silent one.
+        let now = Instant::now();
+        let sent = now.checked_sub(self.0.response_timeout).unwrap_or(now);
         let conn = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.resolve().await {
+            if timed_out {
+                conn.recover(sent).await;
+            } else if let Err(e) = conn.resolve().await {
                 tracing::debug!(error = %e, "could not re-resolve the primary");
             }
             conn.0.resolving.store(false, Ordering::Release);
         });
+    }
+
+    /// After a request sent at `sent` timed out: unless the command
+    /// connection was replaced since, replaces it (in sentinel mode with
+    /// the primary the sentinels name now, else with a fresh connection to
+    /// the same server or cluster). Returns whether the connection in use
+    /// now was opened after `sent`, so a retry goes to a new one; `false`
+    /// when no fresh connection could be opened (Redis unreachable).
+    ///
+    /// Cancel safe: dropped before the swap, nothing changes.
+    pub(crate) async fn recover(&self, sent: Instant) -> bool {
+        let _one = self.0.recovering.lock().await;
+        if self.current().opened > sent {
+            return true; // replaced meanwhile (by a recovery or a failover)
+        }
+        if let Source::Sentinel(_) = &self.0.source {
+            match self.resolve().await {
+                Ok(true) => return true,
+                Ok(false) => {} // still the primary: a fresh connection to it
+                Err(e) => tracing::debug!(error = %e, "could not re-resolve the primary"),
+            }
+        }
+        let current = self.current();
+        let opened = Instant::now();
+        let fresh = match (&self.0.source, &current.client) {
+            (Source::Cluster { commands, .. }, _) => {
+                let connecting = commands.get_async_connection();
+                match tokio::time::timeout(self.0.connect_timeout, connecting).await {
+                    Ok(connected) => connected.map(Manager::Cluster),
+                    Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+                }
+            }
+            (_, Some(client)) => {
+                manager(client, self.0.connect_timeout, self.0.response_timeout).await
+            }
+            (_, None) => return false, // not reached: only a cluster has no client
+        };
+        let fresh = match fresh {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                tracing::debug!(error = %e, "the command connection stopped answering, and no new one opens");
+                return false;
+            }
+        };
+        let mut slot = self.0.current.write().unwrap_or_else(|p| p.into_inner());
+        // A failover that switched while we connected wins: ours goes to
+        // the node it left.
+        if Arc::ptr_eq(&slot.slow, &current.slow) {
+            tracing::info!(server = %current.addr, "the command connection stopped answering; using a fresh one");
+            slot.manager = fresh;
+            slot.slow = Arc::default();
+            slot.opened = opened;
+        }
+        true
     }
 
     /// In sentinel mode, asks where the primary is and switches to it if it
@@ -379,6 +496,7 @@ impl Conn {
             client: Some(found.client),
             manager: found.manager,
             slow: Arc::default(),
+            opened: Instant::now(),
         };
         drop(slot);
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
