@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::keys::{Kind, LockKeys, lease_ms};
-use crate::{Client, Error, scripts};
+use crate::{Client, Error, Leader, scripts};
 
 /// A snapshot of one lock, taken atomically on the server by
 /// [`Client::status`].
@@ -137,6 +137,9 @@ pub enum LockKind {
     FairMutex,
     /// An [`RwLock`](crate::RwLock).
     RwLock,
+    /// An [`Election`](crate::Election): the holder is the leader once it
+    /// has proclaimed itself (see [`LockInfo::leader`]).
+    Election,
 }
 
 impl LockKind {
@@ -198,6 +201,9 @@ pub struct LockInfo {
     /// FairMutex's queue, an RwLock's waiting writers (waiting readers
     /// leave no trace on the server).
     pub waiters: u64,
+    /// An election's leader (term and proclaimed value): the holder, once
+    /// the election's leader key names it; `None` for the other kinds.
+    pub leader: Option<Leader>,
 }
 
 impl LockInfo {
@@ -232,6 +238,7 @@ impl LockInfo {
             readers,
             fence: s.fence.parse().ok(),
             waiters: s.waiters + s.fair + s.intents,
+            leader: None,
         }
     }
 }
