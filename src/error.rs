@@ -37,8 +37,11 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A lease (or another duration) is zero or larger than
-    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    /// A lease (or another duration) is zero, shorter than
+    /// [`MIN_LEASE`](crate::MIN_LEASE) or longer than
+    /// [`MAX_LEASE`](crate::MAX_LEASE): the same rule wherever a lease is
+    /// given (`with_lease`, `max_hold`, `extend`, the builder's settings).
+    /// `duration` is the value given.
     #[error("invalid duration {duration:?}: {reason}")]
     InvalidLease {
         /// The offending duration.

@@ -11,6 +11,11 @@ use crate::Error;
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
+/// The shortest lease accepted: one millisecond, the unit Redis keeps
+/// expiries in. A shorter one (`1 ns` meant as "at once"?) is a mistake
+/// to report, not a duration to round.
+pub const MIN_LEASE: Duration = Duration::from_millis(1);
+
 /// The longest lease accepted: one year. Longer durations are almost
 /// certainly a unit mistake; Redis itself overflows near `i64::MAX` ms.
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -201,22 +206,29 @@ pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
     })
 }
 
-/// A lease in whole milliseconds: sub-millisecond parts round up (never down
-/// to zero); zero and durations over [`MAX_LEASE`] are rejected.
+/// The one lease rule, for every lease and lease-like duration, wherever
+/// it is given: a handle's `with_lease` and `max_hold` (checked when the
+/// handle is used), the builder's `default_lease`, `renew_every`,
+/// `max_hold` and other durations (checked at `connect`), a guard's
+/// `extend` (checked before anything is sent), an owner note's ttl.
+/// Refuses zero, anything under [`MIN_LEASE`] and anything over
+/// [`MAX_LEASE`] with [`Error::InvalidLease`] naming the duration given;
+/// else the lease in whole milliseconds, a fractional part rounded up
+/// (never down to zero).
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
-    if lease.is_zero() {
-        return Err(Error::InvalidLease {
-            duration: lease,
-            reason: "the duration is zero",
-        });
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::InvalidLease {
-            duration: lease,
-            reason: "the duration is longer than one year",
-        });
-    }
-    Ok(millis(lease))
+    let reason = if lease.is_zero() {
+        "the duration is zero"
+    } else if lease < MIN_LEASE {
+        "the duration is shorter than 1 ms, the least Redis can keep"
+    } else if lease > MAX_LEASE {
+        "the duration is longer than one year"
+    } else {
+        return Ok(millis(lease));
+    };
+    Err(Error::InvalidLease {
+        duration: lease,
+        reason,
+    })
 }
 
 /// Whole milliseconds, for durations validated already (or harmless when
@@ -278,8 +290,14 @@ mod tests {
 
     #[test]
     fn leases_round_up_and_reject_nonsense() {
-        assert_eq!(lease_ms(Duration::from_micros(1)).unwrap(), 1);
+        assert_eq!(lease_ms(MIN_LEASE).unwrap(), 1);
         assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        for short in [Duration::from_nanos(1), Duration::from_micros(999)] {
+            assert!(matches!(
+                lease_ms(short),
+                Err(Error::InvalidLease { duration, .. }) if duration == short
+            ));
+        }
         assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
         assert!(matches!(
             lease_ms(Duration::ZERO),
