@@ -80,7 +80,11 @@ macro_rules! extend_refuses {
             "{}: a refused extend changed the lease on the server: {left} ms",
             $what
         );
-        assert!(!guard.is_lost(), "{}: a refused extend lost the guard", $what);
+        assert!(
+            !guard.is_lost(),
+            "{}: a refused extend lost the guard",
+            $what
+        );
         // A valid extend still works.
         guard.extend(LONG).await.expect("a valid extend");
         guard
@@ -115,7 +119,12 @@ async fn extend_refuses_invalid_leases_on_every_guard() {
     g.unlock().await.unwrap();
 
     let name = unique("ext-permit");
-    let p = c.semaphore(&name, 2).with_lease(LONG).acquire().await.unwrap();
+    let p = c
+        .semaphore(&name, 2)
+        .with_lease(LONG)
+        .acquire()
+        .await
+        .unwrap();
     let token = p.token().to_owned();
     let holders = format!("redbell:{{{name}}}:holders");
     let p = extend_refuses!("Permit", p, &mut conn, &holders, Some(&token));
@@ -147,7 +156,11 @@ async fn with_lease_refuses_the_same_on_every_handle() {
         assert_refuses("RwLock::try_write", d, rw.try_write().await.unwrap_err());
         assert_refuses("RwLock::read", d, rw.read().await.unwrap_err());
         let s = c.semaphore(&name, 3).with_lease(d);
-        assert_refuses("Semaphore::try_acquire", d, s.try_acquire().await.unwrap_err());
+        assert_refuses(
+            "Semaphore::try_acquire",
+            d,
+            s.try_acquire().await.unwrap_err(),
+        );
         assert_refuses("Semaphore::acquire", d, s.acquire().await.unwrap_err());
         // max_hold on a handle: the same rule, the same error.
         let m = c.mutex(&name).max_hold(d);
@@ -209,6 +222,9 @@ async fn builder_refuses_the_same_at_connect() {
     let name = unique("builder-min");
     let g = c.mutex(&name).lock().await.unwrap();
     let mut conn = raw(&url).await;
-    assert_eq!(get(&mut conn, &lock_key(&name)).await.as_deref(), Some(g.token()));
+    assert_eq!(
+        get(&mut conn, &lock_key(&name)).await.as_deref(),
+        Some(g.token())
+    );
     g.unlock().await.unwrap();
 }

@@ -42,7 +42,10 @@ fn conflict<T: std::fmt::Debug>(what: &str, r: Result<T, Error>) {
 
 /// The state a refused attempt must leave alone: the lock key's value, the
 /// fence, and whether each semaphore key exists.
-async fn snapshot(conn: &mut MultiplexedConnection, name: &str) -> (Option<String>, Option<String>, Vec<bool>) {
+async fn snapshot(
+    conn: &mut MultiplexedConnection,
+    name: &str,
+) -> (Option<String>, Option<String>, Vec<bool>) {
     let mut present = Vec::new();
     for key in semaphore_keys(name) {
         present.push(exists(conn, &key).await);
@@ -70,11 +73,23 @@ async fn a_semaphore_is_refused_beside_an_exclusive_lock() {
         };
         let before = snapshot(&mut conn, &name).await;
         let s = c.semaphore(&name, 3).with_lease(LONG);
-        conflict(&format!("try_acquire beside a {kind}"), s.try_acquire().await);
-        let r = timeout(SOON, s.acquire()).await.expect("acquire hung instead of refusing");
+        conflict(
+            &format!("try_acquire beside a {kind}"),
+            s.try_acquire().await,
+        );
+        let r = timeout(SOON, s.acquire())
+            .await
+            .expect("acquire hung instead of refusing");
         conflict(&format!("acquire beside a {kind}"), r);
-        assert_eq!(snapshot(&mut conn, &name).await, before, "beside a {kind}: something was written");
-        assert_eq!(before.2, [false; 4], "beside a {kind}: semaphore keys left behind");
+        assert_eq!(
+            snapshot(&mut conn, &name).await,
+            before,
+            "beside a {kind}: something was written"
+        );
+        assert_eq!(
+            before.2, [false; 4],
+            "beside a {kind}: semaphore keys left behind"
+        );
         drop(held);
     }
 }
@@ -85,21 +100,45 @@ async fn an_exclusive_lock_is_refused_beside_a_semaphore() {
     let c = client(&url).await;
     let mut conn = raw(&url).await;
     let name = unique("mutex-after-sem");
-    let permit = c.semaphore(&name, 2).with_lease(LONG).acquire().await.unwrap();
+    let permit = c
+        .semaphore(&name, 2)
+        .with_lease(LONG)
+        .acquire()
+        .await
+        .unwrap();
     let before = snapshot(&mut conn, &name).await;
     let m = c.mutex(&name).with_lease(LONG);
     conflict("Mutex::try_lock beside a semaphore", m.try_lock().await);
-    let r = timeout(SOON, m.lock()).await.expect("lock hung instead of refusing");
+    let r = timeout(SOON, m.lock())
+        .await
+        .expect("lock hung instead of refusing");
     conflict("Mutex::lock beside a semaphore", r);
     let f = c.fair_mutex(&name).with_lease(LONG);
     conflict("FairMutex::try_lock beside a semaphore", f.try_lock().await);
-    let r = timeout(SOON, f.lock()).await.expect("fair lock hung instead of refusing");
+    let r = timeout(SOON, f.lock())
+        .await
+        .expect("fair lock hung instead of refusing");
     conflict("FairMutex::lock beside a semaphore", r);
-    assert_eq!(snapshot(&mut conn, &name).await, before, "something was written");
-    assert!(!exists(&mut conn, &lock_key(&name)).await, "a lock key was left behind");
-    assert!(!exists(&mut conn, &waiters_key(&name)).await, "a queue entry was left behind");
+    assert_eq!(
+        snapshot(&mut conn, &name).await,
+        before,
+        "something was written"
+    );
+    assert!(
+        !exists(&mut conn, &lock_key(&name)).await,
+        "a lock key was left behind"
+    );
+    assert!(
+        !exists(&mut conn, &waiters_key(&name)).await,
+        "a queue entry was left behind"
+    );
     // The semaphore is untouched and still works.
-    let second = c.semaphore(&name, 2).with_lease(LONG).try_acquire().await.unwrap();
+    let second = c
+        .semaphore(&name, 2)
+        .with_lease(LONG)
+        .try_acquire()
+        .await
+        .unwrap();
     assert!(second.is_some(), "the semaphore's second permit");
     permit.release().await.unwrap();
     drop(second);
@@ -107,12 +146,22 @@ async fn an_exclusive_lock_is_refused_beside_a_semaphore() {
     let gone = redbell_integration_tests::eventually(Duration::from_secs(5), || {
         let mut conn = conn.clone();
         let key = holders_key(&name);
-        async move { redis::cmd("ZCARD").arg(&key).query_async::<i64>(&mut conn).await.unwrap() == 0 }
+        async move {
+            redis::cmd("ZCARD")
+                .arg(&key)
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap()
+                == 0
+        }
     })
     .await;
     assert!(gone, "the permits were not given back");
     let g = c.mutex(&name).try_lock().await.unwrap();
-    assert!(g.is_some(), "a mutex after the semaphore's permits were given back");
+    assert!(
+        g.is_some(),
+        "a mutex after the semaphore's permits were given back"
+    );
 }
 
 #[tokio::test]
@@ -122,19 +171,33 @@ async fn an_election_and_a_mutex_refuse_each_other() {
     let name = unique("elect-vs-mutex");
     let leadership = c.election(&name).campaign("host-a:1").await.unwrap();
     let m = c.mutex(&name).with_lease(LONG);
-    conflict("Mutex::try_lock while an election leads", m.try_lock().await);
-    let r = timeout(SOON, m.lock()).await.expect("lock waited on the election");
+    conflict(
+        "Mutex::try_lock while an election leads",
+        m.try_lock().await,
+    );
+    let r = timeout(SOON, m.lock())
+        .await
+        .expect("lock waited on the election");
     conflict("Mutex::lock while an election leads", r);
     let f = c.fair_mutex(&name).with_lease(LONG);
-    conflict("FairMutex::try_lock while an election leads", f.try_lock().await);
+    conflict(
+        "FairMutex::try_lock while an election leads",
+        f.try_lock().await,
+    );
     let s = c.semaphore(&name, 2).with_lease(LONG);
-    conflict("Semaphore::try_acquire while an election leads", s.try_acquire().await);
+    conflict(
+        "Semaphore::try_acquire while an election leads",
+        s.try_acquire().await,
+    );
 
     // inspect (and status) tell an election, with its leader and term.
     let info = c.inspect(&name).await.unwrap();
     assert_eq!(info.kind, Some(LockKind::Election), "{info:?}");
     let leader = info.leader.as_ref().expect("the leader");
-    assert_eq!((leader.term, leader.value.as_str()), (leadership.term(), "host-a:1"));
+    assert_eq!(
+        (leader.term, leader.value.as_str()),
+        (leadership.term(), "host-a:1")
+    );
     leadership.resign().await.unwrap();
 
     // The other way: a campaign while a Mutex holds the name.
