@@ -150,6 +150,7 @@ impl LockKind {
             Some('m') => Some(LockKind::Mutex),
             Some('q') => Some(LockKind::FairMutex),
             Some('w' | 'r') => Some(LockKind::RwLock),
+            Some('l') => Some(LockKind::Election),
             _ => None,
         }
     }
@@ -159,6 +160,7 @@ impl LockKind {
             "mutex" => Some(LockKind::Mutex),
             "fair" => Some(LockKind::FairMutex),
             "rwlock" => Some(LockKind::RwLock),
+            "election" => Some(LockKind::Election),
             _ => None,
         }
     }
@@ -238,7 +240,10 @@ impl LockInfo {
             readers,
             fence: s.fence.parse().ok(),
             waiters: s.waiters + s.fair + s.intents,
-            leader: None,
+            leader: s.term.parse().ok().map(|term| Leader {
+                term,
+                value: s.value,
+            }),
         }
     }
 }

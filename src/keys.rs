@@ -60,6 +60,10 @@ pub(crate) enum Kind {
     /// lives in the holders set; a release wakes the head waiters, who then
     /// attempt (FIFO by arrival).
     Semaphore,
+    /// The lock of an [`Election`](crate::Election): the plain protocol
+    /// (the same keys and scripts as [`Kind::Plain`]), with tokens of its
+    /// own letter, so that the name is one kind only (see `election.rs`).
+    Election,
 }
 
 impl Kind {
@@ -73,6 +77,7 @@ impl Kind {
             Kind::Write => 'w',
             Kind::Read => 'r',
             Kind::Semaphore => 's',
+            Kind::Election => 'l',
         }
     }
 }
@@ -107,6 +112,9 @@ pub(crate) struct LockKeys {
     pub(crate) expiry: String,
     /// `P:{N}:permits`: a semaphore's permit count.
     pub(crate) count: String,
+    /// `P:{N}:holders`: a semaphore's permits (token -> expiry ms); the
+    /// other kinds' acquires only look for live ones (one kind per name).
+    pub(crate) holders: String,
     /// A semaphore's permit count as this handle asks for it; 0 for the
     /// other kinds (and for a semaphore of zero permits, which is refused).
     pub(crate) permits: u32,
@@ -135,12 +143,13 @@ impl LockKeys {
         let base = format!("{prefix}:{{{name}}}");
         let wake_prefix = format!("{base}:wake:");
         let waiters = match kind {
-            Kind::Plain => format!("{base}:waiters"),
+            Kind::Plain | Kind::Election => format!("{base}:waiters"),
             Kind::Fair => format!("{base}:fifo"),
             Kind::Semaphore => format!("{base}:queue"),
             Kind::Read | Kind::Write => format!("{base}:writers"),
         };
         let readers = format!("{base}:readers");
+        let holders = format!("{base}:holders");
         Ok(LockKeys {
             name: name.to_owned(),
             kind,
@@ -149,17 +158,20 @@ impl LockKeys {
             expiry: format!("{waiters}:expiry"),
             waiters,
             count: format!("{base}:permits"),
+            holders: holders.clone(),
             permits: 0,
             handoff: format!("{base}:handoff"),
             channel: match kind {
                 // Read-write locks broadcast on one channel per lock.
                 Kind::Read | Kind::Write => format!("{base}:rw"),
-                Kind::Plain | Kind::Fair | Kind::Semaphore => format!("{wake_prefix}{client_id}"),
+                Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
+                    format!("{wake_prefix}{client_id}")
+                }
             },
             wake_prefix,
             lock: match kind {
                 Kind::Read => readers.clone(),
-                Kind::Semaphore => format!("{base}:holders"),
+                Kind::Semaphore => holders,
                 _ => base.clone(),
             },
             writer: base,
@@ -330,12 +342,13 @@ mod tests {
             Kind::Read,
             Kind::Write,
             Kind::Semaphore,
+            Kind::Election,
         ] {
             let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
             let slot = hash_slot(&k.lock);
             for key in [
                 &k.writer, &k.readers, &k.fence, &k.waiters, &k.expiry, &k.handoff, &k.channel,
-                &k.count,
+                &k.count, &k.holders,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
