@@ -1,4 +1,10 @@
 //! Operator tools: inspect a lock, break a lock, note who holds it.
+//!
+//! A name is one kind of lock at a time (the acquire scripts refuse the
+//! others), and the holder's token opens with its kind's letter, so one
+//! read of the name's keys tells the kind: `inspect.lua` reads every
+//! kind's keys, and an election's leader key only when the holder is an
+//! election's.
 
 use std::time::Duration;
 
@@ -193,7 +199,8 @@ pub struct LockInfo {
     /// of no known kind.
     pub kind: Option<LockKind>,
     /// The exclusive holder: of a Mutex, of a FairMutex (also a grant not
-    /// yet confirmed), or an RwLock's writer.
+    /// yet confirmed), an RwLock's writer, or an Election's lock (its
+    /// leader once it has proclaimed itself: see `leader`).
     pub holder: Option<Hold>,
     /// An RwLock's live read holds, soonest expiry first.
     pub readers: Vec<Hold>,

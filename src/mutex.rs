@@ -102,6 +102,10 @@ impl Mutex {
     ///
     /// - [`Error::InvalidName`], [`Error::InvalidLease`] for bad input.
     /// - [`Error::WrongType`] when the lock key holds a non-string value.
+    /// - [`Error::KindConflict`] when the name is in use as another kind of
+    ///   lock (a [`FairMutex`](crate::FairMutex), an
+    ///   [`RwLock`](crate::RwLock), a [`Semaphore`](crate::Semaphore)'s
+    ///   permits, an [`Election`](crate::Election)); nothing is held.
     /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
     ///   held (a possibly applied attempt is released in the background).
     ///

@@ -240,5 +240,10 @@ async fn the_cli_tells_an_election() {
     let row = table.lines().nth(1).expect("a row");
     assert!(row.contains("election"), "{table}");
     assert!(row.contains("web1:4242"), "{table}");
+
+    let out = run(&["top", "--once", "--json", &name]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let top: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
+    assert_eq!(top["locks"][0]["kind"], "election", "{top}");
     leadership.resign().await.unwrap();
 }
