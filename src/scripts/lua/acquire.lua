@@ -131,8 +131,10 @@ end
 if not holder then
   -- The lock was free and is ours now. Readers, permits or queued waiters
   -- are rare on a free lock: one EXISTS rules all three out.
-  if redis.call('EXISTS', KEYS[4], KEYS[3], KEYS[5]) > 0 then
-    if live(KEYS[4]) or live(KEYS[5]) then
+  -- (A caller of the older four-key layout, KEYS[5] absent, is not
+  -- checked for permits.)
+  if redis.call('EXISTS', KEYS[4], KEYS[3], KEYS[5] or KEYS[4]) > 0 then
+    if live(KEYS[4]) or (KEYS[5] and live(KEYS[5])) then
       redis.call('DEL', KEYS[1])
       return redis.error_reply(KIND_ERROR)
     end

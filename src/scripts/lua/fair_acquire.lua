@@ -67,9 +67,11 @@ if holder == ARGV[1] then
 end
 local now_us, now_ms = now()
 if not holder then
-  if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0
+  -- (KEYS[6] absent: a caller of the older five-key layout, whose
+  -- permits are not checked.)
+  if redis.call('EXISTS', KEYS[5], KEYS[6] or KEYS[5]) > 0
       and (redis.call('ZCOUNT', KEYS[5], now_ms, '+inf') > 0
-           or redis.call('ZCOUNT', KEYS[6], now_ms, '+inf') > 0) then
+           or (KEYS[6] and redis.call('ZCOUNT', KEYS[6], now_ms, '+inf') > 0)) then
     return redis.error_reply(KIND_ERROR)
   end
   local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[8], ARGV[3],

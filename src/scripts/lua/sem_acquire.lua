@@ -44,8 +44,8 @@
 local now_us, now_ms = now()
 local token, member = ARGV[1], ARGV[4]
 local lease = tonumber(ARGV[2])
-local read = redis.call('MGET', KEYS[5], KEYS[6])
-local stored, other = read[1], read[2]
+local read = redis.call('MGET', KEYS[5], KEYS[6] or KEYS[5])
+local stored, other = read[1], KEYS[6] and read[2]
 -- Tokens open with their kind (m Mutex, q FairMutex, w RwLock writer, l
 -- Election; plain hex of older clients is not judged); MGET reads a key
 -- of another type as nil.
