@@ -245,5 +245,11 @@ async fn the_cli_tells_an_election() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let top: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
     assert_eq!(top["locks"][0]["kind"], "election", "{top}");
-    leadership.resign().await.unwrap();
+
+    // Broken by an operator: told as an election, and the leader learns it.
+    let out = run(&["unlock", "--force", &name]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("(election)"), "{}", stdout(&out));
+    let r = leadership.resign().await;
+    assert!(matches!(r, Err(Error::NotHeld)), "{r:?}");
 }
