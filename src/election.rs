@@ -1,8 +1,10 @@
 //! Leader election: [`Election`], its [`Leadership`] guard, and the
 //! [`Observer`] stream of leader changes.
 //!
-//! An election named `N` is the [`Mutex`] named `N` (the leader holds its
-//! lock key `P:{N}`) plus a **leader key** `P:{N}:leader`, a hash naming
+//! An election named `N` is a lock on the keys of the [`Mutex`] named `N`
+//! (the leader holds the lock key `P:{N}`, with a token of the election's
+//! own letter: see *One name, one kind*) plus a **leader key**
+//! `P:{N}:leader`, a hash naming
 //! the leader's owner token, its value, its term and the value's revision,
 //! and a pub/sub channel `P:{N}:leader:events`. Campaigning is
 //! [`Mutex::lock`]: the same event-driven wait, queue and hand-off, no
