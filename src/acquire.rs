@@ -149,17 +149,22 @@
 //! or it has the lock (its attempt found the grant first and the message
 //! came late), which a pass-on must not touch.
 //!
-//! Each waiter parks for the holder's PTTL. Under short holds that is at
-//! most a claim, so a frozen grantee is noticed by the waiters' own parks;
-//! a waiter that queued behind a long hold parks longer, so it marks the
-//! queue (`fair_common.lua`), and grants to waiters that arrived no later
-//! send the standbys. A short-hold hand-off is then 19 commands in all: the
-//! release's `GET`, `ZPOPMIN`, `TIME`, the probe's `PUBLISH`, the fence's
-//! `SET` (with `GET`), the lock's `SET` and the grant's `PUBLISH`; the
-//! grantee's attempt (the confirm): `GET`, `PEXPIRE`, `ZREM`, the fence's
-//! `GET`; the releaser's next attempt, which queues it: `GET`, `PTTL`,
-//! `TIME`, `ZADD`, the queue's `PTTL` (and a `PEXPIRE` every couple of
-//! seconds); three `EVALSHA`s.
+//! Each waiter parks for the holder's PTTL. That is at most a claim only
+//! while a grant waits for its grantee's attempt; a waiter that queued
+//! behind a confirmed hold (its full lease, however short the hold turns
+//! out to be) parks longer, so it marks the queue (`fair_common.lua`), and
+//! grants to waiters that arrived no later send the standbys: a frozen
+//! grantee is noticed by them. A hand-off between busy workers, each
+//! queuing again right after its release, is then about 27 commands in
+//! all (measured): the release's `GET`, `ZPOPMIN` (twice: the long-park
+//! marker first), `TIME`, the probe's `PUBLISH`, the fence's `SET` (with
+//! `GET`), the lock's `SET`, the grant's `PUBLISH`, and for the standbys
+//! `ZADD` (the marker back), `ZCARD`, `ZRANGEBYSCORE`, the hand-off
+//! marker's `SET` and two `PUBLISH`es; the grantee's attempt (the
+//! confirm): `GET`, `PEXPIRE`, `ZREM`, the fence's `GET`; the releaser's
+//! next attempt, which queues it: `GET`, `PTTL`, `TIME`, `ZADD`, the
+//! queue's `PTTL`, and for its long park `ZSCORE` and the marker's `GET`
+//! (and a `PEXPIRE` every couple of seconds); three `EVALSHA`s.
 //!
 //! ## What bounds each stall
 //!
