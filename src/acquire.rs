@@ -115,33 +115,33 @@
 //! remove the member from the queue and, if the lock is free, wake the next
 //! head. A spurious wake-up only costs the woken waiter one attempt.
 //!
-//! ## The fair hand-off: the guard on the grant message
+//! ## The fair hand-off: a grant, then the grantee's own attempt
 //!
 //! A fair release makes the lock the head's (its token, a fresh fence, a
 //! claim lease of [`CLAIM_MS`](crate::keys::CLAIM_MS)) and publishes
-//! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The waiter
-//! returns its guard on that message, with no round trip, if it can bound
-//! the claim locally: its last failed attempt was *sent* at local `s` and
-//! *ran* at server time `S` (the script returns it), and the grant came
-//! after that attempt (an attempt after it would have found its own
-//! token). So the key lives at least `claim end − S` of server time past
-//! an instant later than `s`, and the guard's lease is exactly that one,
-//! sent at `s` (`Lease::new(s, claim end − S)`, with the usual drift
-//! margin): the argument of "When can two holders coexist?" in
-//! `lease.rs` holds unchanged. The guard's first renewal
-//! ([`CONFIRM_AFTER`] later, or a third of what is left) is the confirm:
-//! the `extend` script sets the full lease (a fixed one once, a renewed one
-//! every period from then), and a guard released before it never sends
-//! it. A confirm that finds the key gone or taken, or that Redis does not
-//! answer before the claim's deadline, loses the lease (`lost()`).
+//! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The claim only
+//! keeps everyone else out while the message travels: the waiter does not
+//! return a guard on it, but attempts at once, like a woken plain waiter.
+//! The attempt finds its own token, sets its lease (`PEXPIRE`) and reads
+//! the fence: the confirm. Its guard's lease counts from when that attempt
+//! was sent, as for every acquisition, so from the moment `lock()` returns
+//! the server holds the full lease for it and the argument of "When can
+//! two holders coexist?" in `lease.rs` applies unchanged. A grantee whose
+//! attempt comes after the claim lapsed (its client was paused) finds the
+//! lock free or another's, and takes it or queues again like any attempt.
 //!
-//! The waiter attempts instead (the attempt finds its own token and
-//! confirms, or queues it again) when the grant names another token, when
-//! less than half a claim is left (the message was read late: a paused
-//! client must not return a guard about to lapse, or lapsed), when
-//! replicas must acknowledge acquisitions (`WAIT` follows an attempt), and
-//! when a `lock_timeout` deadline has passed it returns
-//! [`Error::Timeout`] (its pass-on moves the grant on).
+//! A guard returned on the message alone (an earlier version did, with
+//! the claim as its lease until a confirm 100 ms later) would save a round
+//! trip, but hold a lease of the claim's length: a holder whose runtime
+//! stalled right after `lock()` lost the lock mid-section. Giving the
+//! grant the full lease instead would let a grantee frozen before it read
+//! the message hold the queue for a lease (see the
+//! [`FairMutex`](crate::FairMutex) docs, "A guard holds its full lease from
+//! the start").
+//!
+//! A grant read once a `lock_timeout` deadline has passed is not
+//! confirmed: the waiter returns [`Error::Timeout`] and its pass-on moves
+//! the grant on.
 //!
 //! A grant message for a waiter its client no longer has is not passed on:
 //! either the waiter left without the lock, and its registration's pass-on
@@ -149,15 +149,22 @@
 //! or it has the lock (its attempt found the grant first and the message
 //! came late), which a pass-on must not touch.
 //!
-//! Each waiter parks for the holder's PTTL. Under short holds that is at
-//! most a claim, so a frozen grantee is noticed by the waiters' own parks;
-//! a waiter that queued behind a long hold parks longer, so it marks the
-//! queue (`fair_common.lua`), and grants to waiters that arrived no later
-//! send the standbys. A short-hold hand-off is then 14 commands in all: the
-//! release's `GET`, `ZPOPMIN`, `TIME`, the fence's `GET` and `SET`, the
-//! lock's `SET` and the `PUBLISH`; the releaser's next attempt, which
-//! queues it: `GET`, `PTTL`, `TIME`, `ZADD`, the queue's `PTTL` (and a
-//! `PEXPIRE` every couple of seconds); two `EVALSHA`s.
+//! Each waiter parks for the holder's PTTL. That is at most a claim only
+//! while a grant waits for its grantee's attempt; a waiter that queued
+//! behind a confirmed hold (its full lease, however short the hold turns
+//! out to be) parks longer, so it marks the queue (`fair_common.lua`), and
+//! grants to waiters that arrived no later send the standbys: a frozen
+//! grantee is noticed by them. A hand-off between busy workers, each
+//! queuing again right after its release, is then about 27 commands in
+//! all (measured): the release's `GET`, `ZPOPMIN` (twice: the long-park
+//! marker first), `TIME`, the probe's `PUBLISH`, the fence's `SET` (with
+//! `GET`), the lock's `SET`, the grant's `PUBLISH`, and for the standbys
+//! `ZADD` (the marker back), `ZCARD`, `ZRANGEBYSCORE`, the hand-off
+//! marker's `SET` and two `PUBLISH`es; the grantee's attempt (the
+//! confirm): `GET`, `PEXPIRE`, `ZREM`, the fence's `GET`; the releaser's
+//! next attempt, which queues it: `GET`, `PTTL`, `TIME`, `ZADD`, the
+//! queue's `PTTL`, and for its long park `ZSCORE` and the marker's `GET`
+//! (and a `PEXPIRE` every couple of seconds); three `EVALSHA`s.
 //!
 //! ## What bounds each stall
 //!
@@ -264,8 +271,8 @@
 //! with the scripts' callers, in [`keys`](crate::keys):
 //! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain release's reservation
 //! for the woken waiter) and [`CLAIM_MS`](crate::keys::CLAIM_MS) (a fair
-//! grant's claim lease), and [`CONFIRM_AFTER`] (when a fair guard taken on
-//! its grant confirms it). The standby windows are the scripts' own
+//! grant's claim lease, until its grantee's attempt confirms it). The
+//! standby windows are the scripts' own
 //! (`wake_next.lua`, `fair_common.lua`), carried in the message.
 
 use std::sync::Arc;
@@ -278,8 +285,7 @@ use tracing::Instrument;
 use crate::Error;
 use crate::client::Client;
 use crate::guard::Held;
-use crate::hub::Grant;
-use crate::keys::{CLAIM_MS, Kind, LockKeys, Replication, lease_ms, millis};
+use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::{Lease, Renewal};
 use crate::scripts::{self, Acquire, Queue};
 use crate::stats::{Counters, Outcome};
@@ -291,15 +297,6 @@ const QUEUE_GRACE_MS: u64 = 2_000;
 
 /// The longest single park, whatever PTTL a foreign key reports.
 const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
-
-/// When a fair guard taken on its grant message is confirmed (its first
-/// renewal: the claim becomes the full lease), after the message; a guard
-/// released sooner never sends it. At most a third of the claim left.
-const CONFIRM_AFTER: Duration = Duration::from_millis(100);
-
-/// A failed attempt: the holder's PTTL, and for a fair lock when the
-/// attempt was sent and the server time it ran at.
-type Attempted = (Option<Duration>, Option<(Instant, u64)>);
 
 /// Acquires one lock of one kind.
 #[derive(Clone, Debug)]
@@ -448,9 +445,6 @@ impl Acquirer {
         };
         // Counts this waiter in the `waiters` gauge from its first park on.
         let mut parked = None;
-        // The latest failed attempt's send instant and server time: a fair
-        // grant that follows counts its claim from there.
-        let mut anchor: Option<(Instant, u64)>;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
@@ -467,10 +461,7 @@ impl Acquirer {
                     registration.acquired();
                     return Ok(held);
                 }
-                Err((pttl, at)) => {
-                    anchor = at;
-                    pttl
-                }
+                Err(pttl) => pttl,
             };
             if !subscribed {
                 // A release before the SUBSCRIBE was confirmed reached no
@@ -491,17 +482,16 @@ impl Acquirer {
                     _ = &mut notified => {}
                     _ = tokio::time::sleep_until(until) => break,
                 }
-                if let Some(grant) = waiter.take_grant() {
+                if waiter.take_grant() {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         // Too late for the caller: the registration's
                         // pass-on hands the grant to the next waiter.
                         return Err(Error::Timeout);
                     }
-                    if let Some(held) = self.granted(&keys, &token, lease_ms, &grant, anchor) {
-                        registration.acquired();
-                        return Ok(held);
-                    }
-                    break; // attempt: it confirms the grant if still ours
+                    // Not a guard yet: the grant holds only the claim. The
+                    // attempt finds our token and sets our lease (the
+                    // confirm), or queues us again if the claim lapsed.
+                    break;
                 }
                 let Some(window) = waiter.take_standby() else {
                     break;
@@ -559,17 +549,15 @@ impl Acquirer {
             .ok())
     }
 
-    /// One acquire script call. `Ok(held)` when acquired, `Err((pttl,
-    /// anchor))` when held by someone else (pttl `None`: the key has no
-    /// expiry; anchor, fair locks: when the call was sent and the server
-    /// time it ran at).
+    /// One acquire script call. `Ok(held)` when acquired, `Err(pttl)` when
+    /// held by someone else (`None`: the key has no expiry).
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
-    ) -> Result<Result<Held, Attempted>, Error> {
+    ) -> Result<Result<Held, Option<Duration>>, Error> {
         let inner = &self.client.0;
         let sent = Instant::now();
         let mut in_flight = InFlight {
@@ -624,12 +612,9 @@ impl Acquirer {
                 });
                 Ok(Ok(self.held(keys, token, fence, lease, renewal)))
             }
-            Ok((Acquire::Held { pttl_ms, server_us }, _)) => {
+            Ok((Acquire::Held { pttl_ms }, _)) => {
                 in_flight.token = None;
-                Ok(Err((
-                    pttl_ms.map(Duration::from_millis),
-                    server_us.map(|us| (sent, us)),
-                )))
+                Ok(Err(pttl_ms.map(Duration::from_millis)))
             }
             Err(
                 e @ (Error::WrongType { .. }
@@ -668,49 +653,6 @@ impl Acquirer {
             replication: self.replication,
             acquired_at: Instant::now(),
         }
-    }
-
-    /// The guard of a fair grant, taken on its message alone (see "The
-    /// fair hand-off" in the module docs), or `None` when the waiter must
-    /// attempt instead: the grant names another token, no attempt of ours
-    /// gives its claim a safe start, too little of the claim is left, or
-    /// replicas must acknowledge the acquisition (`WAIT` follows an
-    /// attempt, not a grant).
-    fn granted(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &str,
-        lease_ms: u64,
-        grant: &Grant,
-        anchor: Option<(Instant, u64)>,
-    ) -> Option<Held> {
-        let (sent, server_us) = anchor?;
-        if grant.token != token || self.replication.is_some() {
-            return None;
-        }
-        // The claim's end counted from the attempt: the server ran it at
-        // `server_us`, after we sent it at `sent`, and set the claim later.
-        let claim = Duration::from_micros(grant.claim_end_us.checked_sub(server_us)?);
-        let lease = Lease::new(sent, claim);
-        let left = lease.remaining();
-        if left < Duration::from_millis(CLAIM_MS) / 2 {
-            return None;
-        }
-        let now = Instant::now();
-        let due = now + CONFIRM_AFTER.min(left / 3);
-        let renewer = &self.client.0.renewer;
-        let fixed = self.lease.map(|_| Duration::from_millis(lease_ms));
-        let renewal = renewer.register_at(
-            keys.clone(),
-            token.to_owned(),
-            lease.clone(),
-            sent,
-            due,
-            fixed,
-            None,
-            self.max_hold,
-        );
-        Some(self.held(keys, token, grant.fence, lease, Some(renewal)))
     }
 
     /// The lease of one acquisition, in whole milliseconds.

@@ -16,27 +16,45 @@ use crate::{Client, Error, Mutex, MutexGuard};
 /// Waiters are served in order of arrival at the server. A release does not
 /// just wake the head waiter: inside the release script it makes the lock
 /// the head's (its token, a fresh fence, a short *claim* lease of 500 ms),
-/// takes it out of the queue and publishes the grant, with the fence and
-/// the claim's end, to that waiter's client. The woken waiter returns its
-/// guard on that message alone, with no round trip: the guard's lease is
-/// the claim until its first renewal, 100 ms later, confirms the grant and
-/// sets the full lease (a guard released sooner never sends it). If the
-/// confirm finds the lock gone or taken, or cannot reach Redis before the
-/// claim ends, the guard's [`lost`](MutexGuard::lost) fires. Nobody can
-/// barge in between: [`FairMutex::try_lock`] succeeds only when the lock is
-/// free **and** no one is queued.
+/// takes it out of the queue and publishes the grant to that waiter's
+/// client. Nobody can barge in between: [`FairMutex::try_lock`] succeeds
+/// only when the lock is free **and** no one is queued.
+///
+/// # A guard holds its full lease from the start
+///
+/// The granted waiter does not return its guard on the message: its own
+/// attempt finds its token, sets its full lease and reads the fence (the
+/// confirm, `fair_acquire.lua`), and `lock()` returns after that reply,
+/// with the lease counted from when the attempt was sent, as for any
+/// acquisition. A holder whose runtime stalls right after `lock()` (CPU
+/// work on its thread, a page-in, a debugger) thus keeps the lock for its
+/// whole lease, as with the plain [`Mutex`].
+///
+/// Why not a round-trip-free grant that carries the full lease? The server
+/// cannot tell a grantee that froze before reading its grant (SIGSTOP with
+/// its socket open: PUBLISH still counts it) from one that froze right
+/// after `lock()` returned. A grant that gave the full lease would stall
+/// the queue for a whole lease behind every frozen waiter, breaking the
+/// bound that a live waiter gets a free lock within about a claim of the
+/// release, however many of one frozen client's tasks queue ahead of it;
+/// a guard returned on a claim breaks the lease instead. Only a message
+/// *from* the grantee can tell the two apart, so the grant stays a claim
+/// that only its grantee's attempt turns into a lease: a frozen grantee
+/// costs the queue the claim (its attempt never comes), a live one holds
+/// exactly what a successful attempt gives. The price is the round trip
+/// the grant had saved.
 ///
 /// Faults:
 /// - A grant whose client is gone (PUBLISH reached nobody) is undone and
 ///   the next waiter is granted, in the same script.
-/// - A grant that reached its client but is never used (the client froze
-///   or died on receipt) lapses after the claim lease. When a waiter behind
+/// - A grant that reached its client but is never confirmed (the client
+///   froze or died on receipt) lapses after the claim lease. When a waiter behind
 ///   may be parked for longer (it queued behind a long hold), the grant also
 ///   tells the next two in line to attempt after the claim: the queue
 ///   stalls for about the claim, not a whole lease.
-/// - A grant read when too little of its claim is left (the waiter's
-///   client was paused) is not taken on the message: the waiter attempts,
-///   which confirms it if it is still its own and queues it again if not.
+/// - A grant read late (the waiter's client was paused) costs nothing
+///   special: the attempt confirms it if it is still the waiter's, and
+///   queues the waiter again (at the back) if the claim lapsed meanwhile.
 /// - A waiter that is cancelled or times out leaves the queue at once, and
 ///   a grant already made to it moves on to the next waiter.
 /// - A waiter whose client crashed leaves the queue when a grant to it
@@ -49,11 +67,12 @@ use crate::{Client, Error, Mutex, MutexGuard};
 /// newcomer may take a free lock ahead of queued waiters. Choose the
 /// [`FairMutex`] when every contender must get its turn in order, with
 /// bounded waiting for all (job schedulers, leader rotation, fair sharing
-/// of a scarce resource). Its hand-off costs one round trip less than the
-/// plain mutex's (the woken waiter acts on the grant itself), and fewer
-/// Redis commands. With
-/// [`min_replica_acks`](crate::ClientBuilder::min_replica_acks) the woken
-/// waiter attempts instead, so that `WAIT` follows its acquisition.
+/// of a scarce resource). Its hand-off takes as many round trips as the
+/// plain mutex's (the release, then the woken waiter's attempt), in more
+/// Redis commands (about 27 against 19 between busy workers: mostly the
+/// standbys that keep a frozen grantee from holding up the queue). With
+/// [`min_replica_acks`](crate::ClientBuilder::min_replica_acks), `WAIT`
+/// follows the granted waiter's attempt like any other.
 #[derive(Clone, Debug)]
 pub struct FairMutex(Mutex);
 

@@ -27,8 +27,9 @@ pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 pub(crate) const HANDOFF_MS: u64 = 100;
 
 /// How long a fair release's grant holds the lock for the woken waiter
-/// before it confirms: a grant that never reaches its waiter costs the next
-/// one this long.
+/// before its attempt confirms it (and sets its lease, before its guard is
+/// returned): a grant that never reaches its waiter costs the next one this
+/// long.
 pub(crate) const CLAIM_MS: u64 = 500;
 
 /// How long a semaphore waiter woken for a permit keeps its place in the

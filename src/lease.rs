@@ -15,10 +15,6 @@
 //!   the lease, minus a drift margin (1% of the lease + 2 ms): the key
 //!   cannot have expired on the server before then, whatever the latency.
 //! - A fixed lease (`with_lease`) simply runs out at its deadline.
-//! - A fair guard taken on its grant message holds the grant's short claim
-//!   until its first renewal (the confirm) sets the full lease; the claim
-//!   counts from the waiter's last attempt (see "The fair hand-off" in
-//!   `acquire.rs`), so the same deadline rule applies to it.
 //! - A guard held for its `max_hold` (see
 //!   [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold)) is no
 //!   longer renewed: no renewal falls due at or after `max_hold` from the
@@ -350,10 +346,6 @@ struct Entry {
     /// No renewal falls due at or after this instant (`max_hold` after the
     /// acquire was sent); `None`: renewed as long as the guard lives.
     hold_until: Option<Instant>,
-    /// A fixed lease confirmed once (a fair grant of `with_lease`): the
-    /// renewal sets this lease, and the entry is done. `None`: the client's
-    /// lease, renewed every period.
-    fixed: Option<Duration>,
     /// Set once a warning that the lease is at risk went out.
     warned: bool,
 }
@@ -404,25 +396,6 @@ impl Renewer {
         max_hold: Option<Duration>,
     ) -> Renewal {
         let due = sent + self.shared.every;
-        self.register_at(keys, token, lease, sent, due, None, replication, max_hold)
-    }
-
-    /// Enters an acquisition (from `sent`) whose first renewal falls due at
-    /// `due`: a fair grant, which holds its lock on the short claim until
-    /// this renewal confirms it. With `fixed`, that one renewal sets the
-    /// fixed lease and the entry leaves the queue.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn register_at(
-        &self,
-        keys: Arc<LockKeys>,
-        token: String,
-        lease: Arc<Lease>,
-        sent: Instant,
-        due: Instant,
-        fixed: Option<Duration>,
-        replication: Option<Replication>,
-        max_hold: Option<Duration>,
-    ) -> Renewal {
         let hold_until = max_hold.and_then(|hold| sent.checked_add(hold));
         let id = {
             let mut state = self.shared.lock();
@@ -437,7 +410,6 @@ impl Renewer {
                     due,
                     replication,
                     hold_until,
-                    fixed,
                     warned: false,
                 },
             );
@@ -456,9 +428,8 @@ impl Renewer {
     }
 }
 
-/// One renewal taken from the queue: entry id, lock, token, `WAIT`, and the
-/// lease it sets.
-type Due = (u64, Arc<LockKeys>, String, Option<Replication>, Duration);
+/// One renewal taken from the queue: entry id, lock, token, `WAIT`.
+type Due = (u64, Arc<LockKeys>, String, Option<Replication>);
 
 /// The renewal task: sleep until the earliest due entry, renew everything
 /// due within a quarter period in batches, repeat.
@@ -516,31 +487,27 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                     entry.keys.clone(),
                     entry.token.clone(),
                     entry.replication,
-                    entry.fixed.unwrap_or(shared.lease),
                 ));
             }
             batch
         };
 
-        // Locks that must be confirmed by replicas, and fixed leases being
-        // confirmed, go in calls of their own.
-        batch.sort_by_key(|(_, _, _, replication, lease)| {
-            (replication.map(|r| (r.replicas, r.timeout_ms)), *lease)
-        });
+        // Locks that must be confirmed by replicas go in calls of their own.
+        batch.sort_by_key(|(_, _, _, replication)| replication.map(|r| (r.replicas, r.timeout_ms)));
         let chunks = batch
-            .chunk_by(|a, b| a.3 == b.3 && a.4 == b.4)
+            .chunk_by(|a, b| a.3 == b.3)
             .flat_map(|same| same.chunks(BATCH));
         for chunk in chunks {
             let sent = Instant::now();
             let locks: Vec<(&LockKeys, &str)> = chunk
                 .iter()
-                .map(|(_, k, t, _, _)| (&**k, t.as_str()))
+                .map(|(_, k, t, _)| (&**k, t.as_str()))
                 .collect();
-            let length = chunk[0].4;
+            let length = shared.lease;
             let outcome = scripts::extend(&conn, &locks, millis(length), chunk[0].3).await;
             let (mut renewed, mut failed) = (0, 0);
             let mut state = shared.lock();
-            for (i, (id, _, _, _, _)) in chunk.iter().enumerate() {
+            for (i, (id, _, _, _)) in chunk.iter().enumerate() {
                 let Some(entry) = state.entries.get_mut(id) else {
                     continue; // unlocked or dropped while in flight
                 };
@@ -550,11 +517,6 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                     // (by deadline, or by `extend`) does not revive it.
                     Some(Owned::Ours) if !entry.lease.renewed(sent, length) => {
                         Some(LostCause::Deadline)
-                    }
-                    Some(Owned::Ours) if entry.fixed.is_some() => {
-                        renewed += 1;
-                        state.entries.remove(id); // confirmed: a fixed lease ends by itself
-                        continue;
                     }
                     Some(Owned::Ours) => {
                         renewed += 1;

@@ -454,9 +454,9 @@ async fn unconfirmed_grant_lapses_after_the_claim_lease() {
 /// Case (c'): the grantee's command connection is killed (and reconnects are
 /// refused) so its confirmation, release and pass-on cannot reach Redis:
 /// the next waiter takes over within the claim lease plus slack. The
-/// grantee returns its guard on the grant message alone; its confirmation
-/// fails, so that guard's `lost()` fires, no later than the next waiter
-/// gets the lock.
+/// grantee's `lock()` returns no guard on the claim: its attempt, which
+/// would confirm the grant, fails (should a guard come back, its `lost()`
+/// must fire no later than the next waiter gets the lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grantee_cut_off_from_redis_stalls_the_queue_for_the_claim_at_most() {
     let redis = PrivateRedis::start().await;

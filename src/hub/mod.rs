@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use connection::{Control, Op};
+pub(crate) use registry::Waiter;
 use registry::{Entry, Shared};
-pub(crate) use registry::{Grant, Waiter};
 
 use crate::Error;
 use crate::background::{self, Work};

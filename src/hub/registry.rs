@@ -2,7 +2,7 @@
 //! and the routing of each message to the one waiter it names.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
@@ -64,20 +64,10 @@ pub(crate) struct Waiter {
     /// grant: the window in ms to park at most before attempting, 0 for
     /// none. Read and cleared by the waiter.
     standby: AtomicU64,
-    /// Set with the latest notification when it was a fair grant carrying
-    /// its fence and claim (the lock is already this waiter's); read and
-    /// cleared by the waiter.
-    grant: StdMutex<Option<Grant>>,
-}
-
-/// A fair grant as its message carries it: the lock was set to `token`
-/// with a fresh `fence` and a claim lease ending at `claim_end_us`, server
-/// time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) token: String,
-    pub(crate) fence: u64,
-    pub(crate) claim_end_us: u64,
+    /// Set with the latest notification when it was a fair grant (the lock
+    /// holds this waiter's token on a claim, until its own attempt sets its
+    /// lease); read and cleared by the waiter.
+    grant: AtomicBool,
 }
 
 impl Waiter {
@@ -90,10 +80,10 @@ impl Waiter {
         }
     }
 
-    /// The fair grant just received, if the notification was one (and
+    /// Whether the notification just received was a fair grant (and
     /// clears it).
-    pub(crate) fn take_grant(&self) -> Option<Grant> {
-        self.grant.lock().unwrap_or_else(|p| p.into_inner()).take()
+    pub(crate) fn take_grant(&self) -> bool {
+        self.grant.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -201,8 +191,9 @@ impl Shared {
             return;
         }
         // "<waiter id>" (a plain wake-up); "<waiter id>:?" (the probe before a
-        // fair grant); "<waiter id>:<token>:g<fence>:<claim
-        // end us>" (a fair grant: the lock is already the waiter's);
+        // fair grant); "<waiter id>:<token>:g<fence>:<claim end us>" (a fair
+        // grant: the lock holds the waiter's token on a claim; the waiter
+        // attempts, which confirms it);
         // "<waiter id>:<token>:s<ms>" / "<waiter id>::s<ms>" (a standby: the
         // waiter ahead was just woken or granted the lock; park no longer
         // than <ms>, then attempt, in case it is frozen); "<waiter
@@ -220,13 +211,9 @@ impl Shared {
         let standby = tag
             .strip_prefix('s')
             .map(|ms| ms.parse::<u64>().unwrap_or(1).max(1));
-        let grant = tag.strip_prefix('g').and_then(|fence| {
-            Some(Grant {
-                token: token.to_owned(),
-                fence: fence.parse().ok()?,
-                claim_end_us: parts.next()?.parse().ok()?,
-            })
-        });
+        // The grant's fence and claim end are not read: the waiter's own
+        // attempt confirms the grant and returns the fence (acquire.rs).
+        let grant = tag.starts_with('g');
         match id.and_then(|id| entry.waiters.get(&id)) {
             Some((waiter, _)) => {
                 if standby.is_none() {
@@ -235,7 +222,7 @@ impl Shared {
                 waiter
                     .standby
                     .store(standby.unwrap_or(0), Ordering::Release);
-                *waiter.grant.lock().unwrap_or_else(|p| p.into_inner()) = grant;
+                waiter.grant.store(grant, Ordering::Release);
                 waiter.notify.notify_one();
             }
             None if standby.is_some() => {} // nothing was granted to the gone waiter

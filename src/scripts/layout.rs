@@ -137,7 +137,6 @@ pub(crate) async fn acquire(
         },
         _ => Acquire::Held {
             pttl_ms: u64::try_from(value).ok(),
-            server_us: reply.get(2).and_then(|&us| u64::try_from(us).ok()),
         },
     };
     Ok((outcome, acked))

@@ -32,12 +32,7 @@ pub(crate) enum Acquire {
     Acquired { fence: u64 },
     /// Someone else holds it for this many more milliseconds (`None`: the
     /// key has no expiry).
-    /// `server_us`: the server time of the attempt (fair locks), from
-    /// which a grant that follows counts its claim.
-    Held {
-        pttl_ms: Option<u64>,
-        server_us: Option<u64>,
-    },
+    Held { pttl_ms: Option<u64> },
 }
 
 /// The outcome of a release or an extend: the three cases the scripts tell apart.

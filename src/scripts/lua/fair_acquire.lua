@@ -27,16 +27,17 @@
 -- Returns
 --   {1, fence}         ours: taken (lock free, and the queue empty or we
 --                      are its head once dead or frozen heads are dropped) or a grant
---                      to us confirmed (lease reset to lease_ms); we left
---                      the queue
+--                      to us confirmed (its claim becomes our lease_ms:
+--                      the grantee returns its guard only after this, so
+--                      it never holds less than a lease); we left the queue
 --   {0, park, now_us}  not ours. A waiting caller is queued (its arrival
 --                      kept if it was queued already) and should park for
 --                      `park` ms at most: the holder's PTTL, so that a
 --                      crashed holder or an unused grant is noticed when it
 --                      lapses. If the lock was free with others queued
 --                      ahead, the head was granted it. now_us is the server
---                      time of this call: a grant that follows counts its
---                      claim from here (acquire.rs)
+--                      time of this call (not read by this client, which
+--                      confirms a grant by attempting)
 --   error WRONGKIND  the name is in use as a Mutex, Election, RwLock or
 --                    Semaphore (a token of another letter, live readers or
 --                    live permits); nothing is written. On a free lock one

@@ -35,8 +35,12 @@
 --   receiver: the caller deletes or overwrites it). Otherwise it makes the
 --   lock the head waiter's (its token, a fresh fence, a claim lease of
 --   claim_ms) and publishes "<waiter id>:<token>:g<fence>:<claim end us>"
---   on its client's channel prefix .. client id: what the waiter needs to
---   return its guard at once (see acquire.rs), and returns 1. The grant is
+--   on its client's channel prefix .. client id, and returns 1. The claim
+--   is not the grantee's lease: the grantee's own attempt (fair_acquire,
+--   which finds its token) sets that before its guard is returned, so a
+--   grant never leaves anyone holding less than its lease, and a grantee
+--   that never attempts (frozen) holds the queue for the claim only (see
+--   src/fair.rs). The grant is
 --   preceded by a probe, "<waiter id>:?", that the waiter ignores: a head
 --   whose client has no subscriber on this server (the probe's PUBLISH
 --   counted 0 receivers: it is gone, or its subscription is on a replica)
@@ -129,12 +133,11 @@ local function grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_t
       local cid, rest, token = split(head)
       if token and not (head == marked and now_ms > deadline) then
         -- First a probe the waiter ignores, to count the head client's
-        -- subscribers on this server: the grant is trusted on arrival,
-        -- without a round trip, so it goes only where the count is true. A
-        -- client subscribed on a replica (after a failover, before its hub
-        -- moved) still receives what the primary publishes but is not
-        -- counted: granted, then passed over for the next in line, it would
-        -- hold a lock that is another's.
+        -- subscribers on this server before the lock and fence are
+        -- written. A client subscribed on a replica (after a failover,
+        -- before its hub moved) still receives what the primary publishes
+        -- but is not counted: granted, then passed over for the next in
+        -- line, its attempt finds another's token and queues it again.
         local probed = redis.pcall('PUBLISH', prefix .. cid,
                                    string.match(rest, '^[^:]*') .. ':?')
         if type(probed) == 'table' then

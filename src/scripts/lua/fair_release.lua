@@ -1,5 +1,7 @@
 -- fair_release: delete the fair lock if it is still ours, or grant it to
--- the head waiter directly. (fair_common.lua is prepended.)
+-- the head waiter directly: the lock holds the head's token on a claim
+-- until the head's own attempt sets its lease, before its guard is
+-- returned (fair_common). (fair_common.lua is prepended.)
 --
 -- KEYS[1]  lock key   P:{N}
 -- KEYS[2]  fence key  P:{N}:fence
