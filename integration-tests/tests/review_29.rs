@@ -15,10 +15,20 @@
 //!   that waited finds no connection opened since its send, so it connects
 //!   again: N concurrent calls fail one connect timeout apart, the last
 //!   after about T + N × connect timeout.
+//! - `a_redbell_run_stopped_during_the_grace_still_ends_its_command`:
+//!   **BREAK (kept as a reproduction, fails on the reviewed code).** Item 4's
+//!   bound (a SIGTERM to `redbell run` ends the command within the grace +
+//!   2 s) with item 3's fault (SIGSTOP of `redbell`) during the grace: the
+//!   escalation to SIGKILL lives only in `redbell`, and the guardian knows
+//!   only the lease's deadline, so a command that ignores SIGTERM runs on
+//!   until the lease's deadline − grace − margin (26.6 s of a 30 s lease).
+//!   Safe for the lock (it dies before the key can expire), but the bound
+//!   and the operator's stop are lost.
 
 use std::time::Duration;
 
 use redbell::Client;
+use redbell_integration_tests::cli::{kill, spawn};
 use redbell_integration_tests::{LONG, PrivateRedis, Proxy, lock_key, raw, unique, warm_up};
 use tokio::time::{Instant, sleep};
 
@@ -63,12 +73,7 @@ async fn exists(url: &str, key: &str) -> bool {
 async fn an_unlock_in_the_black_hole_frees_the_lock_within_the_bound() {
     let (redis, proxy, c) = through_proxy().await;
     let name = unique("rv29-unlock");
-    let guard = c
-        .mutex(&name)
-        .with_lease(LONG)
-        .lock()
-        .await
-        .expect("lock");
+    let guard = c.mutex(&name).with_lease(LONG).lock().await.expect("lock");
     proxy.blackhole().await;
     let fault = Instant::now();
     let answered = guard.unlock().await;
@@ -127,4 +132,72 @@ async fn concurrent_locks_fail_in_about_2t_plus_connect_timeout_when_unreachable
         "the last of 8 concurrent lock() calls failed {last:?} after the fault, \
          over 2 x T + connect timeout + 2 s = {claim:?} (all: {took:?})"
     );
+}
+
+/// `redbell run --ttl 30s --kill-grace 2s` of a command that ignores
+/// SIGTERM and writes a stamp every 100 ms; SIGTERM to `redbell`, then
+/// SIGSTOP of it 100 ms later, in the grace. The issue's bound: the
+/// command ended within the grace + 2 s = 4 s; asserted: it writes nothing
+/// 5 s after the SIGTERM (its last stamp is read 6 s after it).
+#[test]
+fn a_redbell_run_stopped_during_the_grace_still_ends_its_command() {
+    let name = unique("rv29-grace");
+    let dir = redbell_integration_tests::cli::scratch();
+    let out = dir.join("stamps");
+    let script = format!(
+        "trap '' TERM; while :; do date +%s%N >> {}; sleep 0.1; done",
+        out.display()
+    );
+    let holder = spawn(&[
+        "run",
+        "--ttl",
+        "30s",
+        "--kill-grace",
+        "2s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&out).map_or(true, |m| m.len() == 0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = holder.id();
+    let term_ns = now_ns();
+    kill("TERM", pid);
+    std::thread::sleep(Duration::from_millis(100));
+    kill("STOP", pid);
+    std::thread::sleep(Duration::from_secs(6));
+    let last = std::fs::read_to_string(&out)
+        .expect("stamps")
+        .lines()
+        .filter_map(|l| l.trim().parse::<i128>().ok())
+        .max()
+        .expect("a stamp");
+    // Clean up before asserting: let redbell go on (it sends SIGKILL).
+    kill("CONT", pid);
+    let _ = redbell_integration_tests::cli::finish(holder, Duration::from_secs(40), "holder");
+    let ran_on = Duration::from_nanos(u64::try_from(last - term_ns).unwrap_or(0));
+    eprintln!(
+        "SIGSTOP of redbell in the grace: the command's last stamp {ran_on:?} after the SIGTERM (bound 4 s)"
+    );
+    assert!(
+        ran_on <= Duration::from_secs(5),
+        "the command still ran {ran_on:?} after the SIGTERM to a redbell stopped in its 2 s grace \
+         (bound: grace + 2 s = 4 s)"
+    );
+}
+
+fn now_ns() -> i128 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    i128::try_from(d.as_nanos()).expect("ns")
 }
