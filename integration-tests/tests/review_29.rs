@@ -15,6 +15,11 @@
 //!   that waited finds no connection opened since its send, so it connects
 //!   again: N concurrent calls fail one connect timeout apart, the last
 //!   after about T + N × connect timeout.
+//! - `lock_timeouts_shorter_than_t_recover_within_the_bound`: the
+//!   recovery starts only when a command's own response timeout fires
+//!   (`Conn::report`); a caller whose deadline is shorter than T
+//!   (`lock_timeout(d < T)`, a `tokio::time::timeout` around `extend`, as
+//!   `redbell run` renews with `ttl / 6`) drops the call first.
 //! - `a_redbell_run_stopped_during_the_grace_still_ends_its_command`:
 //!   **BREAK (kept as a reproduction, fails on the reviewed code).** Item 4's
 //!   bound (a SIGTERM to `redbell run` ends the command within the grace +
@@ -131,6 +136,98 @@ async fn concurrent_locks_fail_in_about_2t_plus_connect_timeout_when_unreachable
         last <= claim,
         "the last of 8 concurrent lock() calls failed {last:?} after the fault, \
          over 2 x T + connect timeout + 2 s = {claim:?} (all: {took:?})"
+    );
+}
+
+/// After the fault the client calls only `lock_timeout(T / 2)`, again and
+/// again, on free locks. The issue's bound: it works again within
+/// 2 × T + 1 s of the fault; asserted with one more call's slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_timeouts_shorter_than_t_recover_within_the_bound() {
+    let (_redis, proxy, c) = through_proxy().await;
+    let name = unique("rv29-short");
+    proxy.blackhole().await;
+    let fault = Instant::now();
+    let (mut failed, mut first_ok) = (0, None);
+    let mut i = 0;
+    while fault.elapsed() < 3 * bound() {
+        i += 1;
+        match c
+            .mutex(&format!("{name}-{i}"))
+            .lock_timeout(RESPONSE / 2)
+            .await
+        {
+            Ok(g) => {
+                first_ok = Some(fault.elapsed());
+                let _ = g.unlock().await;
+                break;
+            }
+            Err(_) => failed += 1,
+        }
+    }
+    eprintln!(
+        "lock_timeout(T/2) after the fault: {failed} failed, first success {first_ok:?} \
+         (bound {:?})",
+        bound()
+    );
+    let ok = first_ok.unwrap_or_else(|| {
+        panic!(
+            "no lock_timeout(T/2) succeeded in {:?} after the fault ({failed} failed): the \
+             client never recovered (bound {:?})",
+            3 * bound(),
+            bound()
+        )
+    });
+    assert!(
+        ok <= bound() + RESPONSE,
+        "recovered after {ok:?}, over the bound"
+    );
+}
+
+/// A guard with a fixed 30 s lease; after the fault it is only ever
+/// extended under a caller's `timeout(T / 2, ..)`, as `redbell run` renews
+/// (`ttl / 6`, under T = 2 s for any `--ttl` below 12 s). The issue's
+/// bound: the client works again within 2 × T + 1 s of the fault; asserted
+/// with one more call's slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extends_under_a_timeout_shorter_than_t_recover_within_the_bound() {
+    let (_redis, proxy, c) = through_proxy().await;
+    let name = unique("rv29-extend");
+    let guard = c
+        .mutex(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("lock");
+    proxy.blackhole().await;
+    let fault = Instant::now();
+    let (mut failed, mut first_ok) = (0, None);
+    while fault.elapsed() < 3 * bound() {
+        match tokio::time::timeout(RESPONSE / 2, guard.extend(Duration::from_secs(30))).await {
+            Ok(Ok(())) => {
+                first_ok = Some(fault.elapsed());
+                break;
+            }
+            _ => failed += 1,
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "extend under timeout(T/2) after the fault: {failed} failed, first success \
+         {first_ok:?} (bound {:?})",
+        bound()
+    );
+    let ok = first_ok.unwrap_or_else(|| {
+        panic!(
+            "no extend under timeout(T/2) got through in {:?} after the fault ({failed} \
+             failed): the client never recovered (bound {:?})",
+            3 * bound(),
+            bound()
+        )
+    });
+    assert!(
+        ok <= bound() + RESPONSE,
+        "recovered after {ok:?}, over the bound"
     );
 }
 
