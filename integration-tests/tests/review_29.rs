@@ -20,6 +20,12 @@
 //!   (`Conn::report`); a caller whose deadline is shorter than T
 //!   (`lock_timeout(d < T)`, a `tokio::time::timeout` around `extend`, as
 //!   `redbell run` renews with `ttl / 6`) drops the call first.
+//!   **BREAK (kept as reproductions, fail on the reviewed code):**
+//!   `extends_under_a_timeout_shorter_than_t_recover_within_the_bound`
+//!   and `a_black_holed_redbell_run_with_ttl_under_12_s_keeps_its_lease`:
+//!   nothing ever reports the silent connection, so it is never replaced;
+//!   `redbell run --ttl 11s` loses its lease and its command is stopped
+//!   although Redis answers on fresh connections throughout.
 //! - `a_redbell_run_stopped_during_the_grace_still_ends_its_command`:
 //!   **BREAK (kept as a reproduction, fails on the reviewed code).** Item 4's
 //!   bound (a SIGTERM to `redbell run` ends the command within the grace +
@@ -297,4 +303,82 @@ fn now_ns() -> i128 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock");
     i128::try_from(d.as_nanos()).expect("ns")
+}
+
+/// `redbell run --ttl 11s` (renewals under `timeout(ttl / 6)` = 1.83 s, the
+/// default T being 2 s) through the proxy; its connections are black-holed
+/// 1 s into the command. The issue's bound: it works again on fresh
+/// connections within 2 × T + 1 s = 5 s, before the guardian's SIGTERM
+/// (deadline − grace − margin: at least 6.2 s after a renewal confirmed
+/// before the fault, with `--kill-grace 1s`: 8.9 s). Asserted: 13 s
+/// after the fault (past the 11 s lease) the command still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_redbell_run_with_ttl_under_12_s_keeps_its_lease() {
+    black_holed_run_keeps_its_lease("11s").await;
+}
+
+/// The control: with `--ttl 13s` the renewal's own response timeout (2 s)
+/// fires before the caller's (2.17 s), and the lease is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_redbell_run_with_ttl_13_s_keeps_its_lease() {
+    black_holed_run_keeps_its_lease("13s").await;
+}
+
+async fn black_holed_run_keeps_its_lease(ttl: &str) {
+    let redis = PrivateRedis::start().await;
+    let proxy = Proxy::start(0, redis.port()).await;
+    let name = unique("rv29-run-bh");
+    let dir = redbell_integration_tests::cli::scratch();
+    let out = dir.join("stamps");
+    let script = format!(
+        "while :; do date +%s%N >> {}; sleep 0.1; done",
+        out.display()
+    );
+    let url = proxy.url();
+    let mut holder = redbell_integration_tests::cli::redbell(&[
+        "run",
+        "--url",
+        &url,
+        "--ttl",
+        ttl,
+        "--kill-grace",
+        "1s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .spawn()
+    .expect("redbell starts");
+    let started = Instant::now();
+    while std::fs::metadata(&out).map_or(true, |m| m.len() == 0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the command never ran"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    sleep(Duration::from_secs(1)).await;
+    proxy.blackhole().await;
+    let fault = Instant::now();
+    let mut ended = None;
+    while fault.elapsed() < Duration::from_secs(13) {
+        if let Ok(Some(status)) = holder.try_wait() {
+            ended = Some((fault.elapsed(), status));
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    if ended.is_none() {
+        kill("TERM", holder.id());
+    }
+    let output = holder.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("black-holed redbell run --ttl {ttl}: ended {ended:?}; stderr:\n{stderr}");
+    assert!(
+        ended.is_none(),
+        "redbell run ended {ended:?} after the fault, its command stopped for a lost lease, \
+         though fresh connections worked throughout (bound: recovered within 5 s):\n{stderr}"
+    );
 }
