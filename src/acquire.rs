@@ -309,7 +309,9 @@ pub(crate) struct Acquirer {
     /// first call that needs the keys).
     keys: Result<Arc<LockKeys>, (String, &'static str)>,
     /// The fixed lease of each acquisition; `None` (the default): the
-    /// client's lease, renewed while the guard lives.
+    /// client's lease, renewed while the guard lives. Kept as given: the
+    /// lease rule (`keys::lease_ms`) judges it, and `max_hold`, at every
+    /// call that acquires, so a bad one is reported there.
     lease: Option<Duration>,
     /// `WAIT` after acquires, extends and renewals. Default: the client's.
     replication: Option<Replication>,

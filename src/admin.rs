@@ -1,9 +1,15 @@
 //! Operator tools: inspect a lock, break a lock, note who holds it.
+//!
+//! A name is one kind of lock at a time (the acquire scripts refuse the
+//! others), and the holder's token opens with its kind's letter, so one
+//! read of the name's keys tells the kind: `inspect.lua` reads every
+//! kind's keys, and an election's leader key only when the holder is an
+//! election's.
 
 use std::time::Duration;
 
 use crate::keys::{Kind, LockKeys, lease_ms};
-use crate::{Client, Error, scripts};
+use crate::{Client, Error, Leader, scripts};
 
 /// A snapshot of one lock, taken atomically on the server by
 /// [`Client::status`].
@@ -137,6 +143,9 @@ pub enum LockKind {
     FairMutex,
     /// An [`RwLock`](crate::RwLock).
     RwLock,
+    /// An [`Election`](crate::Election): the holder is the leader once it
+    /// has proclaimed itself (see [`LockInfo::leader`]).
+    Election,
 }
 
 impl LockKind {
@@ -147,6 +156,7 @@ impl LockKind {
             Some('m') => Some(LockKind::Mutex),
             Some('q') => Some(LockKind::FairMutex),
             Some('w' | 'r') => Some(LockKind::RwLock),
+            Some('l') => Some(LockKind::Election),
             _ => None,
         }
     }
@@ -156,6 +166,7 @@ impl LockKind {
             "mutex" => Some(LockKind::Mutex),
             "fair" => Some(LockKind::FairMutex),
             "rwlock" => Some(LockKind::RwLock),
+            "election" => Some(LockKind::Election),
             _ => None,
         }
     }
@@ -188,7 +199,8 @@ pub struct LockInfo {
     /// of no known kind.
     pub kind: Option<LockKind>,
     /// The exclusive holder: of a Mutex, of a FairMutex (also a grant not
-    /// yet confirmed), or an RwLock's writer.
+    /// yet confirmed), an RwLock's writer, or an Election's lock (its
+    /// leader once it has proclaimed itself: see `leader`).
     pub holder: Option<Hold>,
     /// An RwLock's live read holds, soonest expiry first.
     pub readers: Vec<Hold>,
@@ -198,6 +210,9 @@ pub struct LockInfo {
     /// FairMutex's queue, an RwLock's waiting writers (waiting readers
     /// leave no trace on the server).
     pub waiters: u64,
+    /// An election's leader (term and proclaimed value): the holder, once
+    /// the election's leader key names it; `None` for the other kinds.
+    pub leader: Option<Leader>,
 }
 
 impl LockInfo {
@@ -232,6 +247,10 @@ impl LockInfo {
             readers,
             fence: s.fence.parse().ok(),
             waiters: s.waiters + s.fair + s.intents,
+            leader: s.term.parse().ok().map(|term| Leader {
+                term,
+                value: s.value,
+            }),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Leader election: [`Election`], its [`Leadership`] guard, and the
 //! [`Observer`] stream of leader changes.
 //!
-//! An election named `N` is the [`Mutex`] named `N` (the leader holds its
-//! lock key `P:{N}`) plus a **leader key** `P:{N}:leader`, a hash naming
+//! An election named `N` is a lock on the keys of the [`Mutex`] named `N`
+//! (the leader holds the lock key `P:{N}`, with a token of the election's
+//! own letter: see *One name, one kind*) plus a **leader key**
+//! `P:{N}:leader`, a hash naming
 //! the leader's owner token, its value, its term and the value's revision,
 //! and a pub/sub channel `P:{N}:leader:events`. Campaigning is
 //! [`Mutex::lock`]: the same event-driven wait, queue and hand-off, no
@@ -20,9 +22,27 @@
 //! key's token (publishing `resigned`), then releases the lock with the
 //! plain release script, which wakes the next campaigner.
 //!
-//! The name is shared with [`Client::mutex`]: a `Mutex` held under the
-//! same name keeps every campaign waiting, but is never reported as a
-//! leader.
+//! # One name, one kind
+//!
+//! The election's lock *is* the lock key of the name, not a key of its
+//! own; its owner tokens open with `l` where a Mutex's open with `m`. So a
+//! [`Mutex`] (or `redbell run`), a [`FairMutex`](crate::FairMutex), an
+//! [`RwLock`](crate::RwLock) or a [`Semaphore`](crate::Semaphore) under a
+//! name an election leads is refused with [`Error::KindConflict`], and a
+//! campaign under a name one of them holds is refused alike, by the kind
+//! checks every acquire script already makes; and
+//! [`Client::inspect`] (so `redbell status` and `top`) tells an election by
+//! its token, with its leader and term from the leader key.
+//!
+//! Keys of its own per kind (`P:{N}:election`) were the alternative, and
+//! rejected: a Mutex and an Election of one name would then both be held
+//! at once, each tool showing one of them, which is the confusion this
+//! prevents; and during a rolling upgrade old campaigners on `P:{N}` and
+//! new ones on their own key would elect two leaders at once. With the
+//! token letter, mixing versions fails closed instead: a campaigner of
+//! this version meets an older leader's `m` token as a kind conflict (and
+//! an older campaigner meets the `l` token as a held lock, and waits), so
+//! upgrade every campaigner of an election together.
 //!
 //! # Step-down safety
 //!
@@ -118,13 +138,13 @@ impl Client {
     /// This does no I/O and never fails: an invalid name is reported by the
     /// first call that uses it ([`Error::InvalidName`]).
     pub fn election(&self, name: &str) -> Election {
-        let names = match self.keys(name, Kind::Plain) {
+        let names = match self.keys(name, Kind::Election) {
             Ok(keys) => Ok(Arc::new(Names::new(&keys))),
             Err(Error::InvalidName { name, reason }) => Err((name, reason)),
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
         };
         Election {
-            mutex: self.mutex(name),
+            mutex: Mutex::new(self.clone(), name, Kind::Election),
             client: self.clone(),
             names,
         }
@@ -170,8 +190,9 @@ impl Election {
     ///
     /// - [`Error::InvalidName`] for a bad name.
     /// - [`Error::WrongType`] when the election's keys hold foreign data.
-    /// - [`Error::KindConflict`] when the name is in use as a
-    ///   [`FairMutex`](crate::FairMutex) or [`RwLock`](crate::RwLock).
+    /// - [`Error::KindConflict`] when the name is in use as another kind
+    ///   of lock: a [`Mutex`], [`FairMutex`](crate::FairMutex),
+    ///   [`RwLock`](crate::RwLock) or [`Semaphore`](crate::Semaphore).
     /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
     ///   held (a possibly applied acquire is released in the background).
     ///
@@ -452,7 +473,7 @@ mod tests {
             "p",
             "c",
             "n",
-            Kind::Plain,
+            Kind::Election,
             std::time::Duration::from_secs(1),
         )
         .unwrap();

@@ -37,8 +37,11 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A lease (or another duration) is zero or larger than
-    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    /// A lease (or another duration) is zero, shorter than
+    /// [`MIN_LEASE`](crate::MIN_LEASE) or longer than
+    /// [`MAX_LEASE`](crate::MAX_LEASE): the same rule wherever a lease is
+    /// given (`with_lease`, `max_hold`, `extend`, the builder's settings).
+    /// `duration` is the value given.
     #[error("invalid duration {duration:?}: {reason}")]
     InvalidLease {
         /// The offending duration.
@@ -57,14 +60,23 @@ pub enum Error {
     },
 
     /// The lock name is in use as another kind of lock: a [`Mutex`],
-    /// [`FairMutex`] and [`RwLock`] on one name would not wake each other's
-    /// waiters (and a `Mutex` beside readers would not exclude them), so
-    /// the attempt is refused. Nothing was written. One name, one kind.
+    /// [`FairMutex`], [`RwLock`], [`Semaphore`] and [`Election`] on one
+    /// name would not wake each other's waiters, and would not exclude
+    /// each other (a `Mutex` beside readers or permits, a `Mutex` taken
+    /// while an election leads), so the attempt is refused, in whichever
+    /// order they come. Nothing was written. One name, one kind. (Not
+    /// looked for, to keep its uncontended acquire one command shorter: an
+    /// RwLock's writer or readers beside a Semaphore's permits; a Semaphore
+    /// still refuses a name an RwLock writer holds.)
     ///
     /// [`Mutex`]: crate::Mutex
     /// [`FairMutex`]: crate::FairMutex
     /// [`RwLock`]: crate::RwLock
-    #[error("lock {name:?} is in use as another kind of lock (Mutex, FairMutex or RwLock)")]
+    /// [`Semaphore`]: crate::Semaphore
+    /// [`Election`]: crate::Election
+    #[error(
+        "lock {name:?} is in use as another kind of lock (Mutex, FairMutex, RwLock, Semaphore or Election)"
+    )]
     KindConflict {
         /// The lock's name.
         name: String,

@@ -63,8 +63,9 @@ impl Client {
     ///
     /// This does no I/O and never fails: an invalid name is reported by the
     /// first call that uses it ([`Error::InvalidName`]). A name in use as a
-    /// plain [`Mutex`] or an [`RwLock`](crate::RwLock) is refused with
-    /// [`Error::KindConflict`].
+    /// plain [`Mutex`], an [`RwLock`](crate::RwLock), a
+    /// [`Semaphore`](crate::Semaphore) or an [`Election`](crate::Election)
+    /// is refused with [`Error::KindConflict`].
     pub fn fair_mutex(&self, name: &str) -> FairMutex {
         FairMutex(Mutex::new(self.clone(), name, Kind::Fair))
     }

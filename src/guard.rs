@@ -171,7 +171,10 @@ macro_rules! guard_api {
             ///   deadline, or the new lease's, passed meanwhile). The lease
             ///   is then reported lost; it never comes back.
             /// - [`Error::InvalidLease`](crate::Error::InvalidLease) for a
-            ///   zero or over-long lease.
+            ///   lease the lease rule refuses (zero, under
+            ///   [`MIN_LEASE`](crate::MIN_LEASE), over
+            ///   [`MAX_LEASE`](crate::MAX_LEASE)); nothing is sent and the
+            ///   hold is unchanged.
             /// - [`Error::NotReplicated`](crate::Error::NotReplicated) with
             ///   [`min_replica_acks`](crate::ClientBuilder::min_replica_acks)
             ///   when too few replicas acknowledged; the new expiry may still

@@ -11,6 +11,11 @@ use crate::Error;
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
+/// The shortest lease accepted: one millisecond, the unit Redis keeps
+/// expiries in. A shorter one (`1 ns` meant as "at once"?) is a mistake
+/// to report, not a duration to round.
+pub const MIN_LEASE: Duration = Duration::from_millis(1);
+
 /// The longest lease accepted: one year. Longer durations are almost
 /// certainly a unit mistake; Redis itself overflows near `i64::MAX` ms.
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -55,6 +60,10 @@ pub(crate) enum Kind {
     /// lives in the holders set; a release wakes the head waiters, who then
     /// attempt (FIFO by arrival).
     Semaphore,
+    /// The lock of an [`Election`](crate::Election): the plain protocol
+    /// (the same keys and scripts as [`Kind::Plain`]), with tokens of its
+    /// own letter, so that the name is one kind only (see `election.rs`).
+    Election,
 }
 
 impl Kind {
@@ -68,6 +77,7 @@ impl Kind {
             Kind::Write => 'w',
             Kind::Read => 'r',
             Kind::Semaphore => 's',
+            Kind::Election => 'l',
         }
     }
 }
@@ -102,6 +112,9 @@ pub(crate) struct LockKeys {
     pub(crate) expiry: String,
     /// `P:{N}:permits`: a semaphore's permit count.
     pub(crate) count: String,
+    /// `P:{N}:holders`: a semaphore's permits (token -> expiry ms); the
+    /// other kinds' acquires only look for live ones (one kind per name).
+    pub(crate) holders: String,
     /// A semaphore's permit count as this handle asks for it; 0 for the
     /// other kinds (and for a semaphore of zero permits, which is refused).
     pub(crate) permits: u32,
@@ -130,12 +143,13 @@ impl LockKeys {
         let base = format!("{prefix}:{{{name}}}");
         let wake_prefix = format!("{base}:wake:");
         let waiters = match kind {
-            Kind::Plain => format!("{base}:waiters"),
+            Kind::Plain | Kind::Election => format!("{base}:waiters"),
             Kind::Fair => format!("{base}:fifo"),
             Kind::Semaphore => format!("{base}:queue"),
             Kind::Read | Kind::Write => format!("{base}:writers"),
         };
         let readers = format!("{base}:readers");
+        let holders = format!("{base}:holders");
         Ok(LockKeys {
             name: name.to_owned(),
             kind,
@@ -144,17 +158,20 @@ impl LockKeys {
             expiry: format!("{waiters}:expiry"),
             waiters,
             count: format!("{base}:permits"),
+            holders: holders.clone(),
             permits: 0,
             handoff: format!("{base}:handoff"),
             channel: match kind {
                 // Read-write locks broadcast on one channel per lock.
                 Kind::Read | Kind::Write => format!("{base}:rw"),
-                Kind::Plain | Kind::Fair | Kind::Semaphore => format!("{wake_prefix}{client_id}"),
+                Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
+                    format!("{wake_prefix}{client_id}")
+                }
             },
             wake_prefix,
             lock: match kind {
                 Kind::Read => readers.clone(),
-                Kind::Semaphore => format!("{base}:holders"),
+                Kind::Semaphore => holders,
                 _ => base.clone(),
             },
             writer: base,
@@ -201,22 +218,29 @@ pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
     })
 }
 
-/// A lease in whole milliseconds: sub-millisecond parts round up (never down
-/// to zero); zero and durations over [`MAX_LEASE`] are rejected.
+/// The one lease rule, for every lease and lease-like duration, wherever
+/// it is given: a handle's `with_lease` and `max_hold` (checked when the
+/// handle is used), the builder's `default_lease`, `renew_every`,
+/// `max_hold` and other durations (checked at `connect`), a guard's
+/// `extend` (checked before anything is sent), an owner note's ttl.
+/// Refuses zero, anything under [`MIN_LEASE`] and anything over
+/// [`MAX_LEASE`] with [`Error::InvalidLease`] naming the duration given;
+/// else the lease in whole milliseconds, a fractional part rounded up
+/// (never down to zero).
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64, Error> {
-    if lease.is_zero() {
-        return Err(Error::InvalidLease {
-            duration: lease,
-            reason: "the duration is zero",
-        });
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::InvalidLease {
-            duration: lease,
-            reason: "the duration is longer than one year",
-        });
-    }
-    Ok(millis(lease))
+    let reason = if lease.is_zero() {
+        "the duration is zero"
+    } else if lease < MIN_LEASE {
+        "the duration is shorter than 1 ms, the least Redis can keep"
+    } else if lease > MAX_LEASE {
+        "the duration is longer than one year"
+    } else {
+        return Ok(millis(lease));
+    };
+    Err(Error::InvalidLease {
+        duration: lease,
+        reason,
+    })
 }
 
 /// Whole milliseconds, for durations validated already (or harmless when
@@ -278,8 +302,14 @@ mod tests {
 
     #[test]
     fn leases_round_up_and_reject_nonsense() {
-        assert_eq!(lease_ms(Duration::from_micros(1)).unwrap(), 1);
+        assert_eq!(lease_ms(MIN_LEASE).unwrap(), 1);
         assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        for short in [Duration::from_nanos(1), Duration::from_micros(999)] {
+            assert!(matches!(
+                lease_ms(short),
+                Err(Error::InvalidLease { duration, .. }) if duration == short
+            ));
+        }
         assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
         assert!(matches!(
             lease_ms(Duration::ZERO),
@@ -312,12 +342,13 @@ mod tests {
             Kind::Read,
             Kind::Write,
             Kind::Semaphore,
+            Kind::Election,
         ] {
             let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
             let slot = hash_slot(&k.lock);
             for key in [
                 &k.writer, &k.readers, &k.fence, &k.waiters, &k.expiry, &k.handoff, &k.channel,
-                &k.count,
+                &k.count, &k.holders,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

@@ -44,9 +44,11 @@ impl Mutex {
     /// Without a fixed lease, a lock gets the client's lease (default 30 s),
     /// renewed (default every 10 s) while its guard lives.
     ///
-    /// Sub-millisecond parts round up to the next millisecond. A zero lease,
-    /// or one over [`MAX_LEASE`](crate::MAX_LEASE), makes every later call
-    /// fail with [`Error::InvalidLease`].
+    /// The lease rule is the same for every lease the crate takes: from
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) to
+    /// [`MAX_LEASE`](crate::MAX_LEASE), a fractional millisecond rounded
+    /// up. A lease outside it makes every later call through this handle
+    /// fail with [`Error::InvalidLease`] (building the handle never fails).
     pub fn with_lease(self, lease: Duration) -> Mutex {
         Mutex(self.0.with_lease(lease))
     }
@@ -57,8 +59,8 @@ impl Mutex {
     /// client's [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold),
     /// which explains when to use it. No effect with a fixed lease.
     ///
-    /// A zero `hold`, or one over [`MAX_LEASE`](crate::MAX_LEASE), makes
-    /// every later call fail with [`Error::InvalidLease`].
+    /// A `hold` the lease rule refuses (see [`with_lease`](Mutex::with_lease))
+    /// makes every later call fail with [`Error::InvalidLease`].
     pub fn max_hold(self, hold: Duration) -> Mutex {
         Mutex(self.0.with_max_hold(hold))
     }
@@ -100,6 +102,10 @@ impl Mutex {
     ///
     /// - [`Error::InvalidName`], [`Error::InvalidLease`] for bad input.
     /// - [`Error::WrongType`] when the lock key holds a non-string value.
+    /// - [`Error::KindConflict`] when the name is in use as another kind of
+    ///   lock (a [`FairMutex`](crate::FairMutex), an
+    ///   [`RwLock`](crate::RwLock), a [`Semaphore`](crate::Semaphore)'s
+    ///   permits, an [`Election`](crate::Election)); nothing is held.
     /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
     ///   held (a possibly applied attempt is released in the background).
     ///

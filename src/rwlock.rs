@@ -51,10 +51,13 @@ use crate::keys::Kind;
 ///
 /// # One name, one kind
 ///
-/// A [`Mutex`] or [`FairMutex`](crate::FairMutex) on the same name would
-/// not wake this lock's waiters, nor exclude its readers: such an attempt
-/// fails with [`Error::KindConflict`] instead (each owner token opens with
-/// its kind's letter, which the scripts check).
+/// A [`Mutex`], [`FairMutex`](crate::FairMutex) or
+/// [`Election`](crate::Election) on the same name would not wake this
+/// lock's waiters, nor exclude its readers: such an attempt fails with
+/// [`Error::KindConflict`] instead (each owner token opens with its kind's
+/// letter, which the scripts check). A [`Semaphore`](crate::Semaphore)
+/// refuses a name this lock's writer holds; its permits are not looked for
+/// here (see [`Error::KindConflict`]).
 ///
 /// [`Mutex`]: crate::Mutex
 #[derive(Clone)]

@@ -75,7 +75,12 @@ impl Client {
     /// is reported by the first call that uses it ([`Error::InvalidName`],
     /// [`Error::InvalidPermits`]); a count that differs from the one stored
     /// in Redis by the acquire that finds it ([`Error::PermitsMismatch`]).
-    /// Do not use one name both as a semaphore and as another kind of lock.
+    /// One name is one kind of lock: a name a [`Mutex`](crate::Mutex),
+    /// [`FairMutex`](crate::FairMutex), RwLock writer or
+    /// [`Election`](crate::Election) holds is refused with
+    /// [`Error::KindConflict`] (the lock key is read by the command that
+    /// reads the count), and those refuse a name whose permits are held
+    /// (an RwLock excepted: see [`Error::KindConflict`]).
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
         Semaphore(Acquirer::new(self.clone(), name, Kind::Semaphore).with_permits(permits))
     }
@@ -131,6 +136,8 @@ impl Semaphore {
     ///   [`Error::InvalidLease`] for bad input.
     /// - [`Error::PermitsMismatch`] when the semaphore exists with another
     ///   permit count.
+    /// - [`Error::KindConflict`] when the name is in use as another kind of
+    ///   lock; nothing was written.
     /// - [`Error::WrongType`] when one of its keys holds foreign data.
     /// - [`Error::NotReplicated`] with `min_replica_acks`, when too few
     ///   replicas acknowledged (the permit was given back).

@@ -252,6 +252,7 @@ fn kind_label(kind: Kind) -> &'static str {
         Kind::Read => "read",
         Kind::Write => "write",
         Kind::Semaphore => "semaphore",
+        Kind::Election => "election",
     }
 }
 

@@ -1,6 +1,8 @@
 //! How the CLI fails: one line on stderr and a meaningful exit code.
 //!
-//! - `2`: a usage error (clap's own exit code, also used for a malformed URL).
+//! - `2`: a usage error (clap's own exit code, also used for a malformed URL,
+//!   and for a name in use as another kind of lock: `run` on a name an
+//!   election leads, `--permits` on a mutex's name).
 //! - `69` (`EX_UNAVAILABLE`): Redis could not be reached.
 //! - `1`: anything else (for `run`, including a lock held elsewhere; see
 //!   `run.rs` for its other codes).
@@ -58,13 +60,15 @@ impl Failure {
     }
 
     /// Like [`Failure::lock`], for input taken from the command line: an
-    /// invalid lock name or duration is a usage error (`2`).
+    /// invalid lock name or duration, or a name in use as another kind of
+    /// lock, is a usage error (`2`).
     pub fn input(url: &str, what: &str, err: &redbell::Error) -> Failure {
         match err {
             redbell::Error::InvalidName { .. }
             | redbell::Error::InvalidLease { .. }
             | redbell::Error::InvalidPermits { .. }
-            | redbell::Error::PermitsMismatch { .. } => {
+            | redbell::Error::PermitsMismatch { .. }
+            | redbell::Error::KindConflict { .. } => {
                 Failure::new(EX_USAGE, format!("{what}: {err}"))
             }
             other => Failure::lock(url, what, other),

@@ -15,10 +15,13 @@ Output: one line per lock, after a header: NAME, STATE (held, shared or
 free), HOLDER (the owner token, as REDBELL_TOKEN gave it to the command), TTL
 (the holder's remaining lease), FENCE (the last fencing token handed out),
 WAITERS (clients queued for the lock, across all processes: a mutex's or fair
-lock's queue, a read-write lock's waiting writers), KIND (mutex, fair or
-rwlock, as the lock is in use) and OWNER (host:pid of the `redbell run`
-holding it; - for a holder that is no `redbell run`). A read-write lock held
-by readers (STATE shared) has one line per reader.
+lock's queue, a read-write lock's waiting writers), KIND (mutex, fair,
+rwlock or election, as the lock is in use), OWNER (host:pid of the `redbell
+run` holding it; - for a holder that is no `redbell run`) and LEADER (an
+election's leader: the value it proclaimed and its term; - otherwise, and
+for a holder that has not proclaimed yet). A read-write lock held by readers
+(STATE shared) has one line per reader. A name is one kind of lock at a
+time: while an election leads, a mutex under its name is refused.
 
 With --json, one object per lock and line:
   {\"name\":\"jobs\",\"kind\":\"mutex\",\"held\":true,\"holder\":\"m6f1c...\",\"owner\":\"web1:4242\",
@@ -26,7 +29,8 @@ With --json, one object per lock and line:
 holder, owner, ttl_ms and fence are null when unknown (ttl_ms is also null for
 a key without expiry); kind is null for a lock not in use (or a holder token
 of no known kind). holder is the exclusive holder (a read-write lock's
-writer). A lock with read holds also has readers, a list of
+writer, an election's leader). An election with a leader also has
+leader: {\"term\":1719...,\"value\":\"web1:8080\"}. A lock with read holds also has readers, a list of
 {\"token\":...,\"owner\":...,\"ttl_ms\":...}, soonest expiry first.
 
 With --semaphore, the names are semaphores: one line each with NAME, PERMITS
@@ -72,7 +76,7 @@ pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> 
     }
     if !args.json {
         let header = [
-            "NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS", "KIND", "OWNER",
+            "NAME", "STATE", "HOLDER", "TTL", "FENCE", "WAITERS", "KIND", "OWNER", "LEADER",
         ];
         for line in table::lines(header, &rows) {
             println!("{line}");
@@ -147,6 +151,15 @@ struct Json<'a> {
     /// Only for a lock with read holds.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     readers: Vec<JsonReader<'a>>,
+    /// Only for an election with a leader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader: Option<JsonLeader<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonLeader<'a> {
+    term: u64,
+    value: &'a str,
 }
 
 #[derive(serde::Serialize)]
@@ -176,13 +189,17 @@ fn json(info: &LockInfo) -> String {
                 ttl_ms: millis(r.ttl),
             })
             .collect(),
+        leader: info.leader.as_ref().map(|l| JsonLeader {
+            term: l.term,
+            value: &l.value,
+        }),
     };
     // Strings, numbers and options only: serialization cannot fail.
     serde_json::to_string(&line).unwrap_or_default()
 }
 
 /// The table's lines for one lock: one per hold, one if it is free.
-fn rows(info: &LockInfo) -> Vec<[String; 8]> {
+fn rows(info: &LockInfo) -> Vec<[String; 9]> {
     let dash = || "-".to_owned();
     let row = |state: &str, hold: Option<&Hold>| {
         [
@@ -198,6 +215,10 @@ fn rows(info: &LockInfo) -> Vec<[String; 8]> {
             info.waiters.to_string(),
             kind_name(info.kind).map_or_else(dash, str::to_owned),
             hold.and_then(|h| h.note.clone()).unwrap_or_else(dash),
+            match (&info.leader, hold.is_some() && state == "held") {
+                (Some(l), true) => format!("{} (term {})", l.value, l.term),
+                _ => dash(),
+            },
         ]
     };
     let mut rows: Vec<_> = info

@@ -35,6 +35,7 @@ pub fn kind_name(kind: Option<LockKind>) -> Option<&'static str> {
         LockKind::Mutex => Some("mutex"),
         LockKind::FairMutex => Some("fair"),
         LockKind::RwLock => Some("rwlock"),
+        LockKind::Election => Some("election"),
         _ => None,
     }
 }

@@ -40,8 +40,8 @@ const MAX_KNOWN: usize = 10_000;
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = "\
 Shows the busiest locks under --prefix (or the NAMES given), refreshed
-every --interval: NAME, KIND (mutex, fair or rwlock, - when no kind is
-live), HOLDER (the owner token; rN for N read holds), TTL (the holder's
+every --interval: NAME, KIND (mutex, fair, rwlock or election, - when no
+kind is live), HOLDER (the owner token; rN for N read holds), TTL (the holder's
 remaining lease), WAITERS (clients queued, across all processes),
 HANDOFFS/S and FENCE/S, and OWNER (host:pid of a `redbell run` holder).
 Sorted by waiters, then hand-offs, then held before free; --limit rows.
@@ -55,8 +55,9 @@ advance per second between the last two refreshes, in fence units (µs of
 server time): about 1000000 for a lock acquired in every interval, 0 for an
 idle one. Both are - until a lock has been read twice (always with --once).
 Read holds do not advance a fence: for a read-write lock both count writers
-only. Semaphores and elections under the prefix are listed without kind or
-holder (see `redbell status --semaphore`).
+only. Semaphores under the prefix are listed without kind or holder (see
+`redbell status --semaphore`); an election shows as one, its holder the
+leader (see `redbell status` for its term and value).
 
 Cost per refresh, in commands sent to Redis: with NAMES, one pipeline of
 one inspect script call (EVALSHA) per name; otherwise at most --max-scans

@@ -62,6 +62,9 @@ pub async fn run(global: &GlobalArgs, args: &UnlockArgs) -> Result<(), Failure> 
                     parts.join(" and ")
                 );
             }
+            Some(LockKind::Election) => {
+                println!("{name}: removed leader {tokens} (election); next campaigner woken");
+            }
             Some(_) => println!("{name}: removed holder {tokens}; next waiter woken"),
         }
     }

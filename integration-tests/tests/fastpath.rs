@@ -117,11 +117,12 @@ async fn acquire(
     let lock = lock_key(name);
     redis::cmd("EVAL")
         .arg(source)
-        .arg(4)
+        .arg(5)
         .arg(&lock)
         .arg(format!("{lock}:fence"))
         .arg(format!("{lock}:waiters"))
         .arg(format!("{lock}:readers"))
+        .arg(format!("{lock}:holders"))
         .arg(token)
         .arg(30_000)
         .arg(60_000)
@@ -129,6 +130,7 @@ async fn acquire(
         .arg(2_000)
         .arg(1_000)
         .arg(100)
+        .arg("m")
         .query_async(conn)
         .await
         .unwrap()

@@ -115,24 +115,24 @@ async fn invalid_leases_are_rejected() {
     g.unlock().await.unwrap();
 }
 
-/// Sub-millisecond leases round up, never down to zero (which Redis would
-/// reject, or worse, read as "no expiry").
+/// Fractional milliseconds round up, never down (a lease under 1 ms is
+/// refused: see input_lease.rs).
 #[tokio::test]
-async fn sub_millisecond_leases_round_up() {
+async fn fractional_milliseconds_round_up() {
     let url = redis_url();
     let monitor = Monitor::start(&url).await;
     let c = client(&url).await;
     let mut conn = raw(&url).await;
 
-    let name = unique("sub-ms");
+    let name = unique("frac-ms");
     let g = c
         .mutex(&name)
-        .with_lease(Duration::from_micros(300))
+        .with_lease(Duration::from_micros(1300))
         .lock()
         .await
-        .expect("a 300 us lease");
+        .expect("a 1.3 ms lease");
     drop(g);
-    let name2 = unique("sub-ms-part");
+    let name2 = unique("frac-ms-part");
     let g = c
         .mutex(&name2)
         .with_lease(Duration::new(5, 300_000))
@@ -141,24 +141,24 @@ async fn sub_millisecond_leases_round_up() {
         .expect("a 5.0003 s lease");
     let ttl = pttl(&mut conn, &lock_key(&name2)).await;
     assert!(ttl > 0 && ttl <= 5001, "pttl {ttl}");
-    // 1 ms on the server; the lease is over by the time the reply is read,
+    // 2 ms on the server; the lease is over by the time the reply is read,
     // so the guard may already call it lost.
-    let r = g.extend(Duration::from_nanos(1)).await;
+    let r = g.extend(Duration::from_micros(1001)).await;
     assert!(
         matches!(r, Ok(()) | Err(redbell::Error::NotHeld)),
-        "extend by 1 ns: {r:?}"
+        "extend by 1.001 ms: {r:?}"
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
         !exists(&mut conn, &lock_key(&name2)).await,
-        "a 1 ns extend did not expire"
+        "a 2 ms extend did not expire"
     );
 
     monitor.sync().await;
     let set = monitor.matching_since(0, &["\"set\"", &lock_key(&name), "\"nx\""]);
     assert_eq!(set.len(), 1, "{set:#?}");
     assert!(
-        set[0].to_ascii_lowercase().ends_with("\"px\" \"1\""),
+        set[0].to_ascii_lowercase().ends_with("\"px\" \"2\""),
         "{}",
         set[0]
     );
@@ -169,9 +169,9 @@ async fn sub_millisecond_leases_round_up() {
         set[0]
     );
     let ext = monitor.matching_since(0, &["\"pexpire\"", &lock_key(&name2)]);
-    assert!(ext[0].ends_with("\"1\""), "{ext:?}");
+    assert!(ext[0].ends_with("\"2\""), "{ext:?}");
 
-    // The 1 ms key expired on its own: the name is free again.
+    // The 2 ms key expired on its own: the name is free again.
     let g = timeout(PROMPT, c.mutex(&name).lock())
         .await
         .unwrap()

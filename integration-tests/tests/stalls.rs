@@ -251,11 +251,12 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
         let mut call = redis::cmd("EVAL");
         call.arg(source);
         if script == "acquire" {
-            call.arg(4)
+            call.arg(5)
                 .arg(&lock)
                 .arg(format!("{lock}:fence"))
                 .arg(format!("{lock}:waiters"))
                 .arg(format!("{lock}:readers"))
+                .arg(format!("{lock}:holders"))
                 .arg("mtok")
                 .arg(30_000)
                 .arg(60_000)

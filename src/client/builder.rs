@@ -110,6 +110,8 @@ impl ClientBuilder {
     /// a lease is renewed every [`renew_every`](Self::renew_every) while its
     /// guard lives, so it only matters when the holder dies or is cut off
     /// from Redis: it is how long the others wait for a crashed holder.
+    /// A lease outside [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE)
+    /// makes [`connect`](Self::connect) fail with [`Error::InvalidLease`].
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -211,8 +213,8 @@ impl ClientBuilder {
     /// [`extend`](crate::MutexGuard::extend) calls. Can also be set per
     /// lock, e.g. with [`Mutex::max_hold`](crate::Mutex::max_hold).
     ///
-    /// A zero or over-long `hold` makes [`connect`](Self::connect) fail
-    /// with [`Error::InvalidLease`].
+    /// A `hold` outside [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE)
+    /// makes [`connect`](Self::connect) fail with [`Error::InvalidLease`].
     pub fn max_hold(mut self, hold: Duration) -> Self {
         self.max_hold = Some(hold);
         self
@@ -325,8 +327,9 @@ impl ClientBuilder {
     /// - [`Error::NoPermission`] when the server's ACL denies this user a
     ///   command, key or channel a lock needs (see
     ///   [ACL users](crate#acl-users)).
-    /// - [`Error::InvalidLease`] when a configured duration is zero or
-    ///   larger than [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
+    /// - [`Error::InvalidLease`] when a configured duration is zero,
+    ///   shorter than [`MIN_LEASE`](crate::MIN_LEASE) or longer than
+    ///   [`MAX_LEASE`](crate::MAX_LEASE), or the renewal period is not shorter
     ///   than the lease minus its drift margin (see
     ///   [`renew_every`](Self::renew_every)).
     /// - [`Error::InvalidName`] when the prefix is empty or contains `{`,
@@ -338,10 +341,11 @@ impl ClientBuilder {
     /// opened; nothing is left running.
     pub async fn connect(self) -> Result<Client, Error> {
         validate_name(&self.prefix)?;
-        let renew_every = self.renew_every.unwrap_or(self.lease / 3);
+        // The one lease rule (`keys::lease_ms`) for every duration given,
+        // so the error names the duration the caller gave; the default
+        // renewal period is derived, and only the relation below judges it.
         for d in [
             self.lease,
-            renew_every,
             self.fence_ttl,
             self.probe_interval,
             self.connect_timeout,
@@ -349,7 +353,9 @@ impl ClientBuilder {
         ] {
             lease_ms(d)?;
         }
+        self.renew_every.map(lease_ms).transpose()?;
         self.max_hold.map(lease_ms).transpose()?;
+        let renew_every = self.renew_every.unwrap_or(self.lease / 3);
         if let Some(replication) = self.replication
             && Duration::from_millis(replication.timeout_ms) >= self.response_timeout
         {

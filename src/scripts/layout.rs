@@ -38,7 +38,7 @@ pub(crate) async fn acquire(
     let grace_ms = queue.map_or(0, |q| q.grace_ms);
     let park_ms = queue.map_or(0, |q| q.park_ms);
     let mut invocation = match keys.kind {
-        Kind::Plain => Call::new(&ACQUIRE),
+        Kind::Plain | Kind::Election => Call::new(&ACQUIRE),
         Kind::Fair => Call::new(&FAIR_ACQUIRE),
         Kind::Read => Call::new(&RW_READ_ACQUIRE),
         Kind::Write => Call::new(&RW_WRITE_ACQUIRE),
@@ -62,7 +62,7 @@ pub(crate) async fn acquire(
                 .arg(keys.permits)
                 .arg(SEM_RESERVE_MS);
         }
-        Kind::Plain | Kind::Fair => {
+        Kind::Plain | Kind::Election | Kind::Fair => {
             invocation
                 .key(&keys.lock)
                 .key(&keys.fence)
@@ -84,12 +84,20 @@ pub(crate) async fn acquire(
                 .arg(lease_ms);
         }
     }
+    // The keys of the other kinds that share the name, checked only (one
+    // kind per name): readers and permits beside a Mutex or FairMutex, the
+    // lock key beside a Semaphore.
     match keys.kind {
-        Kind::Semaphore => &mut invocation,
-        Kind::Plain => invocation.key(&keys.readers).arg(HANDOFF_MS),
+        Kind::Semaphore => invocation.key(&keys.writer),
+        Kind::Plain | Kind::Election => invocation
+            .key(&keys.readers)
+            .key(&keys.holders)
+            .arg(HANDOFF_MS)
+            .arg(keys.kind.token_tag().to_string()),
         Kind::Fair => invocation
             .key(&keys.handoff)
             .key(&keys.readers)
+            .key(&keys.holders)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS),
         Kind::Read => invocation.arg(park_ms),
@@ -139,11 +147,12 @@ pub(crate) async fn acquire(
 /// (asked after a script failed with WRONGTYPE; one pipelined round trip).
 async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
     let expected: Vec<(&str, &str)> = match keys.kind {
-        Kind::Plain => vec![
+        Kind::Plain | Kind::Election => vec![
             (&keys.lock, "string"),
             (&keys.fence, "string"),
             (&keys.waiters, "zset"),
             (&keys.readers, "zset"),
+            (&keys.holders, "zset"),
         ],
         Kind::Fair => vec![
             (&keys.lock, "string"),
@@ -151,6 +160,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.waiters, "zset"),
             (&keys.handoff, "string"),
             (&keys.readers, "zset"),
+            (&keys.holders, "zset"),
         ],
         Kind::Read | Kind::Write => vec![
             (&keys.writer, "string"),
@@ -186,7 +196,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
 /// the head waiter(s).
 pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result<Owned, Error> {
     let mut invocation = match keys.kind {
-        Kind::Plain => Call::new(&RELEASE),
+        Kind::Plain | Kind::Election => Call::new(&RELEASE),
         Kind::Fair => Call::new(&FAIR_RELEASE),
         Kind::Read => Call::new(&RW_READ_RELEASE),
         Kind::Write => Call::new(&RW_WRITE_RELEASE),
@@ -201,7 +211,9 @@ pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result
                 .arg(token)
                 .arg(INTENT_WINDOW_MS);
         }
-        Kind::Plain | Kind::Fair | Kind::Semaphore => move_queue_on(&mut invocation, keys, token),
+        Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
+            move_queue_on(&mut invocation, keys, token)
+        }
     };
     let code: i64 = invocation
         .invoke(conn)
@@ -217,7 +229,7 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
         return Ok(false); // readers never queue
     }
     let mut invocation = match keys.kind {
-        Kind::Plain => Call::new(&PASS),
+        Kind::Plain | Kind::Election => Call::new(&PASS),
         Kind::Fair => Call::new(&FAIR_PASS),
         Kind::Read | Kind::Write => Call::new(&RW_PASS),
         Kind::Semaphore => Call::new(&SEM_PASS),
@@ -231,7 +243,9 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
                 .key(&keys.readers)
                 .arg(member);
         }
-        Kind::Plain | Kind::Fair | Kind::Semaphore => move_queue_on(&mut invocation, keys, member),
+        Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
+            move_queue_on(&mut invocation, keys, member)
+        }
     };
     let woke: i64 = invocation
         .invoke(conn)
@@ -295,7 +309,7 @@ pub(crate) async fn extend(
         let family = match keys.kind {
             Kind::Read => Family::Readers,
             Kind::Semaphore => Family::Permits,
-            Kind::Plain | Kind::Fair | Kind::Write => Family::Keys,
+            Kind::Plain | Kind::Election | Kind::Fair | Kind::Write => Family::Keys,
         };
         let group = (family, slot);
         match groups.iter_mut().find(|(g, _)| *g == group) {
@@ -410,6 +424,10 @@ pub(crate) struct Snapshot {
     pub(crate) note: String,
     /// Live read holds: token, remaining ms, note ("" = none).
     pub(crate) readers: Vec<(String, u64, String)>,
+    /// An Election's leader, when the holder has proclaimed itself: its
+    /// term ("" = no leader) and value.
+    pub(crate) term: String,
+    pub(crate) value: String,
 }
 
 /// Reads every kind's state of the lock `keys` names (any kind's keys: the
@@ -424,7 +442,18 @@ pub(crate) async fn inspect(conn: &Conn, keys: &LockKeys, owners: &str) -> Resul
 }
 
 /// The inspect script's reply, as it comes.
-type InspectReply = (String, i64, String, u64, u64, u64, String, Vec<String>);
+type InspectReply = (
+    String,
+    i64,
+    String,
+    u64,
+    u64,
+    u64,
+    String,
+    Vec<String>,
+    String,
+    String,
+);
 
 fn inspect_call(keys: &LockKeys, owners: &str) -> Call {
     let base = &keys.writer;
@@ -435,12 +464,13 @@ fn inspect_call(keys: &LockKeys, owners: &str) -> Call {
         .key(format!("{base}:fifo"))
         .key(&keys.readers)
         .key(format!("{base}:writers"))
-        .key(owners);
+        .key(owners)
+        .key(format!("{base}:leader"));
     call
 }
 
 fn snapshot(reply: InspectReply) -> Snapshot {
-    let (holder, pttl, fence, waiters, fair, intents, note, flat) = reply;
+    let (holder, pttl, fence, waiters, fair, intents, note, flat, term, value) = reply;
     let readers = flat
         .chunks_exact(3)
         .map(|r| (r[0].clone(), r[1].parse().unwrap_or(0), r[2].clone()))
@@ -454,6 +484,8 @@ fn snapshot(reply: InspectReply) -> Snapshot {
         intents,
         note,
         readers,
+        term,
+        value,
     }
 }
 

@@ -10,6 +10,7 @@
 -- KEYS[2]  fence key     P:{N}:fence    string: integer fencing counter
 -- KEYS[3]  waiter queue  P:{N}:waiters  sorted set: member -> expiry (server ms)
 -- KEYS[4]  readers       P:{N}:readers  an RwLock's read holds (checked only)
+-- KEYS[5]  permits       P:{N}:holders  a Semaphore's permits (checked only)
 -- ARGV[1]  token         this acquisition's random owner token
 -- ARGV[2]  lease_ms      lease in milliseconds (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key in milliseconds (> 0)
@@ -18,6 +19,8 @@
 -- ARGV[5]  grace_ms      how long a queue entry outlives the holder's PTTL
 -- ARGV[6]  park_ms       the park of a waiter on a key without expiry
 -- ARGV[7]  handoff_ms    the length of a release's hand-off reservation
+-- ARGV[8]  kind          the caller's token letter: m (Mutex) or l (an
+--                        Election's lock, the same protocol); 'm' if absent
 --
 -- Returns
 --   {1, fence}  the key was set (and the member left the queue, and a
@@ -37,17 +40,21 @@
 --               reservation (park = handoff_ms), and its score's fraction
 --               .5 tells a release that it needs no standby message;
 --               further back, park = handoff_ms + lease_ms (no .5).
---   error WRONGKIND  the name is in use as a FairMutex or RwLock (the lock
---                    key holds a token of that kind, or live readers hold
---                    it); nothing is written
+--   error WRONGKIND  the name is in use as another kind (the lock key
+--                    holds a token of another letter: a FairMutex, an
+--                    RwLock writer, a Mutex beside an Election or the
+--                    reverse; or live readers or live permits hold it);
+--                    nothing is written. A hand-off reservation is judged
+--                    by the token written after it.
 --   error WRONGTYPE  the lock key exists but is not a string
 --   error WRONGTYPE  the fence key is not a string, or the waiter queue not
 --                    a sorted set (no lock key is left either way)
 --
 -- What each command of the uncontended path buys (5 with this call):
 --   SET NX GET   takes a free lock, or reads the holder, in one command
---   EXISTS       readers and queue at once: refuses a Mutex beside live
---                RwLock readers, and skips the queue work when nobody waits
+--   EXISTS       readers, queue and permits at once: refuses a Mutex beside
+--                live RwLock readers or Semaphore permits, and skips the
+--                queue work when nobody waits
 --   TIME, SET GET  the fence: max(previous + 1, server time in us), written
 --                and the previous value read in one command
 -- And of a hand-off's two attempts. The woken waiter's (5): SET NX GET
@@ -77,11 +84,18 @@ end
 
 local function other_kind(token, mine)
   -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
-  -- writer), r (RwLock reader). A token of another kind means the name is
-  -- in use as another kind of lock, whose waiters this one would never
-  -- wake (tokens of older clients, plain hex, are not judged).
+  -- writer), r (RwLock reader), l (Election). A token of another kind means
+  -- the name is in use as another kind of lock, whose waiters this one
+  -- would never wake (tokens of older clients, plain hex, are not judged).
   local tag = string.sub(token, 1, 1)
-  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+  return string.find('mqwrl', tag, 1, true) ~= nil and tag ~= mine
+end
+local kind = ARGV[8] or 'm'
+-- Live members of a sorted set of holds (token -> expiry ms): readers,
+-- permits.
+local function live(key)
+  local t = redis.call('TIME')
+  return redis.call('ZCOUNT', key, tonumber(t[1]) * 1000, '+inf') > 0
 end
 
 -- Advances the fence and returns it, or nil (and undoes the lock) when the
@@ -115,15 +129,14 @@ if type(holder) == 'table' then
   return holder
 end
 if not holder then
-  -- The lock was free and is ours now. Readers or queued waiters are rare
-  -- on a free lock: one EXISTS rules both out.
-  if redis.call('EXISTS', KEYS[4], KEYS[3]) > 0 then
-    if redis.call('EXISTS', KEYS[4]) == 1 then
-      local t = redis.call('TIME')
-      if redis.call('ZCOUNT', KEYS[4], tonumber(t[1]) * 1000, '+inf') > 0 then
-        redis.call('DEL', KEYS[1])
-        return redis.error_reply(KIND_ERROR)
-      end
+  -- The lock was free and is ours now. Readers, permits or queued waiters
+  -- are rare on a free lock: one EXISTS rules all three out.
+  -- (A caller of the older four-key layout, KEYS[5] absent, is not
+  -- checked for permits.)
+  if redis.call('EXISTS', KEYS[4], KEYS[3], KEYS[5] or KEYS[4]) > 0 then
+    if live(KEYS[4]) or (KEYS[5] and live(KEYS[5])) then
+      redis.call('DEL', KEYS[1])
+      return redis.error_reply(KIND_ERROR)
     end
     local err = member ~= '' and queue_error(redis.pcall('ZREM', KEYS[3], member))
     if err then
@@ -148,7 +161,10 @@ if member ~= '' and (string.sub(holder, 1, #mine) == mine or holder == 'm:' .. m
   end
   return {1, fence}
 end
-if other_kind(holder, 'm') then
+local reserved_until = string.match(holder, '^m:.*@(%d+)$')
+if not reserved_until and other_kind(holder, kind) then
+  -- (A reservation is the plain protocol's, whether a Mutex's or an
+  -- Election's: the next attempt judges the token taken after it.)
   return redis.error_reply(KIND_ERROR)
 end
 if holder == ARGV[1] then
@@ -183,7 +199,6 @@ end
 --     once it is among the next two in line, and the ones ahead of it park
 --     on the holder or the reservation, so a crashed holder is still taken
 --     over at its expiry
-local reserved_until = string.match(holder, '^m:.*@(%d+)$')
 if reserved_until then
   local park = tonumber(ARGV[7])
   if member ~= '' then

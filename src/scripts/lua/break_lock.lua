@@ -19,12 +19,13 @@
 -- ARGV[4]  fence_ttl_ms  expiry of the fence key
 --
 -- The kind is told by the holder's token, which opens with its kind's
--- letter (m Mutex, q FairMutex, w RwLock writer), or by live read holds.
+-- letter (m Mutex, q FairMutex, w RwLock writer, l Election: broken as a
+-- Mutex, whose protocol it runs), or by live read holds.
 -- A token of no known kind (older clients, foreign writers) is broken as a
 -- Mutex's.
 --
 -- Returns {kind, removed...}:
---   kind     "mutex", "fair" or "rwlock"; "" when nothing was held
+--   kind     "mutex", "fair", "rwlock" or "election"; "" when nothing was held
 --   removed  the tokens removed: the holder's, or an RwLock's writer and
 --            live readers
 --   error WRONGTYPE  a key holds foreign data
@@ -59,4 +60,4 @@ if string.sub(holder, 1, 2) == 'm:' then
   return {''} -- only reserved for a woken waiter: nothing is held
 end
 wake_next(KEYS[1], KEYS[2], ARGV[1], ARGV[2], redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES'))
-return {'mutex', holder}
+return {tag == 'l' and 'election' or 'mutex', holder}

@@ -7,6 +7,7 @@
 -- KEYS[3]  queue         P:{N}:fifo         sorted set: member -> arrival us
 -- KEYS[4]  hand-off      P:{N}:handoff      string: the standby marker (fair_common)
 -- KEYS[5]  readers       P:{N}:readers      an RwLock's read holds (checked only)
+-- KEYS[6]  permits       P:{N}:holders      a Semaphore's permits (checked only)
 -- ARGV[1]  token         this waiter's owner token
 -- ARGV[2]  lease_ms      the lease once acquired (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key
@@ -36,16 +37,19 @@
 --                      ahead, the head was granted it. now_us is the server
 --                      time of this call: a grant that follows counts its
 --                      claim from here (acquire.rs)
---   error WRONGKIND  the name is in use as a Mutex or RwLock; nothing is
---                    written
+--   error WRONGKIND  the name is in use as a Mutex, Election, RwLock or
+--                    Semaphore (a token of another letter, live readers or
+--                    live permits); nothing is written. On a free lock one
+--                    EXISTS of the readers and permits rules both out.
 --   error WRONGTYPE  the lock key is not a string
 local function other_kind(token, mine)
   -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
-  -- writer), r (RwLock reader). A token of another kind means the name is
-  -- in use as another kind of lock, whose waiters this one would never
-  -- wake (tokens of older clients, plain hex, are not judged).
+  -- writer), r (RwLock reader), l (Election). A token of another kind
+  -- means the name is in use as another kind of lock, whose waiters this
+  -- one would never wake (tokens of older clients, plain hex, are not
+  -- judged).
   local tag = string.sub(token, 1, 1)
-  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+  return string.find('mqwrl', tag, 1, true) ~= nil and tag ~= mine
 end
 local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
 local holder = redis.call('GET', KEYS[1])
@@ -63,7 +67,11 @@ if holder == ARGV[1] then
 end
 local now_us, now_ms = now()
 if not holder then
-  if redis.call('ZCOUNT', KEYS[5], now_ms, '+inf') > 0 then
+  -- (KEYS[6] absent: a caller of the older five-key layout, whose
+  -- permits are not checked.)
+  if redis.call('EXISTS', KEYS[5], KEYS[6] or KEYS[5]) > 0
+      and (redis.call('ZCOUNT', KEYS[5], now_ms, '+inf') > 0
+           or (KEYS[6] and redis.call('ZCOUNT', KEYS[6], now_ms, '+inf') > 0)) then
     return redis.error_reply(KIND_ERROR)
   end
   local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[8], ARGV[3],

@@ -1,5 +1,5 @@
 -- inspect: a consistent snapshot of a lock of any kind (Mutex, FairMutex,
--- RwLock), for operators. Read-only.
+-- RwLock, Election), for operators. Read-only.
 --
 -- KEYS[1]  lock key     P:{N}              owner token: Mutex, FairMutex, RwLock writer
 -- KEYS[2]  fence key    P:{N}:fence
@@ -8,8 +8,10 @@
 -- KEYS[5]  readers      P:{N}:readers      RwLock read holds: token -> expiry ms
 -- KEYS[6]  intents      P:{N}:writers      RwLock waiting writers: member -> expiry ms
 -- KEYS[7]  owner notes  P:{N}:owners       hash: token -> note (e.g. "host:pid")
+-- KEYS[8]  leader key   P:{N}:leader       Election: hash of token, value, term
 --
--- Returns {holder, pttl, fence, waiters, fair, intents, note, readers}:
+-- Returns {holder, pttl, fence, waiters, fair, intents, note, readers, term,
+-- value}:
 --   holder   the token in P:{N}, or "" when there is none
 --   pttl     its remaining lease in ms (-2: none, -1: no expiry)
 --   fence    the last fence handed out ("" if none is remembered)
@@ -19,6 +21,10 @@
 --   note     the holder's owner note, "" if none
 --   readers  flat {token, ttl_ms, note, ...}: each live read hold, soonest
 --            expiry first, its remaining lease and its note ("" if none)
+--   term     an Election's leader's term, when the holder's token (letter
+--            l) is the one the leader key names: it has proclaimed; ""
+--            otherwise (the leader key is read for an l token only)
+--   value    that leader's proclaimed value ("" when term is "")
 --   error WRONGTYPE  a key holds foreign data
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -48,4 +54,11 @@ for i = 1, #held, 2 do
   readers[#readers + 1] = tostring(tonumber(held[i + 1]) - now_ms)
   readers[#readers + 1] = note(held[i])
 end
-return {holder, pttl, fence, waiters, fair, intents, holder_note, readers}
+local term, value = '', ''
+if string.sub(holder, 1, 1) == 'l' then
+  local f = redis.call('HMGET', KEYS[8], 'token', 'term', 'value')
+  if f[1] == holder then
+    term, value = f[2] or '0', f[3] or ''
+  end
+end
+return {holder, pttl, fence, waiters, fair, intents, holder_note, readers, term, value}

@@ -14,15 +14,19 @@
 --               lease_ms; fence = the lock's current fence (0 if none)
 --   {0, park}   a writer holds the lock (park = its PTTL) or waits for it
 --               (park = until the earliest waiting writer's entry expires)
---   error WRONGKIND  the writer key holds a Mutex or FairMutex token
+--   error WRONGKIND  the writer key holds a Mutex, FairMutex or Election
+--                    token (a Semaphore's permits are not looked for here:
+--                    that would cost the uncontended path a command; the
+--                    Semaphore refuses a writer's name instead)
 --   error WRONGTYPE  a key holds foreign data
 local function other_kind(token, mine)
   -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
-  -- writer), r (RwLock reader). A token of another kind means the name is
-  -- in use as another kind of lock, whose waiters this one would never
-  -- wake (tokens of older clients, plain hex, are not judged).
+  -- writer), r (RwLock reader), l (Election). A token of another kind
+  -- means the name is in use as another kind of lock, whose waiters this
+  -- one would never wake (tokens of older clients, plain hex, are not
+  -- judged).
   local tag = string.sub(token, 1, 1)
-  return string.find('mqwr', tag, 1, true) ~= nil and tag ~= mine
+  return string.find('mqwrl', tag, 1, true) ~= nil and tag ~= mine
 end
 local KIND_ERROR = 'WRONGKIND the lock name is in use as another kind of lock'
 local t = redis.call('TIME')

@@ -9,6 +9,7 @@
 -- KEYS[3]  queue         P:{N}:queue         sorted set: member -> arrival (server us)
 -- KEYS[4]  expiry        P:{N}:queue:expiry  sorted set: member -> expiry (server ms)
 -- KEYS[5]  count         P:{N}:permits       string: the permit count
+-- KEYS[6]  lock key      P:{N}               another kind's token (checked only)
 -- ARGV[1]  token         this acquisition's random permit token
 -- ARGV[2]  lease_ms      the permit's lease in milliseconds (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key (> 0)
@@ -34,11 +35,23 @@
 --               now + park + grace_ms.
 --   error PERMITS <stored>  the semaphore exists with another permit count
 --                           (nothing was written)
+--   error WRONGKIND  the name is in use as a Mutex, FairMutex, RwLock
+--                    writer or Election (the lock key holds its token, or
+--                    a Mutex's hand-off reservation); nothing is written.
+--                    Read by the MGET that reads the count: no command of
+--                    its own. (An RwLock held by readers only is not seen.)
 --   error WRONGTYPE  a key holds foreign data
 local now_us, now_ms = now()
 local token, member = ARGV[1], ARGV[4]
 local lease = tonumber(ARGV[2])
-local stored = redis.call('GET', KEYS[5])
+local read = redis.call('MGET', KEYS[5], KEYS[6] or KEYS[5])
+local stored, other = read[1], KEYS[6] and read[2]
+-- Tokens open with their kind (m Mutex, q FairMutex, w RwLock writer, l
+-- Election; plain hex of older clients is not judged); MGET reads a key
+-- of another type as nil.
+if other and other ~= '' and string.find('mqwl', string.sub(other, 1, 1), 1, true) then
+  return redis.error_reply('WRONGKIND the lock name is in use as another kind of lock')
+end
 if stored and stored ~= ARGV[8] then
   if not tonumber(stored) then
     return redis.error_reply('WRONGTYPE count key holds a value that is not a permit count')
