@@ -26,6 +26,11 @@
 //!   nothing ever reports the silent connection, so it is never replaced;
 //!   `redbell run --ttl 11s` loses its lease and its command is stopped
 //!   although Redis answers on fresh connections throughout.
+//! - `nothing_exclusive_is_held_beside_a_semaphore_permit`: the kinds fix
+//!   ("one kind per name"): with a permit of a Semaphore held, an RwLock
+//!   writer or reader, or an Election, must be refused, never held beside
+//!   it. (The commit says an RwLock writer beside permits "is not looked
+//!   for"; the Semaphore side refuses only the other order.)
 //! - `a_redbell_run_stopped_during_the_grace_still_ends_its_command`:
 //!   **BREAK (kept as a reproduction, fails on the reviewed code).** Item 4's
 //!   bound (a SIGTERM to `redbell run` ends the command within the grace +
@@ -380,5 +385,57 @@ async fn black_holed_run_keeps_its_lease(ttl: &str) {
         ended.is_none(),
         "redbell run ended {ended:?} after the fault, its command stopped for a lost lease, \
          though fresh connections worked throughout (bound: recovered within 5 s):\n{stderr}"
+    );
+}
+
+/// A permit of a 2-permit Semaphore held on the shared server; then each
+/// exclusive kind under the same name. Asserted: none of them is held
+/// beside it (a `KindConflict`, or at least not acquired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_exclusive_is_held_beside_a_semaphore_permit() {
+    let url = redbell_integration_tests::redis_url();
+    let c = redbell_integration_tests::client(&url).await;
+    let name = unique("rv29-sem-kinds");
+    let permit = c
+        .semaphore(&name, 2)
+        .with_lease(LONG)
+        .acquire()
+        .await
+        .expect("a permit");
+    let rw = c.rwlock(&name).with_lease(LONG);
+    let mut held = Vec::new();
+    let w = rw.try_write().await;
+    eprintln!("RwLock::try_write beside a permit: {w:?}");
+    if let Ok(Some(g)) = w {
+        held.push("an RwLock writer (try_write)");
+        let _ = g.unlock().await;
+    }
+    let w = tokio::time::timeout(
+        Duration::from_secs(5),
+        rw.write_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .expect("write_timeout returned");
+    eprintln!("RwLock::write_timeout beside a permit: {w:?}");
+    if let Ok(g) = w {
+        held.push("an RwLock writer (write_timeout)");
+        let _ = g.unlock().await;
+    }
+    let r = rw.try_read().await;
+    eprintln!("RwLock::try_read beside a permit: {r:?}");
+    if let Ok(Some(g)) = r {
+        held.push("an RwLock reader");
+        let _ = g.unlock().await;
+    }
+    let e = tokio::time::timeout(Duration::from_secs(3), c.election(&name).campaign("v")).await;
+    eprintln!("Election::campaign beside a permit: {e:?}");
+    if let Ok(Ok(l)) = e {
+        held.push("an Election's leadership");
+        let _ = l.resign().await;
+    }
+    let _ = permit.release().await;
+    assert!(
+        held.is_empty(),
+        "held beside a Semaphore permit of the same name: {held:?}"
     );
 }
