@@ -333,11 +333,18 @@ struct Wait {
 /// Checks the records of a run against its faults; `lease_us` is the
 /// workers' lease.
 pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
+    check_until(records, faults, lease_us, 0)
+}
+
+/// [`check`] of a run whose workers were told to stop at `end_us` (0: at
+/// its last record): a worker wedged for good logs nothing more, and a
+/// bound that awaits its next record is broken if the run went on past it.
+pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: u64) -> Verdict {
     let mut v = Verdict::default();
     for f in faults {
         *v.faults.entry(f.kind.name().to_owned()).or_default() += 1;
     }
-    run::judge(records, faults, lease_us, &mut v);
+    run::judge(records, faults, lease_us, end_us, &mut v);
     let killed: HashMap<&str, u64> = faults
         .iter()
         .filter(|f| matches!(f.kind, FaultKind::Sigkill | FaultKind::SigkillRun))
@@ -645,7 +652,8 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
             killed
                 .get(process_of(&x.worker))
                 .is_some_and(|&k| k >= x.start && k <= gap_end)
-                // (A woken waiter stopped had let go of its last hold: not
+                // (A woken waiter stopped, or a pool stopped while all its
+                // tasks waited, had let go of its last hold: not
                 // a holder fault; if it was granted the lock just before,
                 // `frozen_grant` below tells, but for a reader, whose grant
                 // may be shared and need not show in the fences. Unless
@@ -656,7 +664,9 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                     *w == process_of(&x.worker)
                         && *s <= gap_end
                         && *u >= x.start
-                        && (*k != FaultKind::SigstopWaiter || x.shared || x.start >= *s)
+                        && (!matches!(k, FaultKind::SigstopWaiter | FaultKind::FreezePool)
+                            || x.shared
+                            || x.start >= *s)
                 })
                 || (x.kind == RUN
                     && conn_faults

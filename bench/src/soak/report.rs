@@ -17,6 +17,8 @@ pub struct Report {
     /// The worker kinds that ran.
     pub kinds: Vec<String>,
     pub lease_ms: u64,
+    /// When the workers were told to stop (wall clock µs).
+    pub end_us: u64,
     pub workers_not_stopping: Vec<String>,
     pub keys_left: Vec<String>,
     pub verdict: Verdict,

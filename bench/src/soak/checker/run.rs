@@ -16,7 +16,11 @@
 //!   (its connections replaced after two response timeouts at most); a lock
 //!   it held when its connections went silent is freed by its lease, and
 //!   the lock is then handed over within the free-wait bound, 1 s (plus
-//!   the servers' downtime, as for every bound after a fault).
+//!   the servers' downtime, as for every bound after a fault). Not judged
+//!   for a `redbell run` worker: each section is a fresh `redbell run`
+//!   with fresh connections, nothing to recover, and its next lock waits
+//!   out the other command's 3 s (its black-holed `redbell run` must still
+//!   stop its command in time: the first bound).
 //! - **A stopped command ended and its lock freed within --kill-grace + 2
 //!   s** ([`KILL_GRACE`]): from the SIGTERM sent to its `redbell run` until
 //!   that `redbell run` exited, which it does once its command's group is
@@ -25,7 +29,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Event, Fault, FaultKind, Record, Verdict, Violation, process_of, split_us};
+use super::{Event, Fault, FaultKind, RUN, Record, Verdict, Violation, process_of, split_us};
 use crate::soak::checker::FREE_WAIT_BOUND_US;
 use crate::soak::plan::{BLACK_HOLE_RECOVERY, KILL_GRACE};
 
@@ -34,12 +38,19 @@ use crate::soak::plan::{BLACK_HOLE_RECOVERY, KILL_GRACE};
 const STOPPED_COMMAND_END_US: u64 = KILL_GRACE.as_micros() as u64 + 2_000_000;
 
 /// Judges the bounds above, adding to `v`.
-pub(super) fn judge(records: &[Record], faults: &[Fault], lease_us: u64, v: &mut Verdict) {
+pub(super) fn judge(
+    records: &[Record],
+    faults: &[Fault],
+    lease_us: u64,
+    end_us: u64,
+    v: &mut Verdict,
+) {
     let run_end = records
         .iter()
         .map(|r| r.end_us.unwrap_or(r.start_us).max(r.start_us))
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .max(end_us);
     run_overlaps(records, faults, v);
     black_holes(records, faults, lease_us, run_end, v);
     stopped_commands(records, faults, run_end, v);
@@ -130,6 +141,10 @@ fn black_holes(records: &[Record], faults: &[Fault], lease_us: u64, run_end: u64
         let Some(worker) = f.worker.as_deref() else {
             continue;
         };
+        let kind = records.iter().find(|r| process_of(&r.worker) == worker);
+        if kind.is_some_and(|r| r.kind == RUN) {
+            continue;
+        }
         // The servers' downtime in the meantime comes on top.
         let base = BLACK_HOLE_RECOVERY.as_micros() as u64 + lease_us + FREE_WAIT_BOUND_US;
         let down: u64 = faults

@@ -566,7 +566,9 @@ fn a_stopped_command_must_end_soon_after_sigterm() {
 fn a_frozen_pool_excuses_no_free_wait_of_another_worker() {
     // Pool p's tasks wait from 0; p frozen at 100 ms for 2.2 s; a lets go
     // at 1 ms; live waiter b (waiting from 0) gets the lock at 1.4 s.
-    let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+    // (Its task p/0 held the lock just before: let go, not a holder hit.)
+    let mut r = section("p/0", 0, 9, 0, 1, 5, "accepted");
+    r.extend(section("a", 1, 10, 0, 10, 1_000, "accepted"));
     for t in 0..3 {
         r.push(rec(&format!("p/{t}"), Event::Wait, 1, None, 0, None, None));
     }
