@@ -332,6 +332,7 @@ struct Wait {
 
 /// Checks the records of a run against its faults; `lease_us` is the
 /// workers' lease.
+#[cfg(test)]
 pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     check_until(records, faults, lease_us, 0)
 }
