@@ -10,10 +10,15 @@
 //!    passing it again replays the same fault schedule (`plan.rs`).
 //! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers,
 //!    `RwLock` readers on the writers' lock), four on a `Semaphore` of two
-//!    permits, and two `redbell run` workers (`runner.rs`) start as copies
-//!    of this executable (`soak-worker`, `worker.rs`), one lock per kind,
-//!    named after the run (`soak-RUN-KIND`), with a 1.5 s lease renewed by
-//!    the library. Each critical section writes the guard's fence to a
+//!    permits, a pool of six `Mutex` tasks in one process on the `Mutex`
+//!    workers' lock, and two `redbell run` workers (`runner.rs`) start as
+//!    copies of this executable (`soak-worker`, `worker.rs`), one lock per
+//!    kind, named after the run (`soak-RUN-KIND`), with a 1.5 s lease
+//!    renewed by the library (response timeout 2 s, the default). A
+//!    `redbell run` worker's command runs 3 s, long past the lease, and
+//!    appends to its lock's unfenced log as it runs: two commands whose
+//!    lines interleave ran at once, a violation whatever the fault (but a
+//!    server's losing the grant). Each critical section writes the guard's fence to a
 //!    fence-checked store (a Lua script on the key `soak:{LOCK}:store`) on
 //!    entry, holds a few ms, and writes again on the way out (where a
 //!    holder paused past its lease must be rejected). Readers and permit
@@ -27,13 +32,25 @@
 //!    whose holder just let go), partition a worker or half-open its
 //!    connections (each worker reaches Redis through a proxy of the soak's,
 //!    `proxy.rs`), `CLIENT KILL TYPE normal`, `CLIENT KILL TYPE pubsub`,
-//!    `CLIENT PAUSE 300 ALL`; every 8 s at most, a fault of the servers
+//!    `CLIENT PAUSE 300 ALL`; a black hole of every connection of a worker
+//!    (silent for good, new connections work; it must get a lock again
+//!    within 2 × response timeout + 1 s, + the lease and 1 s), SIGSTOP of
+//!    the pool while all its tasks wait (the others keep the 1 s free-wait
+//!    bound), SIGSTOP of a `redbell run` alone while its command runs (the
+//!    command must not outlive the lease), SIGSTOP of a command then
+//!    SIGTERM to its `redbell run`, as `timeout` sends (it must end and free
+//!    the lock within --kill-grace + 2 s): the faults of the review after
+//!    the first soak passed (shared pitfalls), in `faults.rs`, judged in
+//!    `checker/run.rs`; every 8 s at most, a fault of the servers
 //!    instead: on `single` (the soak's own redis-server with AOF
 //!    `everysec`, `server.rs`) a SIGKILL and restart; on `sentinel`
 //!    `SENTINEL FAILOVER` or a SIGKILL of the primary; on `cluster` `CLUSTER
 //!    FAILOVER` of a lock's shard or a migration of a lock's slot
 //!    (`topology.rs`). Each is printed with its time. `redbell run` workers
 //!    and the proxy faults need one server's URL: `single` only.
+//!    `SOAK_FAULTS=black_hole` (a comma-separated list of the names in
+//!    report.json) runs only those faults, `SOAK_KINDS` only those
+//!    workers: with a seed, the replay of one fault.
 //! 4. After `--secs` the workers are told to stop (a stop file) and given
 //!    time; once the leases and the waiter-queue entries (2 s grace) have
 //!    run out, the lock keys left in Redis are counted (`SCAN` of every
@@ -180,6 +197,7 @@ async fn soak(
     }
 
     println!("soak: stopping the workers");
+    let end_us = worker::now_us();
     let late = pool.stop(LEASE * 4 + Duration::from_secs(2)).await?;
     // Leases run out, and so do the waiter-queue entries of killed waiters
     // (they outlive a park by a 2 s grace).
@@ -221,13 +239,14 @@ async fn soak(
     pool.faults.sort_by_key(|f| f.at_us);
     let records = read_records(dir)?;
     let lease_us = LEASE.as_micros() as u64;
-    let verdict = checker::check(&records, &pool.faults, lease_us);
+    let verdict = checker::check_until(&records, &pool.faults, lease_us, end_us);
     let report = Report {
         seed,
         secs: args.secs,
         topology: args.topology.clone(),
         kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
         lease_ms: LEASE.as_millis() as u64,
+        end_us,
         workers_not_stopping: late,
         keys_left,
         verdict,
@@ -257,13 +276,15 @@ fn recheck(out: &std::path::Path) -> Result<(), Failure> {
     let faults: Vec<checker::Fault> = serde_json::from_value(json["faults"].clone())
         .map_err(|e| Failure::new(EX_FAILURE, e.to_string()))?;
     let records = read_records(&out.join("logs"))?;
-    let verdict = checker::check(&records, &faults, LEASE.as_micros() as u64);
+    let end_us = json["end_us"].as_u64().unwrap_or(0);
+    let verdict = checker::check_until(&records, &faults, LEASE.as_micros() as u64, end_us);
     let report = Report {
         seed: json["seed"].as_u64().unwrap_or(0),
         secs: json["secs"].as_u64().unwrap_or(0),
         topology: json["topology"].as_str().unwrap_or("").to_owned(),
         kinds: Vec::new(),
         lease_ms: LEASE.as_millis() as u64,
+        end_us,
         workers_not_stopping: Vec::new(),
         keys_left: Vec::new(),
         verdict,

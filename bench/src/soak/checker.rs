@@ -81,6 +81,13 @@ pub struct Record {
     /// or readers sharing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
+    /// On a `run_start` line: the command's pid (its process group) and
+    /// its parent's, the `redbell run` that runs it (the faults aimed at
+    /// either read them here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
 }
 
 /// What a record is about.
@@ -92,6 +99,14 @@ pub enum Event {
     Write,
     Hold,
     Error,
+    /// A `redbell run` command's lines in the lock's unfenced log
+    /// (`run.rs`): when it starts, every [`RUN_LINE_EVERY`] while it runs,
+    /// when it ends (`outcome`: `done` or `sigterm`).
+    ///
+    /// [`RUN_LINE_EVERY`]: super::plan::RUN_LINE_EVERY
+    RunStart,
+    RunLine,
+    RunEnd,
 }
 
 /// The faults the soak injects.
@@ -116,6 +131,19 @@ pub enum FaultKind {
     KillPrimary,
     ClusterFailover,
     Migrate,
+    /// Every connection of a worker open at the fault goes silent for good
+    /// (its proxy closes the server side and swallows what the worker
+    /// sends, no RST, no FIN); new connections work.
+    BlackHole,
+    /// SIGSTOP of a pool worker (several tasks waiting on one lock) while
+    /// all its tasks wait, then SIGCONT.
+    FreezePool,
+    /// SIGSTOP of a `redbell run` process (not its command nor its
+    /// guardian) while its command runs, past the lease, then SIGCONT.
+    SigstopRun,
+    /// SIGSTOP of a `redbell run` command (its group, as job control
+    /// stops it), then SIGTERM to its `redbell run`, as `timeout` sends.
+    SigstopCommand,
 }
 
 impl FaultKind {
@@ -136,6 +164,10 @@ impl FaultKind {
             FaultKind::KillPrimary => "SIGKILL the primary (Sentinel fails over)",
             FaultKind::ClusterFailover => "CLUSTER FAILOVER of a lock's shard",
             FaultKind::Migrate => "slot migration of a lock's slot",
+            FaultKind::BlackHole => "black-hole every connection of a worker (proxy)",
+            FaultKind::FreezePool => "SIGSTOP a worker whose tasks all wait",
+            FaultKind::SigstopRun => "SIGSTOP redbell run while its command runs",
+            FaultKind::SigstopCommand => "SIGSTOP a redbell run command, then SIGTERM",
         }
     }
 
@@ -155,17 +187,35 @@ impl FaultKind {
     /// Why two holds may overlap after this fault (`None`: they may not).
     fn cause(self) -> Option<&'static str> {
         match self {
-            FaultKind::Sigstop | FaultKind::SigstopWaiter => Some("SIGSTOP past the lease"),
+            FaultKind::Sigstop | FaultKind::SigstopWaiter | FaultKind::FreezePool => {
+                Some("SIGSTOP past the lease")
+            }
             FaultKind::Partition => Some("partition past the lease"),
             FaultKind::HalfOpen => Some("half-open connection"),
+            FaultKind::BlackHole => Some("black-holed connections"),
             FaultKind::Restart => Some("restart (writes lost with the AOF's last second)"),
             FaultKind::Failover
             | FaultKind::SentinelFailover
             | FaultKind::KillPrimary
             | FaultKind::ClusterFailover => Some("unreplicated write lost in failover"),
+            // A frozen `redbell run` or a stopped command excuses nothing:
+            // its command must be dead before the lease can run out.
             _ => None,
         }
     }
+
+    /// A fault that leaves a worker unable to act for a while (judged as
+    /// not live then; a fault of the holder if it held): those that excuse
+    /// an overlap, and a frozen `redbell run`, which must not.
+    fn stops(self) -> bool {
+        !self.is_server() && (self.cause().is_some() || self == FaultKind::SigstopRun)
+    }
+}
+
+/// The process of a worker id: a pool worker's tasks log as `ID/TASK`, and
+/// a fault aimed at `ID` hits them all.
+pub fn process_of(worker: &str) -> &str {
+    worker.split_once('/').map_or(worker, |(p, _)| p)
 }
 
 /// One injected fault; `until_us` is when a stopped worker was continued.
@@ -245,6 +295,14 @@ pub struct Verdict {
     pub longest_free_wait_us: u64,
     pub longest_free_wait_after_fault_us: u64,
     pub stranded_waiters: u64,
+    /// Pairs of `redbell run` commands of one lock whose lines in the
+    /// unfenced log interleave (`run.rs`).
+    pub run_overlaps: u64,
+    /// The longest time from a black hole until its worker next got a lock.
+    pub longest_black_hole_recovery_us: u64,
+    /// The longest time from the SIGTERM to a stopped command's `redbell
+    /// run` until it had exited (its command ended, its lock released).
+    pub longest_stopped_command_end_us: u64,
     pub errors: BTreeMap<String, u64>,
     pub violations: Vec<Violation>,
 }
@@ -274,11 +332,20 @@ struct Wait {
 
 /// Checks the records of a run against its faults; `lease_us` is the
 /// workers' lease.
+#[cfg(test)]
 pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
+    check_until(records, faults, lease_us, 0)
+}
+
+/// [`check`] of a run whose workers were told to stop at `end_us` (0: at
+/// its last record): a worker wedged for good logs nothing more, and a
+/// bound that awaits its next record is broken if the run went on past it.
+pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: u64) -> Verdict {
     let mut v = Verdict::default();
     for f in faults {
         *v.faults.entry(f.kind.name().to_owned()).or_default() += 1;
     }
+    run::judge(records, faults, lease_us, end_us, &mut v);
     let killed: HashMap<&str, u64> = faults
         .iter()
         .filter(|f| matches!(f.kind, FaultKind::Sigkill | FaultKind::SigkillRun))
@@ -287,7 +354,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     // A worker stopped, partitioned or half-open: not live meanwhile.
     let stops: Vec<(&str, u64, u64, FaultKind)> = faults
         .iter()
-        .filter(|f| !f.kind.is_server() && f.kind.cause().is_some())
+        .filter(|f| f.kind.stops())
         .filter_map(|f| {
             Some((
                 f.worker.as_deref()?,
@@ -317,7 +384,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     let stopped_in = |worker: &str, a: u64, b: u64| -> Vec<(u64, u64)> {
         stops
             .iter()
-            .filter(|(w, s, u, _)| *w == worker && *s <= b && *u >= a)
+            .filter(|(w, s, u, _)| *w == process_of(worker) && *s <= b && *u >= a)
             .map(|&(_, s, u, _)| (s, u))
             .collect()
     };
@@ -327,8 +394,10 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     let stop_cause = |x: &Hold, other: &Hold| {
         stops
             .iter()
-            .find(|(w, s, u, _)| {
-                *w == x.worker
+            .find(|f| {
+                let (w, s, u) = (&f.0, &f.1, &f.2);
+                *w == process_of(&x.worker)
+                    && f.3.cause().is_some()
                     && u.saturating_sub(*s) > lease_us
                     && *s <= x.end
                     && (*u >= x.start || (x.fence < other.fence && *u >= x.from))
@@ -373,7 +442,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     let mut writes: BTreeMap<String, Vec<(u64, u64, u64)>> = BTreeMap::new();
     for ((worker, _), recs) in &by_seq {
         let find = |e: Event| recs.iter().find(|r| r.event == e);
-        let kill = killed.get(worker).copied();
+        let kill = killed.get(process_of(worker)).copied();
         let lock = recs[0].lock.clone();
         let acquired = find(Event::Acquired);
         if let Some(w) = find(Event::Wait) {
@@ -412,8 +481,16 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         }
         if let Some(a) = acquired {
             let start = a.end_us.unwrap_or(a.start_us);
+            // A `redbell run` command killed mid-section logs no hold: it
+            // ran until its last line in the unfenced log at least.
+            let last_line = recs
+                .iter()
+                .filter(|r| matches!(r.event, Event::RunLine | Event::RunEnd))
+                .map(|r| r.start_us)
+                .max();
             let end = find(Event::Hold)
                 .and_then(|h| h.end_us)
+                .or(last_line)
                 .or(kill.filter(|&k| k >= start))
                 .unwrap_or(start);
             holds.entry(lock.clone()).or_default().push(Hold {
@@ -471,6 +548,11 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         let capacity = capacity.get(lock.as_str()).copied().unwrap_or(1);
         let mut active: Vec<&Hold> = Vec::new();
         for h in hs.iter() {
+            if h.kind == RUN {
+                // `redbell run` commands are judged by their unfenced log
+                // instead, with no fencing excuse (`run.rs`).
+                continue;
+            }
             active.retain(|a| a.end > h.start);
             let others: Vec<&Hold> = active
                 .iter()
@@ -569,9 +651,10 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
         // Redis (up to its lease) into the gap before `gap_end`.
         let hit = |x: &Hold, gap_end: u64| {
             killed
-                .get(x.worker.as_str())
+                .get(process_of(&x.worker))
                 .is_some_and(|&k| k >= x.start && k <= gap_end)
-                // (A woken waiter stopped had let go of its last hold: not
+                // (A woken waiter stopped, or a pool stopped while all its
+                // tasks waited, had let go of its last hold: not
                 // a holder fault; if it was granted the lock just before,
                 // `frozen_grant` below tells, but for a reader, whose grant
                 // may be shared and need not show in the fences. Unless
@@ -579,10 +662,12 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
                 // land late, after the waiter got the lock and logged the
                 // end of its section but before it released.)
                 || stops.iter().any(|(w, s, u, k)| {
-                    *w == x.worker
+                    *w == process_of(&x.worker)
                         && *s <= gap_end
                         && *u >= x.start
-                        && (*k != FaultKind::SigstopWaiter || x.shared || x.start >= *s)
+                        && (!matches!(k, FaultKind::SigstopWaiter | FaultKind::FreezePool)
+                            || x.shared
+                            || x.start >= *s)
                 })
                 || (x.kind == RUN
                     && conn_faults
@@ -727,3 +812,5 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
 
 #[cfg(test)]
 mod tests;
+
+mod run;

@@ -9,20 +9,55 @@
 //! go through the worker's own proxy (`proxy.rs`): a partition for
 //! [`STOP_FOR`], or half-open connections. Faults of the servers are in
 //! `topology.rs`.
+//!
+//! The faults of a process's parts, each found by what the worker logged
+//! (bounds in `checker/run.rs` and `checker.rs`):
+//!
+//! - `BlackHole`: every connection of a worker goes silent for good (its
+//!   proxy's black hole); new ones work. It must work again within
+//!   [`BLACK_HOLE_RECOVERY`] (+ the lease and 1 s).
+//! - `FreezePool`: SIGSTOP of a pool worker once each of its tasks has
+//!   been waiting a while (so each holds a place in the lock's queue), for
+//!   [`STOP_FOR`]; the other workers' waits keep the 1 s free-wait bound.
+//! - `SigstopRun`: SIGSTOP of the `redbell run` process alone (the parent
+//!   of a command that started in the last [`FRESH`]: it has most of
+//!   [`RUN_HOLD`] left, past the lease) for [`STOP_FOR`]: its command must
+//!   not run on once the lease can have run out.
+//! - `SigstopCommand`: SIGSTOP of such a command's group, then [`TERM_AFTER`]
+//!   later SIGTERM to its `redbell run` alone, as `timeout` sends (the
+//!   command is in a group of its own, which `timeout`'s signal to its own
+//!   group misses too). Nothing continues it: ending it is `redbell run`'s
+//!   job, within --kill-grace + 2 s.
+//!
+//! The plain SIGSTOP spares pool workers and `redbell run` workers (on a
+//! `run` worker it is `SigstopRun`; on a pool, `FreezePool` when it lands
+//! as all its tasks wait), and so does a partition the pool (its queue
+//! members look alive to Redis, as a frozen pool's do): each of those has
+//! its own fault, to be replayed alone.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::checker::{Event, Fault, FaultKind, Record};
-use super::plan::{LEASE, Planned, STOP_FOR, WorkerKind};
+use super::plan::{
+    BLACK_HOLE_RECOVERY, LEASE, POOL_TASKS, Planned, RUN_HOLD, STOP_FOR, TERM_AFTER, WorkerKind,
+};
 use super::proxy::Proxy;
 use super::topology::Topology;
 use super::worker::now_us;
 use crate::fail::{EX_FAILURE, Failure};
 
-/// How long a woken waiter is looked for.
+/// How long a woken waiter (or a waiting pool, or a running command) is
+/// looked for.
 const WAITER_SEARCH: Duration = Duration::from_secs(3);
+
+/// How recently a command hit by `SigstopRun` or `SigstopCommand` started.
+const FRESH: Duration = Duration::from_millis(300);
+
+/// How long each task of a pool hit by `FreezePool` has been waiting: long
+/// enough for its attempt to have queued it.
+const QUEUED_FOR: Duration = Duration::from_millis(20);
 
 /// A running worker process.
 pub struct Worker {
@@ -33,6 +68,9 @@ pub struct Worker {
     /// When a stopped (or partitioned) worker is due to be continued
     /// (healed), and its fault's index.
     pub stopped: Option<(Instant, usize)>,
+    /// The process stopped, when not the worker's group (`SigstopRun`: its
+    /// `redbell run`).
+    pub stopped_pid: Option<u32>,
     pub proxy: Option<Proxy>,
 }
 
@@ -114,6 +152,7 @@ impl Pool {
             lock: lock.to_owned(),
             child,
             stopped: None,
+            stopped_pid: None,
             proxy,
         });
         Ok(id)
@@ -131,19 +170,31 @@ impl Pool {
             if let Some((due, fault)) = w.stopped
                 && (all || due <= now)
             {
-                match self.faults[fault].kind {
+                let kind = self.faults[fault].kind;
+                match kind {
                     FaultKind::Partition => {
                         if let Some(p) = &w.proxy {
                             p.partition(false);
                         }
                     }
-                    FaultKind::HalfOpen => {}
+                    // Nothing to undo (their `until_us` was set when
+                    // injected): they only kept other faults off it.
+                    FaultKind::HalfOpen | FaultKind::BlackHole | FaultKind::SigstopCommand => {}
+                    FaultKind::SigstopRun => {
+                        if let Some(pid) = w.stopped_pid {
+                            signal_pid(pid, "CONT");
+                        }
+                    }
                     _ => signal(&w.child, "CONT"),
                 }
-                if self.faults[fault].kind != FaultKind::HalfOpen {
+                if !matches!(
+                    kind,
+                    FaultKind::HalfOpen | FaultKind::BlackHole | FaultKind::SigstopCommand
+                ) {
                     self.faults[fault].until_us = Some(now_us());
                 }
                 w.stopped = None;
+                w.stopped_pid = None;
             }
         }
     }
@@ -152,10 +203,20 @@ impl Pool {
     fn targets(&self, kind: FaultKind) -> Vec<usize> {
         (0..self.workers.len())
             .filter(|&i| self.workers[i].stopped.is_none())
-            .filter(|&i| kind != FaultKind::SigkillRun || self.workers[i].kind == WorkerKind::Run)
             .filter(|&i| {
-                !matches!(kind, FaultKind::Partition | FaultKind::HalfOpen)
-                    || self.workers[i].proxy.is_some()
+                let w = &self.workers[i];
+                match kind {
+                    FaultKind::SigkillRun | FaultKind::SigstopRun | FaultKind::SigstopCommand => {
+                        w.kind == WorkerKind::Run
+                    }
+                    FaultKind::FreezePool => w.kind == WorkerKind::Pool,
+                    FaultKind::Sigstop | FaultKind::SigstopWaiter => {
+                        !matches!(w.kind, WorkerKind::Run | WorkerKind::Pool)
+                    }
+                    FaultKind::Partition => w.proxy.is_some() && w.kind != WorkerKind::Pool,
+                    FaultKind::HalfOpen | FaultKind::BlackHole => w.proxy.is_some(),
+                    _ => true,
+                }
             })
             .collect()
     }
@@ -182,10 +243,28 @@ impl Pool {
             self.faults.push(fault);
             return Ok(line);
         }
+        // The command's pid and its `redbell run`'s, for the faults of those.
+        let mut pids = None;
         let i = if planned.kind == FaultKind::SigstopWaiter {
             match self.woken_waiter(planned.slot).await {
                 Some(i) => i,
                 None => return Ok("no woken waiter found to SIGSTOP".into()),
+            }
+        } else if planned.kind == FaultKind::FreezePool {
+            match self.waiting_pool(planned.slot).await {
+                Some(i) => i,
+                None => return Ok("no pool with all its tasks waiting found to SIGSTOP".into()),
+            }
+        } else if matches!(
+            planned.kind,
+            FaultKind::SigstopRun | FaultKind::SigstopCommand
+        ) {
+            match self.running_command(planned.slot).await {
+                Some((i, pid, ppid)) => {
+                    pids = Some((pid, ppid));
+                    i
+                }
+                None => return Ok("no redbell run command just started found".into()),
             }
         } else {
             let live = self.targets(planned.kind);
@@ -218,8 +297,44 @@ impl Pool {
                 self.workers[i].stopped = Some((due, self.faults.len()));
                 format!("partition {id} for {} ms", STOP_FOR.as_millis())
             }
+            FaultKind::BlackHole => {
+                let n = self.workers[i].proxy.as_ref().map_or(0, Proxy::black_hole);
+                // Not live until it must work again (`checker/run.rs`
+                // judges that); no other fault hits it meanwhile.
+                fault.until_us = Some(fault.at_us + BLACK_HOLE_RECOVERY.as_micros() as u64);
+                self.workers[i].stopped =
+                    Some((Instant::now() + BLACK_HOLE_RECOVERY, self.faults.len()));
+                format!("black hole: every connection of {id} silent ({n} relayed so far)")
+            }
+            FaultKind::SigstopRun => {
+                let Some((pid, ppid)) = pids else {
+                    return Ok("no command found".into());
+                };
+                signal_pid(ppid, "STOP");
+                self.workers[i].stopped = Some((due, self.faults.len()));
+                self.workers[i].stopped_pid = Some(ppid);
+                format!(
+                    "SIGSTOP {id}'s redbell run (pid {ppid}; its command, pid {pid}, runs on) for {} ms",
+                    STOP_FOR.as_millis()
+                )
+            }
+            FaultKind::SigstopCommand => {
+                let Some((pid, ppid)) = pids else {
+                    return Ok("no command found".into());
+                };
+                signal_pid_group(pid, "STOP");
+                tokio::time::sleep(TERM_AFTER).await;
+                // The bound runs from the SIGTERM.
+                fault.until_us = Some(now_us());
+                signal_pid(ppid, "TERM");
+                self.workers[i].stopped = Some((due, self.faults.len()));
+                format!(
+                    "SIGSTOP {id}'s command (group {pid}), then {} ms later SIGTERM its redbell run (pid {ppid})",
+                    TERM_AFTER.as_millis()
+                )
+            }
             FaultKind::HalfOpen => {
-                let n = self.workers[i].proxy.as_ref().map_or(0, Proxy::half_open);
+                let n = self.workers[i].proxy.as_ref().map_or(0, Proxy::black_hole);
                 // Its connections are dead until it notices: judged as
                 // stopped for a lease and a second.
                 fault.until_us =
@@ -230,10 +345,10 @@ impl Pool {
             _ => {
                 signal(&self.workers[i].child, "STOP");
                 self.workers[i].stopped = Some((due, self.faults.len()));
-                let what = if planned.kind == FaultKind::SigstopWaiter {
-                    "woken waiter "
-                } else {
-                    ""
+                let what = match planned.kind {
+                    FaultKind::SigstopWaiter => "woken waiter ",
+                    FaultKind::FreezePool => "pool (every task waiting) ",
+                    _ => "",
                 };
                 format!("SIGSTOP {what}{id} for {} ms", STOP_FOR.as_millis())
             }
@@ -258,12 +373,81 @@ impl Pool {
                 .collect();
             let waiting: Vec<usize> = (0..self.workers.len())
                 .filter(|&i| self.workers[i].stopped.is_none() && last[i] == Some(Event::Wait))
+                .filter(|&i| !matches!(self.workers[i].kind, WorkerKind::Pool | WorkerKind::Run))
                 .filter(|&i| releasing.contains(&self.workers[i].lock.as_str()))
                 .collect();
             if !waiting.is_empty() {
                 return Some(waiting[slot % waiting.len()]);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        None
+    }
+
+    /// A pool worker each of whose tasks has been waiting for
+    /// [`QUEUED_FOR`] at least; the slot picks among several.
+    async fn waiting_pool(&self, slot: usize) -> Option<usize> {
+        let deadline = Instant::now() + WAITER_SEARCH;
+        let pools = self.targets(FaultKind::FreezePool);
+        if pools.is_empty() {
+            return None;
+        }
+        while Instant::now() < deadline {
+            let queued_before = now_us().saturating_sub(QUEUED_FOR.as_micros() as u64);
+            let ready: Vec<usize> = pools
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let mut last: std::collections::HashMap<String, Record> = Default::default();
+                    for r in tail(&self.log(&self.workers[i].id), 32 * 1024) {
+                        last.insert(r.worker.clone(), r);
+                    }
+                    last.len() == POOL_TASKS
+                        && last
+                            .values()
+                            .all(|r| r.event == Event::Wait && r.start_us <= queued_before)
+                })
+                .collect();
+            if !ready.is_empty() {
+                return Some(ready[slot % ready.len()]);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        None
+    }
+
+    /// A `redbell run` worker whose command started within [`FRESH`], with
+    /// the command's pid and its `redbell run`'s (checked to be one).
+    async fn running_command(&self, slot: usize) -> Option<(usize, u32, u32)> {
+        let deadline = Instant::now() + WAITER_SEARCH + RUN_HOLD;
+        let runs = self.targets(FaultKind::SigstopRun);
+        let first = runs.first()?;
+        let path = super::runner::unfenced_log(
+            &self.log(&self.workers[*first].id),
+            &self.workers[*first].lock,
+        );
+        while Instant::now() < deadline {
+            let fresh_after = now_us().saturating_sub(FRESH.as_micros() as u64);
+            let recs = tail(&path, 16 * 1024);
+            let found: Vec<(usize, u32, u32)> = recs
+                .iter()
+                .filter(|r| r.event == Event::RunStart && r.start_us >= fresh_after)
+                .filter(|r| {
+                    !recs
+                        .iter()
+                        .any(|e| e.event == Event::RunEnd && e.worker == r.worker && e.seq == r.seq)
+                })
+                .filter_map(|r| {
+                    let i = *runs.iter().find(|&&i| self.workers[i].id == r.worker)?;
+                    let (pid, ppid) = (r.pid.filter(|&p| p > 1)?, r.ppid.filter(|&p| p > 1)?);
+                    let comm = std::fs::read_to_string(format!("/proc/{ppid}/comm")).ok()?;
+                    (comm.trim() == "redbell").then_some((i, pid, ppid))
+                })
+                .collect();
+            if !found.is_empty() {
+                return Some(found[slot % found.len()]);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         None
     }
@@ -311,16 +495,48 @@ fn last_event(path: &Path) -> Option<Event> {
     serde_json::from_str::<Record>(line).ok().map(|r| r.event)
 }
 
+/// The complete records in the last `bytes` of a log.
+fn tail(path: &Path, bytes: u64) -> Vec<Record> {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut text = String::new();
+    if f.seek(SeekFrom::Start(len.saturating_sub(bytes))).is_err()
+        || f.read_to_string(&mut text).is_err()
+    {
+        return Vec::new();
+    }
+    // (A first line cut in half does not parse.)
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// Sends `sig` to a worker's process group (the worker and, for a `redbell
 /// run` worker, its `redbell`) with kill(1) (the bench has no unsafe code).
 fn signal(child: &tokio::process::Child, sig: &str) {
     if let Some(pid) = child.id() {
-        let ok = std::process::Command::new("kill")
-            .args([&format!("-{sig}"), "--", &format!("-{pid}")])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("soak: kill -{sig} {pid} failed");
-        }
+        signal_pid_group(pid, sig);
+    }
+}
+
+/// Sends `sig` to the process group `pgid`.
+fn signal_pid_group(pgid: u32, sig: &str) {
+    kill(sig, &format!("-{pgid}"));
+}
+
+/// Sends `sig` to the process `pid` alone.
+fn signal_pid(pid: u32, sig: &str) {
+    kill(sig, &pid.to_string());
+}
+
+fn kill(sig: &str, target: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), "--", target])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("soak: kill -{sig} {target} failed");
     }
 }

@@ -52,11 +52,15 @@ pub enum WorkerKind {
     /// `Semaphore` permits ([`SEM_PERMITS`] of them; they do not write).
     #[value(name = "sem")]
     Semaphore,
+    /// [`POOL_TASKS`] tasks of one process (one client), each a `Mutex`
+    /// worker on the `mutex` workers' lock.
+    Pool,
 }
 
 impl WorkerKind {
-    pub const ALL: [WorkerKind; 6] = [
+    pub const ALL: [WorkerKind; 7] = [
         WorkerKind::Mutex,
+        WorkerKind::Pool,
         WorkerKind::Fair,
         WorkerKind::RwWrite,
         WorkerKind::RwRead,
@@ -72,6 +76,7 @@ impl WorkerKind {
             WorkerKind::RwRead => "rw-read",
             WorkerKind::Run => "run",
             WorkerKind::Semaphore => "sem",
+            WorkerKind::Pool => "pool",
         }
     }
 
@@ -79,16 +84,18 @@ impl WorkerKind {
     pub fn lock_part(self) -> &'static str {
         match self {
             WorkerKind::RwWrite | WorkerKind::RwRead => "rw",
+            WorkerKind::Pool => "mutex",
             k => k.name(),
         }
     }
 
     /// How many workers of this kind run at once (`redbell run` workers
     /// start two processes a section: fewer of them; the semaphore's are
-    /// twice its permits, so some always wait).
+    /// twice its permits, so some always wait; one pool, of several tasks).
     pub fn workers(self) -> usize {
         match self {
             WorkerKind::Run => 2,
+            WorkerKind::Pool => 1,
             WorkerKind::Semaphore => 2 * SEM_PERMITS as usize,
             _ => 3,
         }
@@ -121,6 +128,36 @@ pub const LEASE: Duration = Duration::from_millis(1500);
 /// How long a SIGSTOPped worker stays stopped: past its lease.
 pub const STOP_FOR: Duration = Duration::from_millis(2200);
 
+/// The tasks of a pool worker, each waiting on the lock in turn: enough to
+/// fill the head of the waiter queue (a release reads its first three
+/// members) with one process's members.
+pub const POOL_TASKS: usize = 6;
+
+/// The workers' response timeout (the library's default, set explicitly
+/// so the black hole's bound below stays in step).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How soon a client whose connections all went silent must work again:
+/// two response timeouts and a second (the bound of the issue that found
+/// it; the checker adds the lease and the free-wait bound, `checker/run.rs`).
+pub const BLACK_HOLE_RECOVERY: Duration =
+    Duration::from_millis(2 * RESPONSE_TIMEOUT.as_millis() as u64 + 1000);
+
+/// How long a `redbell run` worker's command runs: long past the lease, so
+/// a `redbell run` frozen early in it leaves the command running when the
+/// lease runs out (unless something kills it first).
+pub const RUN_HOLD: Duration = Duration::from_millis(3000);
+
+/// How often a running command writes a line to its lock's unfenced log.
+pub const RUN_LINE_EVERY: Duration = Duration::from_millis(100);
+
+/// `redbell run --kill-grace` of the `run` workers.
+pub const KILL_GRACE: Duration = Duration::from_millis(500);
+
+/// How long a command stays stopped before its `redbell run` gets the
+/// SIGTERM (`SigstopCommand`).
+pub const TERM_AFTER: Duration = Duration::from_millis(300);
+
 /// One scheduled fault: when (from the start) and, for a fault aimed at a
 /// worker, the slot it hits (an index into the live workers, taken modulo
 /// their number when it is injected).
@@ -145,11 +182,16 @@ fn worker_faults(topology: &str) -> &'static [FaultKind] {
             FaultKind::ClientPause,
             FaultKind::Partition,
             FaultKind::HalfOpen,
+            FaultKind::BlackHole,
+            FaultKind::FreezePool,
+            FaultKind::SigstopRun,
+            FaultKind::SigstopCommand,
         ],
         _ => &[
             FaultKind::Sigkill,
             FaultKind::Sigstop,
             FaultKind::SigstopWaiter,
+            FaultKind::FreezePool,
         ],
     }
 }

@@ -3,10 +3,15 @@
 //!
 //! - **partition**: nothing is forwarded either way (closes included) until
 //!   it is healed; the worker's connections stay open and hear nothing.
-//! - **half-open**: the server side of every connection open now is
-//!   closed, while the worker's side is left open and silent (never
-//!   written to, never closed): only the worker's own timeouts end it. New
-//!   connections are relayed as usual.
+//! - **black hole** ([`Proxy::black_hole`]; the `HalfOpen` and `BlackHole`
+//!   faults): the server side of every connection open now is closed,
+//!   while the worker's side is left open and silent: never written to,
+//!   never closed, no RST, what the worker sends read and dropped, as when
+//!   a NAT or a firewall on the way forgets the connections. Only the
+//!   worker's own timeouts end it. New connections are relayed as usual.
+//!   (The two faults are the same on the wire; they differ in what the
+//!   checker then demands of the worker: `BlackHole` that it work again,
+//!   `checker/run.rs`.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +25,7 @@ use tokio::task::JoinHandle;
 pub struct Proxy {
     pub port: u16,
     partitioned: watch::Sender<bool>,
-    /// Bumped by each half-open: connections older than it are cut.
+    /// Bumped by each black hole: connections older than it are cut.
     epoch: Arc<watch::Sender<u64>>,
     accepted: Arc<AtomicU64>,
     accept: JoinHandle<()>,
@@ -67,9 +72,10 @@ impl Proxy {
         self.partitioned.send_replace(on);
     }
 
-    /// Cuts the server side of the connections open now; returns how many
+    /// Black-holes the connections open now: their server side closed,
+    /// the worker's side open and silent for good. Returns how many
     /// connections the proxy has relayed so far.
-    pub fn half_open(&self) -> u64 {
+    pub fn black_hole(&self) -> u64 {
         self.epoch.send_modify(|e| *e += 1);
         self.accepted.load(Ordering::Relaxed)
     }
@@ -94,7 +100,7 @@ async fn relay(
     let (mut up, mut down) = ([0u8; 16 * 1024], [0u8; 16 * 1024]);
     loop {
         if *epoch.borrow() != born {
-            // Half-open: the server side goes; the client's stays open and
+            // Black hole: the server side goes; the client's stays open and
             // silent, its bytes read and dropped, until it closes.
             drop(server);
             while matches!(client.read(&mut up).await, Ok(n) if n > 0) {}

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::checker::{FREE_WAIT_BOUND_US, Fault, Verdict};
+use super::plan::{BLACK_HOLE_RECOVERY, KILL_GRACE};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// Everything a run found, as written to `report.json`.
@@ -16,6 +17,8 @@ pub struct Report {
     /// The worker kinds that ran.
     pub kinds: Vec<String>,
     pub lease_ms: u64,
+    /// When the workers were told to stop (wall clock µs).
+    pub end_us: u64,
     pub workers_not_stopping: Vec<String>,
     pub keys_left: Vec<String>,
     pub verdict: Verdict,
@@ -93,6 +96,29 @@ impl Report {
             format!(
                 "≤ {} (+ the servers' downtime)",
                 ms(self.lease_ms * 1000 + FREE_WAIT_BOUND_US)
+            ),
+        ));
+        rows.push((
+            "redbell run commands running at once (unfenced log)".into(),
+            v.run_overlaps.to_string(),
+            "0".into(),
+        ));
+        rows.push((
+            "longest time from a black hole until its worker got a lock".into(),
+            ms(v.longest_black_hole_recovery_us),
+            format!(
+                "≤ {} (2 × response timeout + 1 s, + the lease and 1 s)",
+                ms(BLACK_HOLE_RECOVERY.as_micros() as u64
+                    + self.lease_ms * 1000
+                    + FREE_WAIT_BOUND_US)
+            ),
+        ));
+        rows.push((
+            "longest time from SIGTERM until a stopped command's redbell run exited".into(),
+            ms(v.longest_stopped_command_end_us),
+            format!(
+                "≤ {} (--kill-grace + 2 s)",
+                ms(KILL_GRACE.as_micros() as u64 + 2_000_000)
             ),
         ));
         rows.push((

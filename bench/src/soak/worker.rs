@@ -4,6 +4,12 @@
 //! (readers and semaphore holders do not write: [`WorkerKind::writes`]),
 //! and logs every wait, acquisition, write and hold as a JSON line (see
 //! `checker.rs`). `redbell run` workers are in `runner.rs`.
+//!
+//! A pool worker ([`WorkerKind::Pool`]) does the same in [`POOL_TASKS`]
+//! tasks of one process, on one client, each logging as `ID/TASK`: one
+//! process with many members in the lock's waiter queue, which a bound per
+//! queue member rather than per process misses when the process freezes
+//! (`FreezePool`).
 
 use std::fs::File;
 use std::io::Write;
@@ -13,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::aio::ConnectionManager;
 
 use super::checker::{Event, Record};
-use super::plan::{LEASE, SEM_PERMITS, WorkerKind};
+use super::plan::{LEASE, POOL_TASKS, RESPONSE_TIMEOUT, SEM_PERMITS, WorkerKind};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// The fence-checked store: accepts a write only if its fence is at least
@@ -67,6 +73,7 @@ impl Target {
         };
         builder
             .default_lease(LEASE)
+            .response_timeout(RESPONSE_TIMEOUT)
             .renew_every(LEASE / 3)
             .connect()
             .await
@@ -176,6 +183,9 @@ pub struct Log {
 
 impl Log {
     pub fn open(path: &Path, worker: &str, kind: WorkerKind, lock: &str) -> Result<Log, Failure> {
+        // (Appends of one line each: several writers of one file, as the
+        // tasks of a pool or a `redbell run` worker's commands, never mix
+        // their lines.)
         let file = File::options()
             .create(true)
             .append(true)
@@ -201,7 +211,7 @@ impl Log {
         span: (u64, Option<u64>),
         outcome: Option<String>,
     ) {
-        let rec = Record {
+        self.put_record(Record {
             worker: self.worker.clone(),
             kind: self.kind.name().to_owned(),
             lock: self.lock.clone(),
@@ -212,7 +222,31 @@ impl Log {
             end_us: span.1,
             outcome,
             permits: self.kind.permits(),
-        };
+            pid: None,
+            ppid: None,
+        });
+    }
+
+    /// A `redbell run` command's line in its lock's unfenced log, now:
+    /// `pids` (its own and its `redbell run`'s) on the first.
+    pub fn put_run(&mut self, event: Event, seq: u64, outcome: &str, pids: Option<(u32, u32)>) {
+        self.put_record(Record {
+            worker: self.worker.clone(),
+            kind: self.kind.name().to_owned(),
+            lock: self.lock.clone(),
+            event,
+            seq,
+            fence: None,
+            start_us: now_us(),
+            end_us: None,
+            outcome: Some(outcome.to_owned()),
+            permits: None,
+            pid: pids.map(|p| p.0),
+            ppid: pids.map(|p| p.1),
+        });
+    }
+
+    fn put_record(&mut self, rec: Record) {
         let mut line = serde_json::to_string(&rec).unwrap_or_default();
         line.push('\n');
         if let Err(e) = self.file.write_all(line.as_bytes()) {
@@ -245,7 +279,7 @@ impl Store {
     }
 
     /// One fence-checked write, logged; returns its outcome.
-    async fn write(&mut self, fence: u64, log: &mut Log, seq: u64) -> String {
+    pub async fn write(&mut self, fence: u64, log: &mut Log, seq: u64) -> String {
         let start = now_us();
         let res: Result<i64, _> = self
             .script
@@ -308,16 +342,39 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         return super::runner::drive(url, args).await;
     }
     let client = args.target.client(url).await?;
-    let mut store = Store::open(args.target.store_url(url), &args.lock).await?;
-    let handle = match args.kind {
-        WorkerKind::Mutex | WorkerKind::Run => Handle::Mutex(client.mutex(&args.lock)),
+    let handle = |client: &redbell::Client| match args.kind {
+        WorkerKind::Mutex | WorkerKind::Run | WorkerKind::Pool => {
+            Handle::Mutex(client.mutex(&args.lock))
+        }
         WorkerKind::Fair => Handle::Fair(client.fair_mutex(&args.lock)),
         WorkerKind::RwWrite | WorkerKind::RwRead => Handle::Rw(client.rwlock(&args.lock)),
         WorkerKind::Semaphore => Handle::Semaphore(client.semaphore(&args.lock, SEM_PERMITS)),
     };
-    let mut log = Log::open(&args.log, &args.id, args.kind, &args.lock)?;
-    let hold = Duration::from_millis(args.hold_ms);
+    if args.kind != WorkerKind::Pool {
+        let store = Store::open(args.target.store_url(url), &args.lock).await?;
+        let log = Log::open(&args.log, &args.id, args.kind, &args.lock)?;
+        sections(&args, &handle(&client), log, store).await;
+        return Ok(());
+    }
+    // The pool: its tasks queue one after another, as the pool of a
+    // service would.
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..POOL_TASKS {
+        let id = format!("{}/{task}", args.id);
+        let store = Store::open(args.target.store_url(url), &args.lock).await?;
+        let log = Log::open(&args.log, &id, args.kind, &args.lock)?;
+        let (args, handle) = (args.clone(), handle(&client));
+        tasks.spawn(async move { sections(&args, &handle, log, store).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
 
+/// One worker's (or pool task's) critical sections until the stop file
+/// appears.
+async fn sections(args: &WorkerArgs, handle: &Handle, mut log: Log, mut store: Store) {
+    let hold = Duration::from_millis(args.hold_ms);
     let mut seq = 0;
     while !stopped(&args.stop_file) {
         seq += 1;
@@ -359,7 +416,6 @@ pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         };
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
-    Ok(())
 }
 
 pub fn stopped(stop_file: &Path) -> bool {

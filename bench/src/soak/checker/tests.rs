@@ -22,6 +22,8 @@ fn rec(
         end_us: end,
         outcome: outcome.map(str::to_owned),
         permits: None,
+        pid: None,
+        ppid: None,
     }
 }
 
@@ -370,4 +372,247 @@ fn a_second_killed_permit_holder_extends_the_first_ones_excuse() {
         "{:?}",
         v.violations
     );
+}
+
+/// A `redbell run` command's lines in the unfenced log, from `a` to `b`
+/// (one every 100 ms), and its section (acquired at `a`, held until `b`).
+fn command(worker: &str, seq: u64, fence: u64, a: u64, b: u64) -> Vec<Record> {
+    let mut r = as_kind(section(worker, seq, fence, a, a, b, "accepted"), RUN);
+    let line =
+        |event, t| as_kind(vec![rec(worker, event, seq, None, t, None, None)], RUN).remove(0);
+    r.push(line(Event::RunStart, a));
+    r.extend(
+        (a + 100_000..b)
+            .step_by(100_000)
+            .map(|t| line(Event::RunLine, t)),
+    );
+    r.push(line(Event::RunEnd, b));
+    r
+}
+
+#[test]
+fn run_commands_one_after_another_pass() {
+    let mut r = command("a", 1, 10, 0, 3_000_000);
+    r.extend(command("b", 1, 11, 3_010_000, 6_000_000));
+    let v = check(&r, &[], LEASE);
+    assert_eq!(v.run_overlaps, 0);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+}
+
+#[test]
+fn overlapping_run_commands_are_flagged_whatever_the_fault() {
+    // a's redbell run frozen 100 ms into a's command; the lease ran out and
+    // b's command started while a's ran on: no fault of a worker excuses
+    // it (a plain SIGSTOP would excuse a library worker's overlap).
+    let mut r = command("a", 1, 10, 0, 3_000_000);
+    r.extend(command("b", 1, 11, 1_600_000, 4_600_000));
+    for kind in [FaultKind::SigstopRun, FaultKind::Sigstop] {
+        let v = check(&r, &[stop(kind, "a", 100_000, 2_300_000)], LEASE);
+        assert_eq!(v.run_overlaps, 1, "{kind:?}");
+        let x = &v.violations[0];
+        assert_eq!(x.bound, "redbell run commands running at once = 0");
+        assert_eq!((x.start_us, x.end_us), (1_600_000, 3_000_000));
+        assert!(x.detail.contains("1400 ms"), "{}", x.detail);
+    }
+    // A restart that may have lost a's grant explains it.
+    let restart = Fault {
+        at_us: 1_000_000,
+        kind: FaultKind::Restart,
+        worker: None,
+        until_us: Some(1_200_000),
+    };
+    let v = check(&r, &[restart], LEASE);
+    assert_eq!(v.run_overlaps, 0);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+}
+
+#[test]
+fn a_command_killed_mid_run_held_until_its_last_line() {
+    // a's command killed (no end line, no hold) after its line at 1.0 s:
+    // b's start at 2.6 s, a lease after, is no free wait past the bound.
+    let mut r: Vec<Record> = command("a", 1, 10, 0, 3_000_000)
+        .into_iter()
+        .filter(|x| x.start_us <= 1_000_000 && !matches!(x.event, Event::Hold | Event::RunEnd))
+        .collect();
+    r.push(
+        as_kind(
+            vec![rec("b", Event::Wait, 1, None, 500_000, None, None)],
+            RUN,
+        )
+        .remove(0),
+    );
+    r.extend(
+        command("b", 1, 11, 2_600_000, 5_600_000)
+            .into_iter()
+            .skip(1),
+    );
+    let v = check(
+        &r,
+        &[stop(FaultKind::SigstopRun, "a", 100_000, 2_300_000)],
+        LEASE,
+    );
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 1_600_000);
+}
+
+/// A black hole of `worker`'s connections at `at_us`.
+fn black_hole(worker: &str, at_us: u64) -> Fault {
+    Fault {
+        at_us,
+        kind: FaultKind::BlackHole,
+        worker: Some(worker.into()),
+        until_us: Some(at_us + 5_000_000),
+    }
+}
+
+#[test]
+fn a_black_holed_worker_must_get_a_lock_again_in_time() {
+    // Bound: 2 x 2 s + 1 s, + the lease (1.5 s) and 1 s = 7.5 s.
+    let base = || {
+        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 0, 2_000, 3_000, "accepted"));
+        // The run goes on to 20 s.
+        r.extend(section(
+            "b", 2, 14, 19_000_000, 19_000_000, 20_000_000, "accepted",
+        ));
+        r
+    };
+    // Back after 7 s: within the bound.
+    let mut r = base();
+    r.extend(section("a", 2, 13, 1_000, 7_001_000, 7_002_000, "accepted"));
+    let v = check(&r, &[black_hole("a", 1_000)], LEASE);
+    assert_eq!(v.longest_black_hole_recovery_us, 7_000_000);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    // After 9 s: too late (and the lock sat free while it waited, once its
+    // 5 s of not being live were over).
+    let mut r = base();
+    r.extend(section("a", 2, 13, 1_000, 9_001_000, 9_002_000, "accepted"));
+    let v = check(&r, &[black_hole("a", 1_000)], LEASE);
+    let bounds: Vec<&str> = v.violations.iter().map(|x| x.bound.as_str()).collect();
+    assert_eq!(
+        bounds,
+        [
+            "a black-holed worker gets a lock again <= 7500 ms",
+            "lock free while a live waiter waited <= 2500 ms"
+        ]
+    );
+    // Never again (every later call failed): too.
+    let mut r = base();
+    for seq in 2..10 {
+        let t = seq * 2_000_000;
+        r.push(rec("a", Event::Wait, seq, None, t, None, None));
+        r.push(rec(
+            "a",
+            Event::Error,
+            seq,
+            None,
+            t,
+            Some(t + 2_000_000),
+            Some("lock:Timeout"),
+        ));
+    }
+    let v = check(&r, &[black_hole("a", 1_000)], LEASE);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+    assert!(
+        v.violations[0].detail.contains("never got a lock again"),
+        "{:?}",
+        v.violations
+    );
+    // Unless it was killed meanwhile (a fresh worker took its place).
+    let v = check(&r, &[black_hole("a", 1_000), kill("a", 3_000_000)], LEASE);
+    assert!(
+        v.violations
+            .iter()
+            .all(|x| !x.bound.contains("black-holed")),
+        "{:?}",
+        v.violations
+    );
+}
+
+#[test]
+fn a_stopped_command_must_end_soon_after_sigterm() {
+    let term = |at: u64| Fault {
+        at_us: at - 300_000,
+        kind: FaultKind::SigstopCommand,
+        worker: Some("a".into()),
+        until_us: Some(at),
+    };
+    let mut r = command("a", 1, 10, 0, 1_000_000);
+    r.extend(command("b", 1, 11, 10_000_000, 13_000_000));
+    // Its redbell run exits 143 2 s after the SIGTERM at 1 s: in time.
+    let mut ok = r.clone();
+    ok.push(rec(
+        "a",
+        Event::Error,
+        1,
+        None,
+        0,
+        Some(3_000_000),
+        Some("run:exit:143"),
+    ));
+    let v = check(&ok, &[term(1_000_000)], LEASE);
+    assert_eq!(v.longest_stopped_command_end_us, 2_000_000);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    // Never exits (held and renewed for good): a violation.
+    let v = check(&r, &[term(1_000_000)], LEASE);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+    assert_eq!(
+        v.violations[0].bound,
+        "a stopped command ended and its lock freed <= 2500 ms after SIGTERM"
+    );
+}
+
+#[test]
+fn a_frozen_pool_excuses_no_free_wait_of_another_worker() {
+    // Pool p's tasks wait from 0; p frozen at 100 ms for 2.2 s; a lets go
+    // at 1 ms; live waiter b (waiting from 0) gets the lock at 1.4 s.
+    // (Its task p/0 held the lock just before: let go, not a holder hit.)
+    let mut r = section("p/0", 0, 9, 0, 1, 5, "accepted");
+    r.extend(section("a", 1, 10, 0, 10, 1_000, "accepted"));
+    for t in 0..3 {
+        r.push(rec(&format!("p/{t}"), Event::Wait, 1, None, 0, None, None));
+    }
+    r.extend(section("b", 1, 11, 0, 1_400_000, 1_401_000, "accepted"));
+    // (The pool's tasks get it after it is continued.)
+    for t in 0..3u64 {
+        let at = 2_400_000 + t * 10_000;
+        r.push(rec(
+            &format!("p/{t}"),
+            Event::Acquired,
+            1,
+            Some(12 + t),
+            0,
+            Some(at),
+            None,
+        ));
+        r.push(rec(
+            &format!("p/{t}"),
+            Event::Hold,
+            1,
+            Some(12 + t),
+            at,
+            Some(at + 5_000),
+            None,
+        ));
+    }
+    let v = check(
+        &r,
+        &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
+        LEASE,
+    );
+    assert_eq!(v.longest_free_wait_us, 1_399_000);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+    assert_eq!(
+        v.violations[0].bound,
+        "lock free while a live waiter waited <= 1000 ms"
+    );
+    // The frozen tasks' own waits do not count: b got it in time.
+    let mut r2: Vec<Record> = r.iter().filter(|x| x.worker != "b").cloned().collect();
+    r2.extend(section("b", 1, 11, 0, 500_000, 501_000, "accepted"));
+    let v = check(
+        &r2,
+        &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
+        LEASE,
+    );
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
 }
