@@ -161,4 +161,31 @@ pub use survey::LockScan;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 mod readme {}
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../docs/guide/README.md")]
+    mod index {}
+    #[doc = include_str!("../docs/guide/connecting.md")]
+    mod connecting {}
+    #[doc = include_str!("../docs/guide/leases.md")]
+    mod leases {}
+    #[doc = include_str!("../docs/guide/mutex.md")]
+    mod mutex {}
+    #[doc = include_str!("../docs/guide/fair-mutex.md")]
+    mod fair_mutex {}
+    #[doc = include_str!("../docs/guide/rwlock.md")]
+    mod rwlock {}
+    #[doc = include_str!("../docs/guide/semaphore.md")]
+    mod semaphore {}
+    #[doc = include_str!("../docs/guide/election.md")]
+    mod election {}
+    #[doc = include_str!("../docs/guide/cli.md")]
+    mod cli {}
+    #[doc = include_str!("../docs/guide/operations.md")]
+    mod operations {}
+    #[doc = include_str!("../docs/guide/failures.md")]
+    mod failures {}
+    #[doc = include_str!("../docs/guide/troubleshooting.md")]
+    mod troubleshooting {}
+}
 
