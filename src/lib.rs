@@ -51,7 +51,7 @@
 //! The server must be Redis 7.0 or newer (or Valkey 7.2+), and allow Lua
 //! scripts and pub/sub to the client's user.
 //!
-//! # Leases, `lost()` and fences
+//! # Leases and fences
 //!
 //! A lock taken without a fixed lease gets the client's lease (30 s by
 //! default), renewed every 10 s by one task per client while the guard
