@@ -188,4 +188,3 @@ mod guide {
     #[doc = include_str!("../docs/guide/troubleshooting.md")]
     mod troubleshooting {}
 }
-
