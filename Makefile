@@ -30,7 +30,7 @@ test:
 	$(WITH_REDIS) bash -c '\
 	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast $(TEST_FEATURES) && \
-	  cargo test --workspace --doc && \
+	  cargo test --workspace --doc --features redbell/tls-rustls && \
 	  for ex in quickstart watchdog fencing rwlock leader; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== example metrics (the metrics feature, scraped over loopback)" && \
 	  cargo build -p redbell --example metrics --features metrics && ./target/debug/examples/metrics && \

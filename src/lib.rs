@@ -165,6 +165,7 @@ mod readme {}
 mod guide {
     #[doc = include_str!("../docs/guide/README.md")]
     mod index {}
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
     #[doc = include_str!("../docs/guide/connecting.md")]
     mod connecting {}
     #[doc = include_str!("../docs/guide/leases.md")]
