@@ -415,7 +415,7 @@ fn rows(r: &Report) -> Vec<(String, Cell, Ratio)> {
         }
     }
     // What a window queued behind the others feels; re-takes apart.
-    const WAIT: &str = "wait for a lock another window held";
+    const WAIT: &str = "wait for another window's lock";
     match &r.waits {
         Some(h) if !h.is_empty() => {
             for (q, name) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
@@ -436,7 +436,7 @@ fn rows(r: &Report) -> Vec<(String, Cell, Ratio)> {
     match &r.retakes {
         Some(t) => {
             rows.push((
-                "barging re-takes (the window that just sold, ahead of one waiting)".into(),
+                "barging re-takes (ahead of a waiter)".into(),
                 cell(format!("{} of {}", t.count, t.acquisitions)),
                 Ratio::None,
             ));
@@ -451,7 +451,7 @@ fn rows(r: &Report) -> Vec<(String, Cell, Ratio)> {
             ));
         }
         None => rows.push((
-            "barging re-takes (the window that just sold, ahead of one waiting)".into(),
+            "barging re-takes (ahead of a waiter)".into(),
             cell("n/a"),
             Ratio::None,
         )),
