@@ -45,7 +45,7 @@
 //! [`Client::connect`] takes a URL (`redis://`, `rediss://` with a TLS
 //! feature, `redis+unix://`); [`Client::builder`] takes anything redis-rs
 //! takes for one server and the options of [`ClientBuilder`] (lease,
-//! renewal, prefix, [TLS certificates](ClientBuilder::tls), replica
+//! renewal, prefix, TLS certificates with a TLS feature, replica
 //! acknowledgements). [`Client::sentinel`] follows a primary across
 //! failovers; [`Client::cluster`] uses sharded pub/sub on a Redis Cluster.
 //! The server must be Redis 7.0 or newer (or Valkey 7.2+), and allow Lua
@@ -83,7 +83,7 @@
 //!
 //! # Features
 //!
-//! - `tls-rustls`: `rediss://` and [`ClientBuilder::tls`] through rustls
+//! - `tls-rustls`: `rediss://` and `ClientBuilder::tls` through rustls
 //!   (the `ring` provider).
 //! - `tls-native-tls`: the same through the platform's TLS library.
 //! - `metrics`: every counter of [`Stats`] also through the `metrics` facade.
