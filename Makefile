@@ -30,7 +30,7 @@ test:
 	$(WITH_REDIS) bash -c '\
 	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast $(TEST_FEATURES) && \
-	  cargo test --workspace --doc && \
+	  cargo test --workspace --doc --features redbell/tls-rustls && \
 	  for ex in quickstart watchdog fencing rwlock leader; do echo "== example $$ex"; ./target/debug/examples/$$ex || exit 1; done && \
 	  echo "== example metrics (the metrics feature, scraped over loopback)" && \
 	  cargo build -p redbell --example metrics --features metrics && ./target/debug/examples/metrics && \
@@ -62,6 +62,8 @@ soak:
 	  SOAK_TOPOLOGY=$$t ./target/release/redbell-bench soak --out target/soak/$$t; \
 	done
 
+# The report goes to docs/performance.md (and its chart to
+# docs/performance.svg), generated whole: commit it with the change it measures.
 # The bench's metrics-cost row runs workers built with redbell's `metrics`
 # feature (redbell-bench-metrics) beside those built without it.
 bench:
@@ -76,7 +78,8 @@ bench:
 	fi; \
 	cargo build --release -p redbell-bench --features metrics; \
 	cp target/release/redbell-bench target/release/redbell-bench-metrics; \
-	$(WITH_REDIS) cargo run --release -p redbell-bench -- bench --cluster "$$REDBELL_CLUSTER_NODES"
+	$(WITH_REDIS) cargo run --release -p redbell-bench -- bench --cluster "$$REDBELL_CLUSTER_NODES" \
+	  --report docs/performance.md
 
 lint:
 	cargo fmt --all -- --check

@@ -81,6 +81,7 @@ mod contend;
 mod floor;
 mod lock;
 mod metrics_cost;
+mod page;
 mod plan;
 mod report;
 mod results;
@@ -107,6 +108,13 @@ pub struct BenchArgs {
     /// Directory for `results.json` and `chart.svg`.
     #[arg(long, value_name = "DIR", default_value = "target/bench")]
     pub out: PathBuf,
+
+    /// Also write the report as a Markdown page to FILE, with the chart
+    /// beside it (FILE with the extension `.svg`): `make bench` writes
+    /// `docs/performance.md`. The page is generated whole; rerun the
+    /// bench rather than edit it.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 
     /// Time each worker holds the lock per acquisition (spun, not slept).
     #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = humantime::parse_duration)]
@@ -351,6 +359,25 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<(), Failure> {
     chart::draw(&results, &svg)
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot draw {}: {e}", svg.display())))?;
     eprintln!("bench: wrote {} and {}", json.display(), svg.display());
+    if let Some(page) = &args.report {
+        write_page(&results, page)?;
+    }
+    Ok(())
+}
+
+/// `--report`: the page and its chart beside it.
+fn write_page(results: &Results, page: &std::path::Path) -> Result<(), Failure> {
+    let chart = page.with_extension("svg");
+    let chart_name = chart
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    chart::draw(results, &chart)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot draw {}: {e}", chart.display())))?;
+    let text = page::render(results, &page::command_line(), &chart_name);
+    std::fs::write(page, text)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot write {}: {e}", page.display())))?;
+    eprintln!("bench: wrote {} and {}", page.display(), chart.display());
     Ok(())
 }
 

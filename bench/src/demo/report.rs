@@ -29,8 +29,15 @@ pub struct Report {
     /// the lock at the unlock (otherwise the lock merely sat idle). `None`
     /// without a lock.
     pub handoffs: Option<Histogram<u64>>,
-    /// Lock waits (µs): from a window's lock request to its acquisition.
+    /// Lock waits (µs), from a window's lock request to its acquisition,
+    /// of the acquisitions that took the lock from *another* window: what a
+    /// window queued behind the others feels. `None` without a lock.
     pub waits: Option<Histogram<u64>>,
+    /// Barging re-takes: acquisitions by the window that held the lock
+    /// just before, while another window was already waiting at that
+    /// unlock. Their waits are not in [`Report::waits`] (a re-take waits
+    /// for nobody, which would flatter a median). `None` without a lock.
+    pub retakes: Option<Retakes>,
     /// Redis commands per sale (server-wide `INFO commandstats` delta, less
     /// the demo's own bookkeeping commands); `None` if INFO was unavailable.
     pub commands_per_sale: Option<f64>,
@@ -39,6 +46,18 @@ pub struct Report {
     pub scripts_per_sale: Option<f64>,
     /// With `--open K`: the concurrency check of the open windows.
     pub open: Option<OpenCheck>,
+}
+
+/// Acquisitions by the window that had just unlocked, ahead of a window
+/// that was waiting.
+#[derive(Debug, Clone)]
+pub struct Retakes {
+    /// Acquisitions in the run.
+    pub acquisitions: u64,
+    /// Those that were barging re-takes.
+    pub count: u64,
+    /// Their waits (µs).
+    pub waits: Histogram<u64>,
 }
 
 /// How many windows were open at once, against the semaphore's limit.
@@ -130,6 +149,7 @@ pub fn parse_sale(s: &str) -> Option<Sale> {
 /// One acquisition, `window:fence:request:acquired:unlock:sold` (µs).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
+    pub window: u32,
     pub request: u64,
     pub acquired: u64,
     pub unlock: u64,
@@ -142,7 +162,8 @@ pub fn parse_timing(s: &str) -> Option<Timing> {
         .collect::<Result<_, _>>()
         .ok()?;
     match f[..] {
-        [_, _, request, acquired, unlock, _] => Some(Timing {
+        [window, _, request, acquired, unlock, _] => Some(Timing {
+            window: u32::try_from(window).ok()?,
             request,
             acquired,
             unlock,
@@ -192,13 +213,15 @@ pub fn analyse(
         _ => Duration::ZERO,
     };
     // Without a lock critical sections overlap: there is no hand-off.
-    let (handoffs, waits) = if locked {
+    let (handoffs, waits, retakes) = if locked {
+        let (waits, retakes) = wait_times(&ordered);
         (
             Some(handoff_latencies(&ordered)),
-            Some(wait_times(&ordered)),
+            Some(waits),
+            Some(retakes),
         )
     } else {
-        (None, None)
+        (None, None, None)
     };
     Report {
         label,
@@ -211,6 +234,7 @@ pub fn analyse(
         wall,
         handoffs,
         waits,
+        retakes,
         commands_per_sale: commands.map(|c| c.total as f64 / sold.max(1) as f64),
         scripts_per_sale: commands.map(|c| c.scripts as f64 / sold.max(1) as f64),
         open: None,
@@ -238,13 +262,32 @@ fn handoff_latencies(ordered: &[Timing]) -> Histogram<u64> {
     h
 }
 
-/// See [`Report::waits`].
-fn wait_times(timings: &[Timing]) -> Histogram<u64> {
-    let mut h = histogram();
-    for t in timings {
-        h.saturating_record(t.acquired.saturating_sub(t.request).max(1));
+/// See [`Report::waits`] and [`Report::retakes`]. `ordered` is sorted by
+/// acquisition time. An acquisition by the window that held the lock just
+/// before is a barging re-take if another window had asked for the lock by
+/// that unlock (and got it later); otherwise (nobody else waiting, or the
+/// run's first acquisition) it is in neither.
+fn wait_times(ordered: &[Timing]) -> (Histogram<u64>, Retakes) {
+    let mut waits = histogram();
+    let mut retakes = Retakes {
+        acquisitions: ordered.len() as u64,
+        count: 0,
+        waits: histogram(),
+    };
+    for (i, pair) in ordered.windows(2).enumerate() {
+        let (prev, t) = (pair[0], pair[1]);
+        let wait = t.acquired.saturating_sub(t.request).max(1);
+        if t.window != prev.window {
+            waits.saturating_record(wait);
+        } else if ordered[i + 2..]
+            .iter()
+            .any(|later| later.window != prev.window && later.request <= prev.unlock)
+        {
+            retakes.count += 1;
+            retakes.waits.saturating_record(wait);
+        }
     }
-    h
+    (waits, retakes)
 }
 
 fn ms(us: u64) -> String {
@@ -297,6 +340,13 @@ fn rows(r: &Report) -> Vec<(String, Cell, Ratio)> {
         rows.push((
             format!("window {} sold", i + 1),
             cell(n.to_string()),
+            Ratio::None,
+        ));
+    }
+    if let (Some(fewest), Some(most)) = (r.per_window.iter().min(), r.per_window.iter().max()) {
+        rows.push((
+            "sales per window, fewest / most".into(),
+            cell(format!("{fewest} / {most}")),
             Ratio::None,
         ));
     }
@@ -364,24 +414,47 @@ fn rows(r: &Report) -> Vec<(String, Cell, Ratio)> {
             rows.push(("hand-off p99".into(), cell("n/a"), Ratio::None));
         }
     }
+    // What a window queued behind the others feels; re-takes apart.
+    const WAIT: &str = "wait for another window's lock";
     match &r.waits {
         Some(h) if !h.is_empty() => {
-            let (p50, p99) = (h.value_at_quantile(0.5), h.value_at_quantile(0.99));
-            rows.push((
-                "lock wait p50".into(),
-                num(ms(p50), p50 as f64),
-                Ratio::Time,
-            ));
-            rows.push((
-                "lock wait p99".into(),
-                num(ms(p99), p99 as f64),
-                Ratio::Time,
-            ));
+            for (q, name) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
+                let v = if q < 1.0 {
+                    h.value_at_quantile(q)
+                } else {
+                    h.max()
+                };
+                rows.push((format!("{WAIT}, {name}"), num(ms(v), v as f64), Ratio::Time));
+            }
         }
         _ => {
-            rows.push(("lock wait p50".into(), cell("n/a"), Ratio::None));
-            rows.push(("lock wait p99".into(), cell("n/a"), Ratio::None));
+            for name in ["p50", "p99", "max"] {
+                rows.push((format!("{WAIT}, {name}"), cell("n/a"), Ratio::None));
+            }
         }
+    }
+    match &r.retakes {
+        Some(t) => {
+            rows.push((
+                "barging re-takes (ahead of a waiter)".into(),
+                cell(format!("{} of {}", t.count, t.acquisitions)),
+                Ratio::None,
+            ));
+            rows.push((
+                "  their wait, p50".into(),
+                if t.waits.is_empty() {
+                    cell("-")
+                } else {
+                    cell(ms(t.waits.value_at_quantile(0.5)))
+                },
+                Ratio::None,
+            ));
+        }
+        None => rows.push((
+            "barging re-takes (ahead of a waiter)".into(),
+            cell("n/a"),
+            Ratio::None,
+        )),
     }
     for (label, value) in [
         ("Redis commands / sale", r.commands_per_sale),
@@ -484,6 +557,11 @@ fn footnote(commands: bool) {
              commands are GET, RPUSH, SET."
         );
     }
+    println!(
+        "  Waits: from a window's lock request to its acquisition, for acquisitions that took the lock from\n  \
+         another window. A barging re-take (the window that just sold taking the lock again while another\n  \
+         window was already waiting) waits for nobody; it is counted apart, not averaged in."
+    );
 }
 
 #[cfg(test)]
@@ -528,7 +606,8 @@ mod tests {
 
     #[test]
     fn handoffs_count_only_waiting_successors() {
-        let t = |request, acquired, unlock| Timing {
+        let t = |window, request, acquired, unlock| Timing {
+            window,
             request,
             acquired,
             unlock,
@@ -537,19 +616,27 @@ mod tests {
         // later (idle lock); the fourth waited from 1050, but the holder of
         // 1100 took the lock again first, 150 after its unlock.
         let timings = [
-            t(0, 10, 100),
-            t(50, 300, 400),
-            t(1000, 1001, 1100),
-            t(1200, 1250, 1300),
-            t(1050, 1400, 1500),
+            t(1, 0, 10, 100),
+            t(2, 50, 300, 400),
+            t(1, 1000, 1001, 1100),
+            t(1, 1200, 1250, 1300),
+            t(2, 1050, 1400, 1500),
         ];
-        let r = analyse("t".into(), 1, 0, &[], &timings, true, None);
+        let r = analyse("t".into(), 2, 0, &[], &timings, true, None);
         let h = r.handoffs.unwrap();
         assert_eq!(h.len(), 3);
         assert_eq!(h.max(), 200);
         assert_eq!(h.min(), 100);
         assert_eq!(r.wall, Duration::from_micros(1500));
-        assert_eq!(r.waits.unwrap().max(), 350);
+        // Waits behind another window: 250 (window 2), 1 (window 1 after
+        // window 2), 350 (window 2 after window 1's re-take).
+        let waits = r.waits.unwrap();
+        assert_eq!((waits.len(), waits.max()), (3, 350));
+        // Window 1 took the lock again at 1250 while window 2 had waited
+        // since 1050: one barging re-take, of five acquisitions.
+        let retakes = r.retakes.unwrap();
+        assert_eq!((retakes.count, retakes.acquisitions), (1, 5));
+        assert_eq!(retakes.waits.max(), 50);
     }
 
     #[test]
