@@ -71,7 +71,7 @@ Exit codes:
            SIGTERM, then SIGKILL after --kill-grace; or its lease could not
            be confirmed in time (redbell was stopped or starved, or Redis
            did not answer) and the guardian stopped the group before the
-           lease could expire
+           lease could expire; or the guardian died and the group got SIGKILL
 
 Environment:
   REDIS_URL       the Redis server when --url is absent

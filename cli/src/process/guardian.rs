@@ -17,8 +17,10 @@
 //!   the first before the command starts (`run`: each renewal its
 //!   [`Lease`](crate::run) confirms; `elect`: each reading of the
 //!   leadership's remaining lease). A deadline travels as the two instants
-//!   of its [`Schedule`], SIGTERM and SIGKILL, on `CLOCK_MONOTONIC`, which
-//!   both processes read: an *instant*, not a remaining duration, so a
+//!   of its [`Schedule`], SIGTERM and SIGKILL, on [`CLOCK`]
+//!   (`CLOCK_BOOTTIME`: unlike `CLOCK_MONOTONIC`, it runs on while the host
+//!   is suspended, as Redis's clock and so the lease do), which both
+//!   processes read: an *instant*, not a remaining duration, so a
 //!   `redbell` stopped between reading the lease and writing the frame, or
 //!   a guardian slow to read it, cannot move the deadline later. Unless a
 //!   later deadline comes in time, the guardian sends the group SIGTERM
@@ -30,14 +32,30 @@
 //!   before the key can expire on the server. The deadline itself is the
 //!   one the lease code computes, drift already taken off (`schedule.rs`).
 //!   Once it has sent SIGTERM, the guardian goes through with the stop: a
-//!   deadline fed later does not call it off.
+//!   deadline fed later does not call it off. It looks at the clock at
+//!   least every [`NAP`] (its sleep does not count suspended time), so a
+//!   host resumed past a deadline has the group stopped within that.
+//! - **The grace.** When `redbell` itself sends the group SIGTERM and
+//!   starts a grace (a SIGTERM or SIGINT to it, a lost lease, `--max-hold`,
+//!   processes left behind), it orders the guardian to SIGKILL the group
+//!   at the grace's end ([`Guardian::kill_by`]). The guardian takes that
+//!   frame although it is earlier than the deadline (deadlines only ever
+//!   move its action later): it can only shorten the command's life. So a
+//!   `redbell` stopped in the grace still has the command ended at the
+//!   grace's end (plus the guardian's wake-up), not at the lease's deadline.
 //! - **End-of-file.** When `redbell` dies, however it dies, the kernel
 //!   closes its end; the guardian's read returns end-of-file, and it sends
 //!   SIGKILL to the group at once.
+//! - **The guardian's death.** The other way round: should the guardian
+//!   die alone (the OOM killer, a stray `kill -9`), its end closes and ours
+//!   turns readable ([`Guardian::lost`]); `redbell` sends the group SIGKILL
+//!   at once and reports a lost lease. Left running, the command would be
+//!   unguarded: a `redbell` that died or froze next would let it run past
+//!   the lease.
 //! - **Dismissal.** Once `redbell` is done with the group (it is gone), it
 //!   writes a dismissal; the guardian exits, with [`EX_TEMPFAIL`] if its
 //!   timer stopped the group (`redbell` then reports a lost lease), with 0
-//!   otherwise.
+//!   otherwise (a SIGKILL it was ordered at a grace's end included).
 //!
 //! When `redbell` is alive and Redis is not, `redbell` and the guardian
 //! both stop the group on the same schedule: the signals go out twice, which
@@ -48,7 +66,8 @@
 //! escapes it: a process that left the command's group (`setsid`,
 //! `setpgid`), as such a process escapes every signal to the group; and
 //! everything, if the guardian is SIGKILLed (or SIGSTOPped) along with
-//! `redbell`.
+//! `redbell` (both at once, or `redbell` before it has seen the guardian
+//! die: a moment), or SIGSTOPped alone and then `redbell` dies or stops.
 
 use std::cell::Cell;
 use std::io::{IsTerminal, Read, Write};
@@ -122,7 +141,7 @@ const CLOCK: ClockId = ClockId::CLOCK_MONOTONIC;
 const NAP: Duration = Duration::from_millis(100);
 
 /// Now on [`CLOCK`], in nanoseconds; `None` if it cannot be read.
-fn monotonic_ns() -> Option<u64> {
+fn clock_ns() -> Option<u64> {
     let t = clock_gettime(CLOCK).ok()?;
     let secs = u64::try_from(t.tv_sec()).ok()?;
     let nanos = u64::try_from(t.tv_nsec()).ok()?;
@@ -132,8 +151,8 @@ fn monotonic_ns() -> Option<u64> {
 /// `at` on [`CLOCK`]. The clock is read *before* `Instant::now()`,
 /// so a delay between the two reads moves the result earlier, never later;
 /// an unreadable clock gives 0, which is past (the guardian acts at once).
-fn monotonic_at(at: Instant) -> u64 {
-    let Some(mono) = monotonic_ns() else {
+fn clock_at(at: Instant) -> u64 {
+    let Some(mono) = clock_ns() else {
         return 0;
     };
     let ahead = at.saturating_duration_since(Instant::now()).as_nanos();
@@ -236,8 +255,8 @@ impl Guardian {
         if self.fed.get().is_some_and(|fed| fed >= deadline) {
             return;
         }
-        let term = monotonic_at(self.schedule.term_at(deadline));
-        let kill = monotonic_at(self.schedule.kill_at(deadline));
+        let term = clock_at(self.schedule.term_at(deadline));
+        let kill = clock_at(self.schedule.kill_at(deadline));
         let f = frame(DEADLINE, term, kill);
         if self.send(&f) {
             self.fed.set(Some(deadline));
@@ -255,7 +274,7 @@ impl Guardian {
         if self.ordered.get().is_some_and(|ordered| ordered <= at) {
             return;
         }
-        if self.send(&frame(KILL, monotonic_at(at), 0)) {
+        if self.send(&frame(KILL, clock_at(at), 0)) {
             self.ordered.set(Some(at));
         }
     }
@@ -426,7 +445,7 @@ pub fn serve() -> ExitCode {
     let mut buf = [0u8; 256];
     loop {
         // An unreadable clock counts as "everything is due": the safe side.
-        let now = monotonic_ns().unwrap_or(u64::MAX);
+        let now = clock_ns().unwrap_or(u64::MAX);
         let next = watch.act(now);
         let wait = next.map(|at| Duration::from_nanos(at.saturating_sub(now)).min(NAP));
         // A zero timeout would mean "block": wait at least a millisecond.
@@ -504,10 +523,10 @@ mod tests {
     }
 
     #[test]
-    fn an_instant_maps_to_the_monotonic_clock_never_later() {
-        let before = monotonic_ns().expect("CLOCK_MONOTONIC");
-        let in_a_second = monotonic_at(Instant::now() + Duration::from_secs(1));
-        let after = monotonic_ns().expect("CLOCK_MONOTONIC");
+    fn an_instant_maps_to_the_clock_never_later() {
+        let before = clock_ns().expect("the clock");
+        let in_a_second = clock_at(Instant::now() + Duration::from_secs(1));
+        let after = clock_ns().expect("the clock");
         assert!(
             in_a_second <= after + 1_000_000_000,
             "later than the instant"
@@ -517,7 +536,7 @@ mod tests {
             "far too early"
         );
         // A deadline already past is now (the guardian acts at once).
-        let past = monotonic_at(Instant::now() - Duration::from_millis(1));
-        assert!(past <= monotonic_ns().expect("CLOCK_MONOTONIC"));
+        let past = clock_at(Instant::now() - Duration::from_millis(1));
+        assert!(past <= clock_ns().expect("the clock"));
     }
 }
