@@ -34,6 +34,13 @@
 //! fifth of the lease after the reading) never comes while Redis answers
 //! and the renewals keep time. The first reading is made before the
 //! command starts.
+//!
+//! Each grace `redbell` starts (SIGTERM or SIGINT to it, a lost
+//! leadership, processes left behind) is ordered to the guardian too
+//! ([`Guardian::kill_by`]): the SIGKILL at its end comes even if `redbell`
+//! stops running in it. Should the guardian die on its own, `redbell`
+//! SIGKILLs the group at once and exits 75 ([`Guardian::lost`]; why not a
+//! new guardian: `run/supervise.rs`).
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
@@ -64,7 +71,7 @@ Exit codes:
            SIGTERM, then SIGKILL after --kill-grace; or its lease could not
            be confirmed in time (redbell was stopped or starved, or Redis
            did not answer) and the guardian stopped the group before the
-           lease could expire
+           lease could expire; or the guardian died and the group got SIGKILL
 
 Environment:
   REDIS_URL       the Redis server when --url is absent
@@ -174,6 +181,8 @@ async fn lead(
         let mut lost = false;
         let mut signalled = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
+        // The guardian is alive (as far as we know).
+        let mut guarded = true;
         let status = {
             let feeding = keep_fed(client, name, term, args.ttl, &guardian);
             tokio::pin!(feeding);
@@ -186,8 +195,19 @@ async fn lead(
                         // A command that does not end on it (it ignores it,
                         // or is stopped) must not lead for ever.
                         if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {
-                            kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
+                            kill_at = Some(grace_started(&guardian, args.kill_grace));
                         }
+                    }
+                    () = guardian.lost(), if guarded => {
+                        guarded = false;
+                        lost = true;
+                        eprintln!(
+                            "redbell: the guardian of the command died: sending SIGKILL to the \
+                             command's process group, which nothing would stop should redbell \
+                             die"
+                        );
+                        signal_group(group, Signal::SIGKILL);
+                        kill_at = None;
                     }
                     () = leadership.lost(), if !lost => {
                         lost = true;
@@ -197,7 +217,7 @@ async fn lead(
                             humantime::format_duration(args.kill_grace)
                         );
                         forward(group, Signal::SIGTERM);
-                        kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
+                        kill_at = Some(grace_started(&guardian, args.kill_grace));
                     }
                     () = sleep_until(kill_at) => {
                         eprintln!(
@@ -211,7 +231,7 @@ async fn lead(
                 }
             }
         };
-        end_group(group, args.kill_grace).await;
+        end_group(group, args.kill_grace, &guardian).await;
         if guardian.dismiss() && !lost {
             lost = true;
             eprintln!(
@@ -272,9 +292,18 @@ fn spawn(
     start(command, &program, guardian)
 }
 
+/// The group got SIGTERM now: returns when its grace ends, and has
+/// `guardian` SIGKILL the group then, should `redbell` not run then.
+fn grace_started(guardian: &Guardian, grace: Duration) -> tokio::time::Instant {
+    let now = Instant::now();
+    guardian.kill_by(now + grace);
+    tokio::time::Instant::from_std(now + grace)
+}
+
 /// Stops what the command left in its group: SIGTERM, SIGKILL after the
-/// grace; returns once the group is gone (or could not be reaped).
-async fn end_group(group: nix::unistd::Pid, grace: Duration) {
+/// grace (by `guardian` too); returns once the group is gone (or could not
+/// be reaped).
+async fn end_group(group: nix::unistd::Pid, grace: Duration, guardian: &Guardian) {
     reap_adopted(None);
     if !group_alive(group) {
         return;
@@ -282,6 +311,7 @@ async fn end_group(group: nix::unistd::Pid, grace: Duration) {
     eprintln!("redbell: the command left processes in its process group: sending them SIGTERM");
     forward(group, Signal::SIGTERM);
     let started = tokio::time::Instant::now();
+    guardian.kill_by(started.into_std() + grace);
     let mut killed = false;
     while group_alive(group) {
         if !killed && started.elapsed() >= grace {

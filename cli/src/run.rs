@@ -20,7 +20,8 @@
 //! Should `redbell` die first (SIGKILL, the OOM killer), or stop running
 //! (SIGSTOP, a starved runtime) while the lease runs out, a guardian process
 //! stops the command's group: a dead-man timer that `redbell` feeds each
-//! confirmed lease deadline (see `process/guardian.rs`).
+//! confirmed lease deadline (see `process/guardian.rs`). Should the guardian
+//! die alone, `redbell` kills the group at once (see `run/supervise.rs`).
 //!
 //! A forwarded signal is followed by SIGCONT, so a command that stopped
 //! itself gets it; a SIGTERM or SIGINT to `redbell` is followed by SIGKILL
@@ -70,7 +71,9 @@ The command's process group:
   it before the lease can expire if redbell stops running (SIGSTOP, a
   starved machine) and so cannot renew it. Forwarded signals are followed
   by SIGCONT, so a stopped command gets them; SIGTERM or SIGINT to redbell
-  is followed by SIGKILL to the group after --kill-grace.
+  is followed by SIGKILL to the group after --kill-grace (by the guardian
+  too, should redbell stop running). If the guardian dies alone, redbell
+  kills the group at once (exit 75).
   What escapes: a process that leaves the group (setsid, setpgid, as some
   daemons do), and everything if the guardian is killed (or stopped)
   together with redbell (e.g. a SIGKILL to every process of the user).
@@ -84,7 +87,8 @@ Exit codes:
   75       the lease was lost, or could not be renewed in time, while the
            command ran: the command's group got SIGTERM, then SIGKILL after
            --kill-grace, and was dead before the lease could expire; or the
-           command outlived --max-hold and was stopped the same way
+           command outlived --max-hold and was stopped the same way; or the
+           guardian died and the group got SIGKILL
   126/127  the command could not be started (not executable / not found)
 
 Environment:

@@ -17,8 +17,10 @@
 //!   the first before the command starts (`run`: each renewal its
 //!   [`Lease`](crate::run) confirms; `elect`: each reading of the
 //!   leadership's remaining lease). A deadline travels as the two instants
-//!   of its [`Schedule`], SIGTERM and SIGKILL, on `CLOCK_MONOTONIC`, which
-//!   both processes read: an *instant*, not a remaining duration, so a
+//!   of its [`Schedule`], SIGTERM and SIGKILL, on [`CLOCK`]
+//!   (`CLOCK_BOOTTIME`: unlike `CLOCK_MONOTONIC`, it runs on while the host
+//!   is suspended, as Redis's clock and so the lease do), which both
+//!   processes read: an *instant*, not a remaining duration, so a
 //!   `redbell` stopped between reading the lease and writing the frame, or
 //!   a guardian slow to read it, cannot move the deadline later. Unless a
 //!   later deadline comes in time, the guardian sends the group SIGTERM
@@ -30,14 +32,30 @@
 //!   before the key can expire on the server. The deadline itself is the
 //!   one the lease code computes, drift already taken off (`schedule.rs`).
 //!   Once it has sent SIGTERM, the guardian goes through with the stop: a
-//!   deadline fed later does not call it off.
+//!   deadline fed later does not call it off. It looks at the clock at
+//!   least every [`NAP`] (its sleep does not count suspended time), so a
+//!   host resumed past a deadline has the group stopped within that.
+//! - **The grace.** When `redbell` itself sends the group SIGTERM and
+//!   starts a grace (a SIGTERM or SIGINT to it, a lost lease, `--max-hold`,
+//!   processes left behind), it orders the guardian to SIGKILL the group
+//!   at the grace's end ([`Guardian::kill_by`]). The guardian takes that
+//!   frame although it is earlier than the deadline (deadlines only ever
+//!   move its action later): it can only shorten the command's life. So a
+//!   `redbell` stopped in the grace still has the command ended at the
+//!   grace's end (plus the guardian's wake-up), not at the lease's deadline.
 //! - **End-of-file.** When `redbell` dies, however it dies, the kernel
 //!   closes its end; the guardian's read returns end-of-file, and it sends
 //!   SIGKILL to the group at once.
+//! - **The guardian's death.** The other way round: should the guardian
+//!   die alone (the OOM killer, a stray `kill -9`), its end closes and ours
+//!   turns readable ([`Guardian::lost`]); `redbell` sends the group SIGKILL
+//!   at once and reports a lost lease. Left running, the command would be
+//!   unguarded: a `redbell` that died or froze next would let it run past
+//!   the lease.
 //! - **Dismissal.** Once `redbell` is done with the group (it is gone), it
 //!   writes a dismissal; the guardian exits, with [`EX_TEMPFAIL`] if its
 //!   timer stopped the group (`redbell` then reports a lost lease), with 0
-//!   otherwise.
+//!   otherwise (a SIGKILL it was ordered at a grace's end included).
 //!
 //! When `redbell` is alive and Redis is not, `redbell` and the guardian
 //! both stop the group on the same schedule: the signals go out twice, which
@@ -48,7 +66,8 @@
 //! escapes it: a process that left the command's group (`setsid`,
 //! `setpgid`), as such a process escapes every signal to the group; and
 //! everything, if the guardian is SIGKILLed (or SIGSTOPped) along with
-//! `redbell`.
+//! `redbell` (both at once, or `redbell` before it has seen the guardian
+//! die: a moment), or SIGSTOPped alone and then `redbell` dies or stops.
 
 use std::cell::Cell;
 use std::io::{IsTerminal, Read, Write};
@@ -61,6 +80,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::time::{ClockId, clock_gettime};
 use nix::unistd::Pid;
+use tokio::io::unix::AsyncFd;
 
 use super::schedule::Schedule;
 use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
@@ -75,8 +95,11 @@ type Frame = [u8; 17];
 /// `G`: the command's process group is `a`.
 const GROUP: u8 = b'G';
 /// `D`: a confirmed lease deadline: SIGTERM at `a`, SIGKILL at `b`
-/// (nanoseconds of `CLOCK_MONOTONIC`).
+/// (nanoseconds of [`CLOCK`]). Only ever moves the stop later.
 const DEADLINE: u8 = b'D';
+/// `K`: `redbell` sent the group SIGTERM and starts a grace: SIGKILL at `a`
+/// (nanoseconds of [`CLOCK`]). Only ever brings the kill earlier.
+const KILL: u8 = b'K';
 /// `X`: the group is gone; exit.
 const DISMISS: u8 = b'X';
 
@@ -103,19 +126,33 @@ fn decode(f: &Frame) -> (u8, u64, u64) {
     (f[0], u64::from_ne_bytes(a), u64::from_ne_bytes(b))
 }
 
-/// Now on `CLOCK_MONOTONIC`, in nanoseconds; `None` if it cannot be read.
-fn monotonic_ns() -> Option<u64> {
-    let t = clock_gettime(ClockId::CLOCK_MONOTONIC).ok()?;
+/// The clock of the guardian's instants: `CLOCK_BOOTTIME` on Linux, which
+/// runs on while the host is suspended (as Redis's clock does, and the
+/// lease with it), where `CLOCK_MONOTONIC` stops.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const CLOCK: ClockId = ClockId::CLOCK_BOOTTIME;
+/// The clock of the guardian's instants (no `CLOCK_BOOTTIME` here).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const CLOCK: ClockId = ClockId::CLOCK_MONOTONIC;
+
+/// The longest the guardian sleeps between two looks at [`CLOCK`]: its
+/// sleep (a socket timeout) does not count time the host spent suspended,
+/// so a resumed guardian finds a deadline past within this.
+const NAP: Duration = Duration::from_millis(100);
+
+/// Now on [`CLOCK`], in nanoseconds; `None` if it cannot be read.
+fn clock_ns() -> Option<u64> {
+    let t = clock_gettime(CLOCK).ok()?;
     let secs = u64::try_from(t.tv_sec()).ok()?;
     let nanos = u64::try_from(t.tv_nsec()).ok()?;
     secs.checked_mul(1_000_000_000)?.checked_add(nanos)
 }
 
-/// `at` on `CLOCK_MONOTONIC`. The clock is read *before* `Instant::now()`,
+/// `at` on [`CLOCK`]. The clock is read *before* `Instant::now()`,
 /// so a delay between the two reads moves the result earlier, never later;
 /// an unreadable clock gives 0, which is past (the guardian acts at once).
-fn monotonic_at(at: Instant) -> u64 {
-    let Some(mono) = monotonic_ns() else {
+fn clock_at(at: Instant) -> u64 {
+    let Some(mono) = clock_ns() else {
         return 0;
     };
     let ahead = at.saturating_duration_since(Instant::now()).as_nanos();
@@ -128,13 +165,18 @@ pub(crate) struct Guardian {
     /// Our end of the socket pair: its closing is the guardian's signal.
     /// Non-blocking once the guardian is ready: a feed never blocks
     /// `redbell` (a feed that cannot be written leaves the guardian on the
-    /// earlier deadline, the safe side).
-    socket: UnixStream,
+    /// earlier deadline, the safe side). The guardian writes nothing after
+    /// its ready byte, so once that is read the socket turns readable only
+    /// when the guardian's end closes: when it dies ([`Guardian::lost`]).
+    socket: AsyncFd<UnixStream>,
     process: std::process::Child,
     schedule: Schedule,
     /// The latest deadline fed; only a later one is sent (every one fed is
     /// a lower bound on the key's expiry, so the latest holds).
     fed: Cell<Option<Instant>>,
+    /// The earliest SIGKILL ordered ([`Guardian::kill_by`]); only an
+    /// earlier one is sent.
+    ordered: Cell<Option<Instant>>,
 }
 
 impl Guardian {
@@ -161,24 +203,34 @@ impl Guardian {
         let ready = ours
             .set_read_timeout(Some(Duration::from_secs(5)))
             .and_then(|()| (&ours).read_exact(&mut [0u8]))
-            .and_then(|()| ours.set_nonblocking(true));
-        if let Err(e) = ready {
-            let _ = process.kill();
-            let _ = process.wait();
-            return Err(fail(e));
-        }
+            .and_then(|()| ours.set_nonblocking(true))
+            // SAFETY: the `AsyncFd` owns the stream, so its descriptor
+            // stays open (and is not reused) while it is registered.
+            .and_then(|()| unsafe {
+                AsyncFd::register_with_interest(ours, tokio::io::Interest::READABLE)
+                    .map_err(std::io::Error::from)
+            });
+        let socket = match ready {
+            Ok(socket) => socket,
+            Err(e) => {
+                let _ = process.kill();
+                let _ = process.wait();
+                return Err(fail(e));
+            }
+        };
         Ok(Guardian {
-            socket: ours,
+            socket,
             process,
             schedule,
             fed: Cell::new(None),
+            ordered: Cell::new(None),
         })
     }
 
     /// Makes the command announce itself to the guardian between fork and
     /// exec, so that it is guarded before it runs.
     pub(crate) fn enroll(&self, command: &mut tokio::process::Command) {
-        let fd = self.socket.as_raw_fd();
+        let fd = self.socket.get_ref().as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec. It calls
         // only getpid and write, both async-signal-safe, and allocates
         // nothing (`frame` does not; an io::Error from an errno or a kind
@@ -203,13 +255,55 @@ impl Guardian {
         if self.fed.get().is_some_and(|fed| fed >= deadline) {
             return;
         }
-        let term = monotonic_at(self.schedule.term_at(deadline));
-        let kill = monotonic_at(self.schedule.kill_at(deadline));
+        let term = clock_at(self.schedule.term_at(deadline));
+        let kill = clock_at(self.schedule.kill_at(deadline));
         let f = frame(DEADLINE, term, kill);
-        // One small write to a Unix stream socket is sent whole or not at
-        // all (it fits one buffer), so a full socket never splits a frame.
-        if matches!((&self.socket).write(&f), Ok(n) if n == f.len()) {
+        if self.send(&f) {
             self.fed.set(Some(deadline));
+        }
+    }
+
+    /// Has the guardian SIGKILL the group at `at` (if that is earlier than
+    /// any kill ordered before), whatever the deadline: `redbell` sent the
+    /// group SIGTERM and gives it a grace ending at `at`. The guardian takes
+    /// this frame even though it brings its action *earlier* (a deadline
+    /// only moves it later): it can only shorten the command's life. So a
+    /// `redbell` that stops running in the grace (SIGSTOP) does not leave
+    /// the command running until the lease's deadline.
+    pub(crate) fn kill_by(&self, at: Instant) {
+        if self.ordered.get().is_some_and(|ordered| ordered <= at) {
+            return;
+        }
+        if self.send(&frame(KILL, clock_at(at), 0)) {
+            self.ordered.set(Some(at));
+        }
+    }
+
+    /// Writes one frame; whether it was sent. One small write to a Unix
+    /// stream socket is sent whole or not at all (it fits one buffer), so
+    /// a full socket never splits a frame.
+    fn send(&self, f: &Frame) -> bool {
+        matches!(self.socket.get_ref().write(f), Ok(n) if n == f.len())
+    }
+
+    /// Resolves when the guardian is gone (killed on its own: the OOM
+    /// killer, a stray `kill -9`): its end of the socket closed. The
+    /// command is then unguarded; `redbell` stops it at once.
+    ///
+    /// Cancel safe: it only waits for the socket to turn readable.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let Ok(mut ready) = self.socket.readable().await else {
+                return;
+            };
+            match ready.get_inner().read(&mut [0u8; 16]) {
+                Ok(0) => return,
+                // It writes nothing after its ready byte; ignore stray data.
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
         }
     }
 
@@ -217,9 +311,10 @@ impl Guardian {
     /// moment at most) for it to exit. Returns whether its timer stopped
     /// the group (the lease was not confirmed in time).
     pub(crate) fn dismiss(mut self) -> bool {
-        let _ = self.socket.set_nonblocking(false);
-        let _ = (&self.socket).write_all(&frame(DISMISS, 0, 0));
-        drop(self.socket);
+        let socket = self.socket.into_inner();
+        let _ = socket.set_nonblocking(false);
+        let _ = (&socket).write_all(&frame(DISMISS, 0, 0));
+        drop(socket);
         let end = Instant::now() + Duration::from_secs(1);
         loop {
             match self.process.try_wait() {
@@ -252,6 +347,8 @@ struct Watch {
     due: Option<(u64, u64)>,
     /// SIGTERM was sent; SIGKILL is due at this instant.
     stopping: Option<u64>,
+    /// The earliest SIGKILL `redbell` ordered (after its own SIGTERM).
+    ordered: Option<u64>,
     killed: bool,
 }
 
@@ -273,6 +370,18 @@ impl Watch {
                  lease can expire"
             ));
         }
+        if let Some(kill) = self.ordered
+            && !self.killed
+            && now >= kill
+        {
+            if killpg(group, Signal::SIGKILL).is_ok() {
+                say(&format!(
+                    "the command's process group outlived the grace after redbell's SIGTERM: sent \
+                     it SIGKILL (group {group})"
+                ));
+            }
+            self.killed = true;
+        }
         if let Some(kill) = self.stopping
             && !self.killed
             && now >= kill
@@ -287,7 +396,11 @@ impl Watch {
         if self.killed {
             None
         } else {
-            self.stopping.or(self.due.map(|(term, _)| term))
+            let timer = self.stopping.or(self.due.map(|(term, _)| term));
+            match (timer, self.ordered) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         }
     }
 }
@@ -332,9 +445,9 @@ pub fn serve() -> ExitCode {
     let mut buf = [0u8; 256];
     loop {
         // An unreadable clock counts as "everything is due": the safe side.
-        let now = monotonic_ns().unwrap_or(u64::MAX);
+        let now = clock_ns().unwrap_or(u64::MAX);
         let next = watch.act(now);
-        let wait = next.map(|at| Duration::from_nanos(at.saturating_sub(now)));
+        let wait = next.map(|at| Duration::from_nanos(at.saturating_sub(now)).min(NAP));
         // A zero timeout would mean "block": wait at least a millisecond.
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         if socket.set_read_timeout(wait).is_err() {
@@ -370,6 +483,9 @@ pub fn serve() -> ExitCode {
                 }
                 (DEADLINE, term, kill) if watch.stopping.is_none() => {
                     watch.due = Some((term, kill));
+                }
+                (KILL, at, _) => {
+                    watch.ordered = Some(watch.ordered.map_or(at, |was| was.min(at)));
                 }
                 (DISMISS, _, _) => {
                     return if watch.stopping.is_some() {
@@ -407,10 +523,10 @@ mod tests {
     }
 
     #[test]
-    fn an_instant_maps_to_the_monotonic_clock_never_later() {
-        let before = monotonic_ns().expect("CLOCK_MONOTONIC");
-        let in_a_second = monotonic_at(Instant::now() + Duration::from_secs(1));
-        let after = monotonic_ns().expect("CLOCK_MONOTONIC");
+    fn an_instant_maps_to_the_clock_never_later() {
+        let before = clock_ns().expect("the clock");
+        let in_a_second = clock_at(Instant::now() + Duration::from_secs(1));
+        let after = clock_ns().expect("the clock");
         assert!(
             in_a_second <= after + 1_000_000_000,
             "later than the instant"
@@ -420,7 +536,7 @@ mod tests {
             "far too early"
         );
         // A deadline already past is now (the guardian acts at once).
-        let past = monotonic_at(Instant::now() - Duration::from_millis(1));
-        assert!(past <= monotonic_ns().expect("CLOCK_MONOTONIC"));
+        let past = clock_at(Instant::now() - Duration::from_millis(1));
+        assert!(past <= clock_ns().expect("the clock"));
     }
 }

@@ -11,6 +11,21 @@
 //! A forwarded signal is followed by SIGCONT; a SIGTERM or SIGINT starts
 //! the grace as a lost lease does: SIGKILL once it is over (or at the
 //! deadline − the margin, if sooner).
+//!
+//! Every grace this loop starts (a SIGTERM or SIGINT to `redbell`, a lost
+//! lease, `--max-hold`, processes left behind) is also ordered to the
+//! guardian ([`Guardian::kill_by`]), so the SIGKILL at its end comes even
+//! if `redbell` stops running in it.
+//!
+//! Should the guardian die on its own (the OOM killer, a stray `kill -9`),
+//! the command is unguarded: were `redbell` to die or freeze next, nothing
+//! would stop it before the lease runs out. So `redbell` sends the group
+//! SIGKILL at once ([`Guardian::lost`]) and reports a lost lease (75), as
+//! the guardian does when `redbell` dies: each kills the group when the
+//! other is gone. (Starting a new guardian would keep the command, but it
+//! leaves the group unguarded while it starts, under the very memory
+//! pressure that may have killed the first, and still needs this path when
+//! it cannot start.)
 
 use std::io;
 use std::process::ExitStatus;
@@ -86,6 +101,8 @@ impl Supervisor<'_> {
         let mut status = None;
         let mut stop: Option<Stop> = None;
         let mut lost = false;
+        // The guardian is alive (as far as we know).
+        let mut guarded = true;
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -116,11 +133,22 @@ impl Supervisor<'_> {
                     // A command that does not end on it (it ignores it, or
                     // is stopped) must not hold the lock for ever.
                     if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && stop.is_none() {
-                        stop = Some(Stop {
-                            since: Instant::now(),
-                            killed: None,
-                        });
+                        stop = Some(self.grace_started());
                     }
+                }
+                () = self.guardian.lost(), if guarded => {
+                    guarded = false;
+                    lost = true;
+                    eprintln!(
+                        "redbell: the guardian of the command died: sending SIGKILL to the \
+                         command's process group, which nothing would stop should redbell die"
+                    );
+                    signal_group(self.group, Signal::SIGKILL);
+                    let now = Instant::now();
+                    stop = Some(Stop {
+                        since: stop.map_or(now, |s| s.since),
+                        killed: Some(now),
+                    });
                 }
                 () = &mut renewal, if renewing => {
                     renewing = false;
@@ -204,8 +232,16 @@ impl Supervisor<'_> {
     /// Sends SIGTERM to the group (and SIGCONT) and starts the grace.
     fn terminate(&self) -> Stop {
         forward(self.group, Signal::SIGTERM);
+        self.grace_started()
+    }
+
+    /// The group got SIGTERM now: the grace starts, and the guardian is
+    /// told to SIGKILL the group at its end, should this loop not run then.
+    fn grace_started(&self) -> Stop {
+        let since = Instant::now();
+        self.guardian.kill_by(since + self.schedule.grace);
         Stop {
-            since: Instant::now(),
+            since,
             killed: None,
         }
     }
