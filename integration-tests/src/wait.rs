@@ -197,3 +197,29 @@ where
         }
     }
 }
+
+/// Awaits `waiter` (a task parked before the release at `released`) and
+/// asserts it got the lock within `bound` of that release; its guard.
+///
+/// # Panics
+///
+/// When the waiter took `bound` or longer (10 s at most are waited), or
+/// failed.
+pub async fn got_within<G>(
+    waiter: JoinHandle<Result<G, redbell::Error>>,
+    released: Instant,
+    bound: Duration,
+    what: &str,
+) -> G {
+    let got = timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not get the lock within 10 s of the release"))
+        .expect("the waiter task")
+        .expect("the waiter's lock");
+    let waited = released.elapsed();
+    assert!(
+        waited < bound,
+        "{what} got the free lock {waited:?} after the release"
+    );
+    got
+}

@@ -19,7 +19,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         [kind, name, tasks] => (kind, name, tasks, 1),
         [kind, name, tasks, permits] => (kind, name, tasks, permits.parse()?),
         _ => {
-            return Err("usage: pool_waiter mutex|fair|write|semaphore NAME TASKS [PERMITS]".into());
+            return Err(
+                "usage: pool_waiter mutex|fair|write|semaphore NAME TASKS [PERMITS]".into(),
+            );
         }
     };
     let tasks: usize = tasks.parse()?;
