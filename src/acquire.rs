@@ -447,9 +447,15 @@ impl Acquirer {
             // grant: a grant published before its SUBSCRIBE was confirmed
             // would reach nobody and cost it its place.
             // The same for a semaphore waiter, whose place is FIFO too.
-            let queue =
-                (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)).then_some(queue);
-            registration.queued();
+            // And a client queues one waiter per lock at a time (see "One
+            // place per client"): the others attempt without queuing, and
+            // park until their turn comes (the hub notifies them).
+            let queue = (registration.may_queue()
+                && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)))
+            .then_some(queue);
+            if queue.is_some() {
+                registration.queued();
+            }
             let pttl = match self.attempt(&keys, &token, lease_ms, queue).await? {
                 Ok(held) => {
                     registration.acquired();
