@@ -90,7 +90,8 @@ pub use server::{
 pub use side::{Frozen, Side, on_own_runtime};
 pub use wait::{
     PROMPT, eventually, eventually_every, fails_promptly, gone_within, got_within, join_within,
-    promptly, recovering, retryable, spawn_timed, wait_for_members, wait_for_subscribers,
+    promptly, recovering, retryable, spawn_timed, wait_for_members, wait_for_parked,
+    wait_for_subscribers,
 };
 pub use waiter::{
     WaiterReport, join_waiters, spawn_waiter, spread, try_join_waiters, waiter_errors,

@@ -223,3 +223,19 @@ pub async fn got_within<G>(
     );
     got
 }
+
+/// Waits (up to 10 s) until client `c` has at least `n` waiters parked
+/// (its `waiters` gauge): each made its first attempt. A client queues one
+/// waiter per lock at a time, so the queue alone does not tell.
+///
+/// # Panics
+///
+/// When it does not happen within 10 s.
+pub async fn wait_for_parked(c: &redbell::Client, n: i64) {
+    let ok = eventually(Duration::from_secs(10), || {
+        let c = c.clone();
+        async move { c.stats().waiters >= n }
+    })
+    .await;
+    assert!(ok, "{} of {n} waiters parked after 10 s", c.stats().waiters);
+}

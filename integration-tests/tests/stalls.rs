@@ -19,7 +19,7 @@ use tokio::time::{Instant, timeout};
 
 use redbell_integration_tests::{
     PrivateRedis, Side, client, fifo_key, got_within, lock_key, raw, redbell_binary, redis_url,
-    signal, unique, wait_for_members, waiters_key,
+    signal, unique, wait_for_members, wait_for_parked, waiters_key,
 };
 
 /// How long a live waiter may take to get a free lock after the release.
@@ -80,7 +80,9 @@ async fn a_frozen_woken_waiter_process_does_not_stall_the_others() {
         waiters.push(tokio::spawn(async move { mutex.lock().await }));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    wait_for_members(&conn, &waiters_key(&name), 4, Duration::from_millis(10)).await;
+    // The client's first waiter queues; the others park in it.
+    wait_for_members(&conn, &waiters_key(&name), 2, Duration::from_millis(10)).await;
+    wait_for_parked(&others, 3).await;
 
     signal(frozen.0.id(), "STOP");
     let mut released = Instant::now();
