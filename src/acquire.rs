@@ -67,6 +67,33 @@
 //! whatever the number of waiting clients, and within a client exactly one
 //! waiter (the one named) attempts: local single flight comes for free.
 //!
+//! ## One place per client
+//!
+//! A client puts **one waiter per lock** in the queue at a time (Mutex,
+//! FairMutex, Semaphore; the hub's `queuer`): its oldest waiter. Its other
+//! waiters attempt without queuing (a free lock is theirs as anyone's) and
+//! park in the client, bounded as every park is; when the queuing waiter
+//! leaves, with the lock or without, the oldest of them takes its turn and
+//! is notified, and its attempt queues it at once. So a client's waiters
+//! take turns in the queue, one after the other in the order they
+//! joined, and each turn is placed among the other clients' by its
+//! arrival (for the FIFO kinds, by when that waiter queued).
+//!
+//! Why: a release's standbys (below) go to the next two members in line,
+//! and must reach two *other* processes, since the process of the woken
+//! waiter may be the one that froze. When every waiter had a member, a
+//! frozen process whose tasks held places 1 to 3 hid a live waiter in 4th
+//! place, which slept out the holder's lease (12 s measured); looking past
+//! any number of one client's members would have cost the release a scan
+//! that grows with the queue. With one place per client, a frozen
+//! process holds one place whatever its task count, the next two members
+//! are two other clients, and the release still reads three members (flat
+//! Redis cost per hand-off). The price: the next waiter of a client that
+//! was just served attempts once more, to queue (one script call per
+//! acquisition, only in a client with several waiters of one lock), and
+//! a client's second waiter enters the queue only when its first is
+//! served, behind the clients that queued meanwhile.
+//!
 //! ## The hand-off reservation, and the lean paths
 //!
 //! While a plain release's wake-up travels, the lock key itself holds the
@@ -180,8 +207,9 @@
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. (The plain release skips the standby of a member that parks
 //!   no longer than a reservation already, its score's fraction `.5`, of
-//!   a member of the woken one's own client, frozen with it or alive and
-//!   attempting, and of a member it told already: to them it would change
+//!   a member of the woken one's own client (rare with one place per
+//!   client: a member whose pass-on is still on its way), and of a member
+//!   it told already: to them it would change
 //!   nothing, since a standby only ever shortens a park. A member told
 //!   gets the fraction `.5` too, until its next attempt queues it again.
 //!   In a steady stream of hand-offs, where every releaser queues again
@@ -196,6 +224,21 @@
 //!   later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
+//! - **A frozen process with a pool of waiters** holds one place in the
+//!   queue, whatever its number of waiting tasks (one place per client,
+//!   above): the standbys of the release that woke it reach the next two
+//!   *other* clients. This is where the bound of 1 s comes from, for a
+//!   live waiter of another process to get the free lock after the
+//!   release: the woken waiter's reservation, and the standby window that
+//!   outlasts it: 2 x [`HANDOFF_MS`](crate::keys::HANDOFF_MS) = 200 ms for
+//!   the Mutex; [`CLAIM_MS`] + 100 ms = 600 ms for the FairMutex (its
+//!   grant's claim lapses, then the standby attempts); 2 x
+//!   [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS) = 500 ms for the
+//!   Semaphore (the woken member's entry lapses and the standby's attempt
+//!   prunes it); plus a round trip. Measured behind a SIGSTOPped process
+//!   with 32 waiting tasks: 0.20 s, 0.61 s and 0.51 s
+//!   (`integration-tests/tests/pool_freeze.rs`). RwLock writers never
+//!   depended on it: a writer's release is broadcast to every client.
 //! - **A waiting writer of a read-write lock that froze** keeps its intent,
 //!   which holds new readers back: the release that woke it (a writer's, or
 //!   the last reader's) cuts every waiting writer's intent to
