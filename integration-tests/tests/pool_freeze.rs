@@ -214,3 +214,57 @@ async fn semaphore_32_frozen_tasks_ahead() {
 async fn semaphore_of_2_permits_32_frozen_tasks_ahead() {
     frozen_pool_ahead(Kind::Semaphore(2), 32).await;
 }
+
+/// A client's waiters keep their FIFO places although only one of them is
+/// queued at a time: A1 and A2 of one client, then B1 of another, are
+/// served A1, A2, B1. (With one place per client and no arrival handed
+/// over, A2 queued when A1 was served, behind B1: A1, B1, A2.)
+async fn turns_keep_arrival_order(kind: Kind) {
+    let url = redis_url();
+    let name = unique(&format!("pool-order-{}", kind.arg()));
+    let holder = client(&url).await;
+    let held = hold(&holder, kind, &name).await;
+    let (a, b) = (client(&url).await, client(&url).await);
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (who, c, parked) in [("A1", &a, 1), ("A2", &a, 2), ("B1", &b, 1)] {
+        let (c2, name, order) = (c.clone(), name.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let got = match kind {
+                Kind::Fair => Box::new(c2.fair_mutex(&name).lock().await.unwrap())
+                    as Box<dyn std::any::Any + Send>,
+                Kind::Semaphore(permits) => {
+                    Box::new(c2.semaphore(&name, permits).acquire().await.unwrap())
+                }
+                _ => unreachable!("FIFO kinds only"),
+            };
+            order.lock().unwrap().push(who);
+            // Held a moment: the next waiter of A queues meanwhile.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(got);
+        }));
+        redbell_integration_tests::wait_for_parked(c, parked).await;
+    }
+    match held {
+        Held::Mutex(g) => g.unlock().await.map(drop).unwrap(),
+        Held::Permits(permits) => {
+            for p in permits {
+                p.release().await.unwrap();
+            }
+        }
+        Held::Write(_) => unreachable!("FIFO kinds only"),
+    }
+    redbell_integration_tests::join_within(Duration::from_secs(10), tasks, "every waiter served")
+        .await;
+    assert_eq!(*order.lock().unwrap(), ["A1", "A2", "B1"], "{kind:?}");
+}
+
+#[tokio::test]
+async fn fair_turns_keep_arrival_order() {
+    turns_keep_arrival_order(Kind::Fair).await;
+}
+
+#[tokio::test]
+async fn semaphore_turns_keep_arrival_order() {
+    turns_keep_arrival_order(Kind::Semaphore(1)).await;
+}
