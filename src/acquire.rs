@@ -76,8 +76,12 @@
 //! leaves, with the lock or without, the oldest of them takes its turn and
 //! is notified, and its attempt queues it at once. So a client's waiters
 //! take turns in the queue, one after the other in the order they
-//! joined, and each turn is placed among the other clients' by its
-//! arrival (for the FIFO kinds, by when that waiter queued).
+//! joined, and each is placed among the other clients' waiters as
+//! before: for the FIFO kinds by its arrival at the server, which a
+//! waiter that attempted before its turn learns from that attempt's
+//! answer and hands to the script that queues it (`arrival_us`), so a
+//! client's waiters keep their FIFO places (give or take the round trip
+//! between one being served and the next queuing).
 //!
 //! Why: a release's standbys (below) go to the next two members in line,
 //! and must reach two *other* processes, since the process of the woken
@@ -90,9 +94,7 @@
 //! are two other clients, and the release still reads three members (flat
 //! Redis cost per hand-off). The price: the next waiter of a client that
 //! was just served attempts once more, to queue (one script call per
-//! acquisition, only in a client with several waiters of one lock), and
-//! a client's second waiter enters the queue only when its first is
-//! served, behind the clients that queued meanwhile.
+//! acquisition, only in a client with several waiters of one lock).
 //!
 //! ## The hand-off reservation, and the lean paths
 //!
@@ -472,10 +474,11 @@ impl Acquirer {
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let waiter = registration.waiter();
         let member = registration.member().to_owned();
-        let queue = Queue {
+        let mut queue = Queue {
             member: &member,
             grace_ms: QUEUE_GRACE_MS,
             park_ms: millis(config.max_park),
+            arrival_us: None,
         };
         // Counts this waiter in the `waiters` gauge from its first park on.
         let mut parked = None;
@@ -493,19 +496,25 @@ impl Acquirer {
             // And a client queues one waiter per lock at a time (see "One
             // place per client"): the others attempt without queuing, and
             // park until their turn comes (the hub notifies them).
-            let queue = (registration.may_queue()
+            let turn = registration.may_queue();
+            let queuing = (turn
                 && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)))
             .then_some(queue);
-            if queue.is_some() {
+            if queuing.is_some() {
                 registration.queued();
             }
-            let pttl = match self.attempt(&keys, &token, lease_ms, queue).await? {
+            let pttl = match self.attempt(&keys, &token, lease_ms, queuing).await? {
                 Ok(held) => {
                     registration.acquired();
                     return Ok(held);
                 }
                 Err((pttl, at)) => {
                     anchor = at;
+                    if !turn && queue.arrival_us.is_none() {
+                        // Its arrival at the server (the FIFO kinds answer
+                        // with their time): its turn queues it by this.
+                        queue.arrival_us = at.map(|(_, us)| us);
+                    }
                     pttl
                 }
             };
