@@ -14,6 +14,10 @@
 //! process ahead, nobody live was told, and the live waiter slept out the
 //! holder's lease (each Mutex, FairMutex and Semaphore case timed out at
 //! 10 s; see the report of the commit that added this file).
+//!
+//! Now a client queues one waiter per lock at a time; the `turns_keep_*`
+//! tests check that its waiters still keep their FIFO places (they failed,
+//! served out of order, before the turns carried the arrival).
 
 use std::time::Duration;
 
