@@ -67,6 +67,35 @@
 //! whatever the number of waiting clients, and within a client exactly one
 //! waiter (the one named) attempts: local single flight comes for free.
 //!
+//! ## One place per client
+//!
+//! A client puts **one waiter per lock** in the queue at a time (Mutex,
+//! FairMutex, Semaphore; the hub's `queuer`): its oldest waiter. Its other
+//! waiters attempt without queuing (a free lock is theirs as anyone's) and
+//! park in the client, bounded as every park is; when the queuing waiter
+//! leaves, with the lock or without, the oldest of them takes its turn and
+//! is notified, and its attempt queues it at once. So a client's waiters
+//! take turns in the queue, one after the other in the order they
+//! joined, and each is placed among the other clients' waiters as
+//! before: for the FIFO kinds by its arrival at the server, which a
+//! waiter that attempted before its turn learns from that attempt's
+//! answer and hands to the script that queues it (`arrival_us`), so a
+//! client's waiters keep their FIFO places (give or take the round trip
+//! between one being served and the next queuing).
+//!
+//! Why: a release's standbys (below) go to the next two members in line,
+//! and must reach two *other* processes, since the process of the woken
+//! waiter may be the one that froze. When every waiter had a member, a
+//! frozen process whose tasks held places 1 to 3 hid a live waiter in 4th
+//! place, which slept out the holder's lease (12 s measured); looking past
+//! any number of one client's members would have cost the release a scan
+//! that grows with the queue. With one place per client, a frozen
+//! process holds one place whatever its task count, the next two members
+//! are two other clients, and the release still reads three members (flat
+//! Redis cost per hand-off). The price: the next waiter of a client that
+//! was just served attempts once more, to queue (one script call per
+//! acquisition, only in a client with several waiters of one lock).
+//!
 //! ## The hand-off reservation, and the lean paths
 //!
 //! While a plain release's wake-up travels, the lock key itself holds the
@@ -187,8 +216,9 @@
 //!   plus a little for the fair one): they park no longer than that, then
 //!   attempt. (The plain release skips the standby of a member that parks
 //!   no longer than a reservation already, its score's fraction `.5`, of
-//!   a member of the woken one's own client, frozen with it or alive and
-//!   attempting, and of a member it told already: to them it would change
+//!   a member of the woken one's own client (rare with one place per
+//!   client: a member whose pass-on is still on its way), and of a member
+//!   it told already: to them it would change
 //!   nothing, since a standby only ever shortens a park. A member told
 //!   gets the fraction `.5` too, until its next attempt queues it again.
 //!   In a steady stream of hand-offs, where every releaser queues again
@@ -203,6 +233,21 @@
 //!   later wake-ups either. One frozen waiter, or two in a row, at the
 //!   head of the queue cost the others one window, not a lease; a longer
 //!   run of frozen waiters falls back to the parks' own bounds.
+//! - **A frozen process with a pool of waiters** holds one place in the
+//!   queue, whatever its number of waiting tasks (one place per client,
+//!   above): the standbys of the release that woke it reach the next two
+//!   *other* clients. This is where the bound of 1 s comes from, for a
+//!   live waiter of another process to get the free lock after the
+//!   release: the woken waiter's reservation, and the standby window that
+//!   outlasts it: 2 x [`HANDOFF_MS`](crate::keys::HANDOFF_MS) = 200 ms for
+//!   the Mutex; [`CLAIM_MS`] + 100 ms = 600 ms for the FairMutex (its
+//!   grant's claim lapses, then the standby attempts); 2 x
+//!   [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS) = 500 ms for the
+//!   Semaphore (the woken member's entry lapses and the standby's attempt
+//!   prunes it); plus a round trip. Measured behind a SIGSTOPped process
+//!   with 32 waiting tasks: 0.20 s, 0.61 s and 0.51 s
+//!   (`integration-tests/tests/pool_freeze.rs`). RwLock writers never
+//!   depended on it: a writer's release is broadcast to every client.
 //! - **A waiting writer of a read-write lock that froze** keeps its intent,
 //!   which holds new readers back: the release that woke it (a writer's, or
 //!   the last reader's) cuts every waiting writer's intent to
@@ -438,10 +483,11 @@ impl Acquirer {
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let waiter = registration.waiter();
         let member = registration.member().to_owned();
-        let queue = Queue {
+        let mut queue = Queue {
             member: &member,
             grace_ms: QUEUE_GRACE_MS,
             park_ms: millis(config.max_park),
+            arrival_us: None,
         };
         // Counts this waiter in the `waiters` gauge from its first park on.
         let mut parked = None;
@@ -453,15 +499,29 @@ impl Acquirer {
             // grant: a grant published before its SUBSCRIBE was confirmed
             // would reach nobody and cost it its place.
             // The same for a semaphore waiter, whose place is FIFO too.
-            let queue =
-                (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)).then_some(queue);
-            registration.queued();
-            let pttl = match self.attempt(&keys, &token, lease_ms, queue).await? {
+            // And a client queues one waiter per lock at a time (see "One
+            // place per client"): the others attempt without queuing, and
+            // park until their turn comes (the hub notifies them).
+            let turn = registration.may_queue();
+            let queuing = (turn
+                && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)))
+            .then_some(queue);
+            if queuing.is_some() {
+                registration.queued();
+            }
+            let pttl = match self.attempt(&keys, &token, lease_ms, queuing).await? {
                 Ok(held) => {
                     registration.acquired();
                     return Ok(held);
                 }
-                Err(pttl) => pttl,
+                Err((pttl, server_us)) => {
+                    if !turn && queue.arrival_us.is_none() {
+                        // Its arrival at the server (the FIFO kinds answer
+                        // with their time): its turn queues it by this.
+                        queue.arrival_us = server_us;
+                    }
+                    pttl
+                }
             };
             if !subscribed {
                 // A release before the SUBSCRIBE was confirmed reached no
@@ -549,15 +609,17 @@ impl Acquirer {
             .ok())
     }
 
-    /// One acquire script call. `Ok(held)` when acquired, `Err(pttl)` when
-    /// held by someone else (`None`: the key has no expiry).
+    /// One acquire script call. `Ok(held)` when acquired, `Err((pttl,
+    /// server_us))` when held by someone else (pttl `None`: the key has no
+    /// expiry; `server_us`: the server time of the attempt, from the FIFO
+    /// kinds).
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
-    ) -> Result<Result<Held, Option<Duration>>, Error> {
+    ) -> Result<Result<Held, (Option<Duration>, Option<u64>)>, Error> {
         let inner = &self.client.0;
         let sent = Instant::now();
         let mut in_flight = InFlight {
@@ -612,9 +674,9 @@ impl Acquirer {
                 });
                 Ok(Ok(self.held(keys, token, fence, lease, renewal)))
             }
-            Ok((Acquire::Held { pttl_ms }, _)) => {
+            Ok((Acquire::Held { pttl_ms, server_us }, _)) => {
                 in_flight.token = None;
-                Ok(Err(pttl_ms.map(Duration::from_millis)))
+                Ok(Err((pttl_ms.map(Duration::from_millis), server_us)))
             }
             Err(
                 e @ (Error::WrongType { .. }

@@ -13,7 +13,11 @@ use crate::{Client, Error, Mutex, MutexGuard};
 ///
 /// # Policy
 ///
-/// Waiters are served in order of arrival at the server. A release does not
+/// Waiters are served in order of arrival at the server. A client keeps
+/// one place in the queue per lock: its waiters take turns, each queuing
+/// (by its arrival) when the one before it is served or leaves, so a
+/// frozen process holds one place, not one per waiting task (see "One
+/// place per client" in the wait protocol). A release does not
 /// just wake the head waiter: inside the release script it makes the lock
 /// the head's (its token, a fresh fence, a short *claim* lease of 500 ms),
 /// takes it out of the queue and publishes the grant to that waiter's

@@ -41,7 +41,11 @@ use crate::keys::{Kind, Replication};
 /// - **FIFO by arrival.** A free permit goes to the head of the queue; a
 ///   newcomer (and [`try_acquire`](Semaphore::try_acquire)) takes one only
 ///   when more permits are free than waiters are queued, so nobody is
-///   starved by newcomers.
+///   starved by newcomers. A client keeps one place in the queue per
+///   semaphore: its waiters take turns, each queuing (by its arrival) when
+///   the one before it got its permit or left (meanwhile they take a
+///   permit only when one is free and owed to nobody), so a frozen process
+///   holds one place, not one per waiting task.
 /// - **Event-driven.** A release wakes as many waiters as it freed permits,
 ///   each through its own client's wake channel, at O(1) Redis work per
 ///   permit whatever the number of waiters; parked waiters send nothing.

@@ -36,7 +36,8 @@
 //! `keys` (names of keys, channels and scripts), `client` (redbell clients
 //! as the tests configure them), `raw` (raw Redis commands), `node` (one
 //! server of a topology, by port), `wait` (bounded waiting and retrying),
-//! `waiter`, `counter`, `monitor`, `proxy`, `server`, `side`, and
+//! `waiter`, `counter`, `monitor`, `process` (child processes to freeze:
+//! [`signal`], [`Stoppable`]), `proxy`, `server`, `side`, and
 //! `handoff` (one contended hand-off between two clients, timed:
 //! [`hand_off`]).
 
@@ -55,6 +56,7 @@ mod handoff;
 mod keys;
 mod monitor;
 mod node;
+mod process;
 mod proxy;
 mod raw;
 mod server;
@@ -75,6 +77,7 @@ pub use keys::{
 };
 pub use monitor::Monitor;
 pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
+pub use process::{Stoppable, signal};
 pub use proxy::Proxy;
 pub use raw::{
     client_ids, client_list, commandstats, config_set, del, exists, fair_queue, get, hgetall, hset,
@@ -86,8 +89,9 @@ pub use server::{
 };
 pub use side::{Frozen, Side, on_own_runtime};
 pub use wait::{
-    PROMPT, eventually, eventually_every, fails_promptly, gone_within, join_within, promptly,
-    recovering, retryable, spawn_timed, wait_for_members, wait_for_subscribers,
+    PROMPT, eventually, eventually_every, fails_promptly, gone_within, got_within, join_within,
+    promptly, recovering, retryable, spawn_timed, wait_for_members, wait_for_parked,
+    wait_for_subscribers,
 };
 pub use waiter::{
     WaiterReport, join_waiters, spawn_waiter, spread, try_join_waiters, waiter_errors,

@@ -197,3 +197,45 @@ where
         }
     }
 }
+
+/// Awaits `waiter` (a task parked before the release at `released`) and
+/// asserts it got the lock within `bound` of that release; its guard.
+///
+/// # Panics
+///
+/// When the waiter took `bound` or longer (10 s at most are waited), or
+/// failed.
+pub async fn got_within<G>(
+    waiter: JoinHandle<Result<G, redbell::Error>>,
+    released: Instant,
+    bound: Duration,
+    what: &str,
+) -> G {
+    let got = timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not get the lock within 10 s of the release"))
+        .expect("the waiter task")
+        .expect("the waiter's lock");
+    let waited = released.elapsed();
+    assert!(
+        waited < bound,
+        "{what} got the free lock {waited:?} after the release"
+    );
+    got
+}
+
+/// Waits (up to 10 s) until client `c` has at least `n` waiters parked
+/// (its `waiters` gauge): each made its first attempt. A client queues one
+/// waiter per lock at a time, so the queue alone does not tell.
+///
+/// # Panics
+///
+/// When it does not happen within 10 s.
+pub async fn wait_for_parked(c: &redbell::Client, n: i64) {
+    let ok = eventually(Duration::from_secs(10), || {
+        let c = c.clone();
+        async move { c.stats().waiters >= n }
+    })
+    .await;
+    assert!(ok, "{} of {n} waiters parked after 10 s", c.stats().waiters);
+}

@@ -518,7 +518,14 @@ async fn primary_killed_while_locks_are_held_and_waited_for() {
     );
     let queued = eventually_every(Duration::from_secs(10), POLL, || {
         let (a, b) = (waiters_key(&lost_name), waiters_key(&kept_name));
-        async move { zcard(home, &a).await >= 4 && zcard(home, &b).await >= 1 }
+        // One queue place per client and lock; the others park in it.
+        let (wa, wb) = (wa.clone(), wb.clone());
+        async move {
+            zcard(home, &a).await >= 2
+                && zcard(home, &b).await >= 1
+                && wa.stats().waiters >= 3
+                && wb.stats().waiters >= 2
+        }
     })
     .await;
     assert!(queued, "the waiters never queued");

@@ -241,13 +241,14 @@ async fn single_flight_100_local_waiters() {
             guard.unlock().await.expect("unlock");
         }));
     }
-    // Everyone parked: each waiter's failed attempt queued it.
+    // Everyone parked, after a failed attempt; one of them (the client's
+    // one place in the queue) queued.
     let conn = raw(&url).await;
     let queue = waiters_key(&name);
     let parked = eventually(Duration::from_secs(20), || {
         let mut conn = conn.clone();
-        let queue = queue.clone();
-        async move { zcard(&mut conn, &queue).await == WAITERS as i64 }
+        let (queue, c) = (queue.clone(), c.clone());
+        async move { c.stats().waiters == WAITERS as i64 && zcard(&mut conn, &queue).await == 1 }
     })
     .await;
     assert!(parked, "waiters did not all park");

@@ -17,7 +17,7 @@ use redbell::Error;
 use redbell_integration_tests::cluster::{Cluster, cluster_client};
 use redbell_integration_tests::{
     LONG, Monitor, PROMPT, Side, built_binary, client, eventually, fence_key, hash_tag, raw,
-    redis_url, renewing_client, script_sha, unique, wait_for_members, warm_up,
+    redis_url, renewing_client, script_sha, unique, wait_for_members, wait_for_parked, warm_up,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{Instant, sleep, timeout};
@@ -372,7 +372,8 @@ async fn no_commands_while_waiters_are_parked() {
     let sem = holder.semaphore(&name, 2).with_lease(LONG);
     let held = [sem.acquire().await.unwrap(), sem.acquire().await.unwrap()];
     let mut tasks = Vec::new();
-    for c in [client(&url).await, client(&url).await] {
+    let clients = [client(&url).await, client(&url).await];
+    for c in &clients {
         for _ in 0..3 {
             let s = c.semaphore(&name, 2).with_lease(LONG);
             tasks.push(tokio::spawn(async move {
@@ -382,7 +383,11 @@ async fn no_commands_while_waiters_are_parked() {
             }));
         }
     }
-    wait_for_members(&conn, &queue_key(&name), 6, Duration::from_millis(10)).await;
+    // One place in the queue per client; the others park in their client.
+    wait_for_members(&conn, &queue_key(&name), 2, Duration::from_millis(10)).await;
+    for c in &clients {
+        wait_for_parked(c, 3).await;
+    }
     let monitor = Monitor::start(&url).await;
     sleep(Duration::from_millis(100)).await;
     monitor.sync().await;
@@ -532,7 +537,8 @@ async fn a_frozen_woken_waiter_does_not_stall_the_others() {
     for i in 0..3 {
         let sem = live.semaphore(&name, 1).with_lease(LONG);
         waiters.push(tokio::spawn(async move { sem.acquire().await }));
-        wait_for_members(&conn, &queue_key(&name), i + 2, Duration::from_millis(5)).await;
+        // The live client's first waiter queues; the others park in it.
+        wait_for_parked(&live, i + 1).await;
     }
 
     let frozen = side.freeze().await;

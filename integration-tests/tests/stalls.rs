@@ -18,43 +18,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, timeout};
 
 use redbell_integration_tests::{
-    PrivateRedis, Side, client, fifo_key, lock_key, raw, redbell_binary, redis_url, unique,
-    wait_for_members, waiters_key,
+    PrivateRedis, Side, client, fifo_key, got_within, lock_key, raw, redbell_binary, redis_url,
+    signal, unique, wait_for_members, wait_for_parked, waiters_key,
 };
 
 /// How long a live waiter may take to get a free lock after the release.
 const BOUND: Duration = Duration::from_secs(1);
-
-/// Awaits `waiter` (a task parked before the release at `released`) and
-/// asserts it got the lock within `bound` of that release; its guard.
-async fn got_within<G>(
-    waiter: tokio::task::JoinHandle<Result<G, redbell::Error>>,
-    released: Instant,
-    bound: Duration,
-    what: &str,
-) -> G {
-    let got = timeout(Duration::from_secs(10), waiter)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not get the lock within 10 s of the release"))
-        .expect("the waiter task")
-        .expect("the waiter's lock");
-    let waited = released.elapsed();
-    assert!(
-        waited < bound,
-        "{what} got the free lock {waited:?} after the release"
-    );
-    got
-}
-
-/// Sends `signal` (`STOP`, `CONT`, `KILL`) to `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid}");
-}
 
 /// A `redbell run NAME -- sleep 30` process: a waiter (or holder) of its own.
 struct RunProcess(Child);
@@ -111,7 +80,9 @@ async fn a_frozen_woken_waiter_process_does_not_stall_the_others() {
         waiters.push(tokio::spawn(async move { mutex.lock().await }));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    wait_for_members(&conn, &waiters_key(&name), 4, Duration::from_millis(10)).await;
+    // The client's first waiter queues; the others park in it.
+    wait_for_members(&conn, &waiters_key(&name), 2, Duration::from_millis(10)).await;
+    wait_for_parked(&others, 3).await;
 
     signal(frozen.0.id(), "STOP");
     let mut released = Instant::now();

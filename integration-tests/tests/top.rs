@@ -57,11 +57,13 @@ async fn top_once_json_shows_kind_holder_and_waiters() {
     let holder = client_with_prefix(&url, &prefix).await;
     let waiting = client_with_prefix(&url, &prefix).await;
 
-    // A mutex held, two waiters queued.
+    // A mutex held, two waiters queued (of two clients: a client queues
+    // one waiter per lock at a time).
     let mutex = holder.mutex("jobs").with_lease(LONG).lock().await.unwrap();
     let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let m = waiting.mutex("jobs").with_lease(LONG);
+    let waiting_too = client_with_prefix(&url, &prefix).await;
+    for c in [&waiting, &waiting_too] {
+        let m = c.mutex("jobs").with_lease(LONG);
         tasks.push(tokio::spawn(async move { m.lock().await.map(drop) }));
     }
     // A fair mutex held, one waiter queued.

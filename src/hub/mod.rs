@@ -9,7 +9,7 @@ pub(crate) mod pubsub;
 mod registry;
 mod shards;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -69,6 +69,20 @@ impl Registration {
         self.queued = true;
     }
 
+    /// Whether this waiter may queue now: it is its client's one queuing
+    /// waiter of the lock (always, for an RwLock). The others attempt
+    /// without queuing and park until it leaves: then the oldest of them
+    /// takes its turn and is notified.
+    pub(crate) fn may_queue(&self) -> bool {
+        if !queues_one_per_client(self.keys.kind) {
+            return true;
+        }
+        self.shared
+            .lock()
+            .get(&self.keys.channel)
+            .is_none_or(|entry| entry.queuer == Some(self.id))
+    }
+
     /// Marks the waiter as done with the lock: the acquire that succeeded
     /// also took it out of the queue, so there is nothing to pass on.
     pub(crate) fn acquired(mut self) {
@@ -87,6 +101,14 @@ impl Drop for Registration {
                     self.shared.counters.handoff(released.elapsed());
                 }
                 entry.waiters.remove(&self.id);
+                if entry.queuer == Some(self.id) {
+                    // Our turn to queue ends: the oldest local waiter left
+                    // takes it, and attempts (so queues) at once.
+                    entry.queuer = entry.waiters.first_key_value().map(|(id, (waiter, _))| {
+                        waiter.notify.notify_one();
+                        *id
+                    });
+                }
                 if entry.waiters.is_empty() {
                     if entry.subscribed {
                         entry.idle_since = Some(Instant::now()); // linger
@@ -104,6 +126,14 @@ impl Drop for Registration {
             });
         }
     }
+}
+
+/// Whether a client queues one waiter at a time for locks of this kind
+/// (see "One place per client" in `acquire.rs`): every kind with a waiter
+/// queue, not an RwLock (its release is broadcast, its writers' intents
+/// only hold readers back).
+fn queues_one_per_client(kind: Kind) -> bool {
+    matches!(kind, Kind::Plain | Kind::Fair | Kind::Semaphore)
 }
 
 /// A handle the background worker notes its releases with (for the
@@ -173,18 +203,23 @@ impl Hub {
             let mut channels = self.shared.lock();
             // Looked up first: the channel's name is cloned only for a new
             // entry.
+            let queuer = queues_one_per_client(keys.kind).then_some(id);
             if let Some(entry) = channels.get_mut(&keys.channel) {
                 entry.waiters.insert(id, (waiter.clone(), keys.kind));
                 entry.idle_since = None;
+                if entry.queuer.is_none() {
+                    entry.queuer = queuer;
+                }
                 entry.subscribed
             } else {
-                let mut waiters = HashMap::new();
+                let mut waiters = BTreeMap::new();
                 waiters.insert(id, (waiter.clone(), keys.kind));
                 channels.insert(
                     keys.channel.clone(),
                     Entry {
                         keys: keys.clone(),
                         waiters,
+                        queuer,
                         idle_since: None,
                         subscribed: false,
                         released_at: None,

@@ -1,7 +1,7 @@
 //! The waiter registry: per wake channel, the local waiters parked on it,
 //! and the routing of each message to the one waiter it names.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
@@ -39,7 +39,16 @@ pub(super) struct Entry {
     /// Waiter id -> what that waiter parks on, and the kind of lock it
     /// waits for (read-write locks mix readers and writers on one channel).
     /// An id is present from `join` until its `Registration` is dropped.
-    pub(super) waiters: HashMap<u64, (Arc<Waiter>, Kind)>,
+    /// Ordered: ids grow with each `join`, so the first is the oldest.
+    pub(super) waiters: BTreeMap<u64, (Arc<Waiter>, Kind)>,
+    /// The one local waiter that may put a member in the lock's queue
+    /// (Mutex, FairMutex, Semaphore; see "One place per client" in
+    /// `acquire.rs`): `Some` with an id of `waiters` whenever `waiters` is
+    /// not empty, the oldest when it was chosen. When it leaves (with the
+    /// lock or without), the oldest remaining waiter takes its turn and is
+    /// notified, so that it attempts (and queues) at once. Unused (`None`)
+    /// for an RwLock, whose release is broadcast.
+    pub(super) queuer: Option<u64>,
     /// When `waiters` last became empty; `None` while it is not.
     pub(super) idle_since: Option<Instant>,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by

@@ -20,6 +20,10 @@ pub(crate) struct Queue<'a> {
     pub(crate) grace_ms: u64,
     /// The park on a key without expiry.
     pub(crate) park_ms: u64,
+    /// FairMutex and Semaphore: when the waiter first reached the server
+    /// (µs of server time, from a failed attempt it made before its turn
+    /// to queue came), to queue it by that arrival rather than by now.
+    pub(crate) arrival_us: Option<u64>,
 }
 
 /// One acquire attempt; a failed one queues `queue` when given. With
@@ -37,6 +41,9 @@ pub(crate) async fn acquire(
     let member = queue.map_or("", |q| q.member);
     let grace_ms = queue.map_or(0, |q| q.grace_ms);
     let park_ms = queue.map_or(0, |q| q.park_ms);
+    let arrival = queue
+        .and_then(|q| q.arrival_us)
+        .map_or_else(String::new, |us| us.to_string());
     let mut invocation = match keys.kind {
         Kind::Plain | Kind::Election => Call::new(&ACQUIRE),
         Kind::Fair => Call::new(&FAIR_ACQUIRE),
@@ -60,7 +67,8 @@ pub(crate) async fn acquire(
                 .arg(park_ms)
                 .arg(&keys.wake_prefix)
                 .arg(keys.permits)
-                .arg(SEM_RESERVE_MS);
+                .arg(SEM_RESERVE_MS)
+                .arg(&arrival);
         }
         Kind::Plain | Kind::Election | Kind::Fair => {
             invocation
@@ -99,7 +107,8 @@ pub(crate) async fn acquire(
             .key(&keys.readers)
             .key(&keys.holders)
             .arg(&keys.wake_prefix)
-            .arg(CLAIM_MS),
+            .arg(CLAIM_MS)
+            .arg(&arrival),
         Kind::Read => invocation.arg(park_ms),
         Kind::Write => invocation
             .key(&keys.channel)
@@ -108,7 +117,8 @@ pub(crate) async fn acquire(
             .arg(grace_ms)
             .arg(park_ms),
     };
-    // {flag, value} or, from the fair script, {0, park, server time in µs}.
+    // {flag, value} or, from the fair and semaphore scripts, {0, park,
+    // server time in µs}.
     let (reply, acked): (Vec<i64>, _) = match invocation.run(conn, replication).await {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("WRONGTYPE") => {
@@ -137,6 +147,7 @@ pub(crate) async fn acquire(
         },
         _ => Acquire::Held {
             pttl_ms: u64::try_from(value).ok(),
+            server_us: reply.get(2).and_then(|&us| u64::try_from(us).ok()),
         },
     };
     Ok((outcome, acked))

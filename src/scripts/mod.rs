@@ -32,7 +32,14 @@ pub(crate) enum Acquire {
     Acquired { fence: u64 },
     /// Someone else holds it for this many more milliseconds (`None`: the
     /// key has no expiry).
-    Held { pttl_ms: Option<u64> },
+    /// `server_us`: the server time of the attempt (the FIFO kinds, fair
+    /// and semaphore, answer it): a waiter that attempted before its
+    /// client's turn to queue it queues by this arrival (`acquire.rs`, "One
+    /// place per client").
+    Held {
+        pttl_ms: Option<u64>,
+        server_us: Option<u64>,
+    },
 }
 
 /// The outcome of a release or an extend: the three cases the scripts tell apart.

@@ -4,8 +4,9 @@
 //! Usage, with `REDIS_URL` set: `pool_waiter KIND NAME TASKS [PERMITS]`,
 //! KIND one of `mutex`, `fair`, `write` (an RwLock writer) or `semaphore`
 //! (PERMITS permits, default 1). One client; TASKS tasks each wait for the
-//! lock, one after another in the queue (each starts once the previous one
-//! has had 20 ms to queue). Prints `waiting <TASKS>` once all are started,
+//! lock, one after another (each starts once the previous one has had 20 ms
+//! to attempt; the client queues them one at a time, or each for an
+//! RwLock). Prints `waiting <TASKS>` once all are started,
 //! then `acquired <task>` for each task that gets the lock, which it then
 //! holds until the process is killed.
 

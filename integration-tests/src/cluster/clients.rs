@@ -54,7 +54,8 @@ pub async fn holder_and_waiters(cluster: &Cluster) -> (Client, Client, Client) {
 
 /// Spawns a [`spawn_waiter`] for lock `name` on each of `clients`
 /// (`waiter 0`, `waiter 1`, ...), counted in `inside`, and waits (up to
-/// 10 s) until all of them are in the lock's waiter queue on node `port`.
+/// 10 s) until all of them parked, each client's one queued waiter in the
+/// lock's waiter queue on node `port`.
 ///
 /// # Panics
 ///
@@ -71,10 +72,19 @@ pub async fn queue_waiters(
         .enumerate()
         .map(|(i, c)| spawn_waiter(format!("waiter {i}"), c.mutex(name), inside.clone()))
         .collect();
-    let n = i64::try_from(clients.len()).expect("a few waiters");
+    // A client queues one waiter per lock at a time; its others park in
+    // it: one member per distinct client, and each client's waiters parked.
+    let mut distinct: Vec<(&Client, i64)> = Vec::new();
+    for c in clients {
+        match distinct.iter_mut().find(|(d, _)| std::ptr::eq(*d, *c)) {
+            Some((_, count)) => *count += 1,
+            None => distinct.push((c, 1)),
+        }
+    }
+    let n = i64::try_from(distinct.len()).expect("a few clients");
     let key = waiters_key(name);
     let queued = eventually_every(Duration::from_secs(10), POLL, || async {
-        zcard(port, &key).await >= n
+        zcard(port, &key).await >= n && distinct.iter().all(|(c, k)| c.stats().waiters >= *k)
     })
     .await;
     assert!(queued, "{what}: the {n} waiters never queued");

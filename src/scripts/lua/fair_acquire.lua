@@ -17,6 +17,11 @@
 -- ARGV[6]  park_ms       the park of a waiter on a key without expiry
 -- ARGV[7]  wake prefix   P:{N}:wake:
 -- ARGV[8]  claim_ms      the lease of a grant until its waiter confirms it
+-- ARGV[9]  arrival_us    when the waiter first reached the server (a failed
+--                        attempt's now_us, made before its client's turn to
+--                        queue it came, acquire.rs "One place per client"),
+--                        or "": it queues by that arrival (never later than
+--                        now), so a client's waiters keep their FIFO places
 --
 -- A queuing attempt on a held lock runs GET and PTTL of the lock, TIME,
 -- ZADD NX (a waiter keeps its arrival), and PTTL of the queue (a PEXPIRE
@@ -88,7 +93,7 @@ local pttl = redis.call('PTTL', KEYS[1])
 if member == '' then
   return {0, pttl, now_us}
 end
-redis.call('ZADD', KEYS[3], 'NX', now_us, member)
+redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[9]) or now_us, now_us), member)
 local park = pttl
 if park < 0 then
   park = tonumber(ARGV[6])

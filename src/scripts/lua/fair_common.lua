@@ -51,7 +51,10 @@
 --   park no longer than `window` ms (the claim plus STANDBY_SLACK_MS for
 --   the second, plus three times that for the third), then attempt; one
 --   frozen head, or two in a row, delay the first live waiter by about a
---   claim, not a lease. A PUBLISH the server refuses (its ACL denies the
+--   claim, not a lease; a client queues one waiter per lock at a time
+--   (acquire.rs, "One place per client"), so the two are other processes
+--   than the granted one's, whatever its number of waiting tasks. A
+--   PUBLISH the server refuses (its ACL denies the
 --   channel; run under redis.pcall, so the caller's writes stand) takes
 --   the grant back, puts the head back and returns 0: the waiters attempt
 --   at the end of their bounded parks.

@@ -20,6 +20,11 @@
 -- ARGV[7]  wake prefix   P:{N}:wake:
 -- ARGV[8]  permits       the caller's permit count (> 0)
 -- ARGV[9]  reserve_ms    how long a woken waiter keeps its place unconfirmed
+-- ARGV[10] arrival_us    when the waiter first reached the server (a failed
+--                        attempt's now_us, made before its client's turn to
+--                        queue it came, acquire.rs "One place per client"),
+--                        or "": it queues by that arrival (never later than
+--                        now), so a client's waiters keep their FIFO places
 --
 -- Returns
 --   {1, fence}  a permit is ours: the token is in the holders set with
@@ -28,11 +33,12 @@
 --               holding a live permit (this call re-sent after its first
 --               run's reply was lost) also counts: {1, current fence}, and
 --               nothing changes.
---   {0, park}   no permit for us: all are held, or the free ones are owed
---               to waiters ahead. park = ms until the earliest holder's
---               lease ends (park_ms if none). A waiting caller is queued
---               (its arrival kept if it was queued already) with expiry
---               now + park + grace_ms.
+--   {0, park, now_us}  no permit for us: all are held, or the free ones
+--               are owed to waiters ahead. park = ms until the earliest
+--               holder's lease ends (park_ms if none). A waiting caller is
+--               queued (its arrival kept if it was queued already) with
+--               expiry now + park + grace_ms. now_us: the server time of
+--               this call (a later turn to queue passes it as arrival_us).
 --   error PERMITS <stored>  the semaphore exists with another permit count
 --                           (nothing was written)
 --   error WRONGKIND  the name is in use as a Mutex, FairMutex, RwLock
@@ -104,7 +110,7 @@ if first[2] then
 end
 if member ~= '' then
   local ttl = park + tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], 'NX', now_us, member)
+  redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[10]) or now_us, now_us), member)
   redis.call('ZADD', KEYS[4], now_ms + ttl, member)
   for _, key in ipairs({KEYS[3], KEYS[4]}) do
     if redis.call('PTTL', key) < ttl then
@@ -114,4 +120,4 @@ if member ~= '' then
   keep_count(KEYS[5], permits, ttl)
 end
 settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
-return {0, park}
+return {0, park, now_us}

@@ -31,7 +31,11 @@
 --   is alive, refreshes it), and the next two in line after the last woken
 --   get a standby "<waiter id>::s<2 * reserve_ms>": they park no longer than
 --   that, then attempt, and prune a frozen woken member whose socket stays
---   open. Nothing is published when nobody waits. Returns the number woken.
+--   open. A client queues one waiter per semaphore at a time (acquire.rs,
+--   "One place per client"), so those two are other processes than the
+--   woken one's, whatever its number of waiting tasks: a live waiter of
+--   another process gets a free permit within the window (500 ms). Nothing
+--   is published when nobody waits. Returns the number woken.
 local function now()
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])

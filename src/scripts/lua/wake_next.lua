@@ -23,11 +23,15 @@
 -- receiver may be frozen with its socket open, so the next two in line get
 -- a standby message "<waiter id>::s<window>": they park no longer than
 -- window = twice the reservation, then attempt, so a frozen head (or two
--- frozen in a row) costs the others one reservation, not a lease. Of those
+-- frozen in a row) costs the others one reservation, not a lease. A client
+-- queues one waiter per lock at a time (acquire.rs, "One place per
+-- client"), so the next two are two other processes however many tasks
+-- the woken one's process has waiting: a live waiter of another process
+-- gets the free lock within the window (200 ms) of the release. Of those
 -- two, a member that already parks no longer than a reservation (it queued
 -- during one: acquire.lua scores it with the fraction .5) or that belongs
--- to the woken member's client (frozen with it, or alive and attempting)
--- gets no standby: it would change nothing. Nor does a member that was
+-- to the woken member's client (frozen with it, or alive and attempting;
+-- rare: a member whose pass-on is on its way) gets no standby: it would change nothing. Nor does a member that was
 -- sent one already: a standby only ever shortens a park, so it attempts
 -- within that first window anyway; the release marks it with the same
 -- fraction .5 (its next attempt queues it again, unmarked). So in a steady
