@@ -6,7 +6,10 @@
 //! refreshes) find lock names by their keys; then one pipeline of
 //! the inspect script for at most `--max-locks` of the names known (the
 //! ones busy at the last refresh first, then those read least recently).
-//! With NAMES, no `SCAN`: one pipeline for those names.
+//! With NAMES, no `SCAN`: one pipeline for those names. A name that shows
+//! nothing live as a lock is then read as a semaphore (whose keys the
+//! inspect script does not read), these reads sent at once, so pipelined on
+//! the client's connection.
 //!
 //! # Rates
 //!
@@ -24,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redbell::{Client, LockInfo};
+use redbell::{Client, LockInfo, SemaphoreStatus};
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_USAGE, Failure};
@@ -38,11 +41,12 @@ const MAX_KNOWN: usize = 10_000;
 
 /// Options of `redbell top`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
+#[command(after_help = crate::connect::REDIS_HINT, after_long_help = "\
 Shows the busiest locks under --prefix (or the NAMES given), refreshed
-every --interval: NAME, KIND (mutex, fair, rwlock or election, - when no
-kind is live), HOLDER (the owner token; rN for N read holds), TTL (the holder's
-remaining lease), WAITERS (clients queued, across all processes),
+every --interval: NAME, KIND (mutex, fair, rwlock, election or semaphore, -
+when no kind is live), HOLDER (the owner token; rN for N read holds; a
+semaphore's permits held out of its count, 2/3), TTL (the holder's
+remaining lease; a semaphore's soonest to expire), WAITERS (clients queued, across all processes),
 HANDOFFS/S and FENCE/S, and OWNER (host:pid of a `redbell run` holder).
 Sorted by waiters, then hand-offs, then held before free; --limit rows.
 
@@ -55,9 +59,9 @@ advance per second between the last two refreshes, in fence units (µs of
 server time): about 1000000 for a lock acquired in every interval, 0 for an
 idle one. Both are - until a lock has been read twice (always with --once).
 Read holds do not advance a fence: for a read-write lock both count writers
-only. Semaphores under the prefix are listed without kind or holder (see
-`redbell status --semaphore`); an election shows as one, its holder the
-leader (see `redbell status` for its term and value).
+only. An election shows as one lock, its holder the leader (see `redbell
+status` for its term and value); a semaphore as one line (see `redbell
+status --semaphore` for each holder).
 
 Cost per refresh, in commands sent to Redis: with NAMES, one pipeline of
 one inspect script call (EVALSHA) per name; otherwise at most --max-scans
@@ -65,7 +69,9 @@ SCAN calls (COUNT --scan-count, MATCH PREFIX:{--match}*; continuing
 where the last refresh stopped, so a large keyspace is covered over several
 refreshes) and one pipeline of at most --max-locks EVALSHA calls. With the
 defaults: at most 10 SCAN + 200 EVALSHA, in at most 11 round trips; each
-inspect call runs about 9 reads inside Redis. (After a SCRIPT FLUSH, the
+inspect call runs about 9 reads inside Redis. Each name that shows nothing
+live as a lock costs one more EVALSHA, reading it as a semaphore (sent
+together: one more round trip). (After a SCRIPT FLUSH, the
 first refresh sends each call once more, loading the script.) A Redis
 Cluster cannot be scanned: name the locks.
 
@@ -74,12 +80,15 @@ With --json, one JSON document per refresh and line (with --once: one):
    \"locks\":[{\"name\":\"jobs\",\"kind\":\"mutex\",\"held\":true,\"holder\":\"m6f1c...\",
    \"owner\":\"web1:4242\",\"ttl_ms\":29871,\"readers\":0,\"waiters\":2,\"fence\":1719...,
    \"handoffs_per_s\":0.8,\"fence_per_s\":1000213.0}]}
+A semaphore in use has kind \"semaphore\", holder null, and also permits (its
+count) and permits_held.
 commands counts what this refresh sent. A lock whose read failed has an
 \"error\" instead of its state.
 
 Exit codes: 0 success (--once printed, or interrupted), 2 usage error (an
 invalid lock name or prefix, a Redis Cluster without NAMES), 69 Redis
-unreachable, 1 any other failure.")]
+unreachable, 77 login refused or ACL denial, 78 configuration (bad database,
+certificate), 1 any other failure.")]
 pub struct TopArgs {
     /// Print one snapshot and exit.
     #[arg(long)]
@@ -153,7 +162,7 @@ pub async fn run(global: &GlobalArgs, args: &TopArgs) -> Result<(), Failure> {
         let text = if args.json {
             frame.json(args.limit)
         } else {
-            frame.table(&target, &global.prefix, args, tty)
+            frame.table(&target, global.prefix(), args, tty)
         };
         let mut out = std::io::stdout().lock();
         let written = writeln!(out, "{text}").and_then(|()| out.flush());
@@ -241,6 +250,9 @@ struct Frame<'a> {
 struct Row<'a> {
     name: String,
     info: Result<LockInfo, redbell::Error>,
+    /// The name as a semaphore, when it is one in use (and nothing live as
+    /// a lock).
+    semaphore: Option<SemaphoreStatus>,
     seen: Option<&'a Seen>,
 }
 
@@ -293,20 +305,25 @@ impl<'a> Top<'a> {
                 .unwrap_or(redbell::Error::Closed));
         }
         let now = Instant::now();
+        let mut semaphores = semaphores(client, &infos).await?;
         let mut read = Vec::with_capacity(chosen.len());
-        for (name, info) in chosen.into_iter().zip(infos) {
+        for ((name, info), semaphore) in chosen.into_iter().zip(infos).zip(&mut semaphores) {
             if let (Ok(info), Some(seen)) = (&info, self.known.get_mut(&name)) {
                 seen.update(info, now, self.refresh);
+                if let Some(s) = semaphore {
+                    seen.busy |= !s.holders.is_empty() || s.waiters > 0;
+                }
             }
-            read.push((name, info));
+            read.push((name, info, semaphore.take()));
         }
         let inspected = read.len();
         let mut rows: Vec<Row<'_>> = read
             .into_iter()
-            .map(|(name, info)| Row {
+            .map(|(name, info, semaphore)| Row {
                 seen: self.known.get(&name),
                 name,
                 info,
+                semaphore,
             })
             .collect();
         rows.sort_by(|a, b| {
@@ -367,9 +384,45 @@ impl<'a> Top<'a> {
     }
 }
 
+/// For each lock read, the semaphore of its name when it is one in use:
+/// one `semaphore_status` per name that shows nothing live as a lock, all
+/// sent at once.
+async fn semaphores(
+    client: &Client,
+    infos: &[Result<LockInfo, redbell::Error>],
+) -> Result<Vec<Option<SemaphoreStatus>>, redbell::Error> {
+    let mut reads = tokio::task::JoinSet::new();
+    for (at, info) in infos.iter().enumerate() {
+        if let Ok(info) = info {
+            let (client, info) = (client.clone(), info.clone());
+            reads.spawn(async move {
+                let read = crate::status::semaphore_in_use(&client, &info).await;
+                (at, read)
+            });
+        }
+    }
+    let mut found = vec![None; infos.len()];
+    while let Some(joined) = reads.join_next().await {
+        // A read task cannot panic; one that did is a semaphore not shown.
+        if let Ok((at, read)) = joined
+            && let Some(slot) = found.get_mut(at)
+        {
+            *slot = read?;
+        }
+    }
+    Ok(found)
+}
+
 impl Row<'_> {
     /// Busier is greater: waiters, then hand-offs, then held.
     fn rank(&self) -> (u64, f64, bool) {
+        if let Some(s) = &self.semaphore {
+            return (
+                s.waiters,
+                self.handoffs_per_s().unwrap_or(0.0),
+                !s.holders.is_empty(),
+            );
+        }
         match &self.info {
             Ok(info) => (
                 info.waiters,
@@ -400,8 +453,23 @@ impl Frame<'_> {
             .rows
             .iter()
             .take(limit)
-            .map(|row| match &row.info {
-                Ok(info) => {
+            .map(|row| match (&row.info, &row.semaphore) {
+                (Ok(info), Some(s)) => serde_json::json!({
+                    "name": row.name,
+                    "kind": "semaphore",
+                    "held": !s.holders.is_empty(),
+                    "holder": null,
+                    "owner": null,
+                    "ttl_ms": s.holders.first().and_then(|(_, ttl)| millis(Some(*ttl))),
+                    "readers": 0,
+                    "waiters": s.waiters,
+                    "fence": info.fence,
+                    "permits": s.permits,
+                    "permits_held": s.holders.len(),
+                    "handoffs_per_s": row.handoffs_per_s().map(round2),
+                    "fence_per_s": row.fence_per_s().map(round2),
+                }),
+                (Ok(info), None) => {
                     let holder = info.holder.as_ref();
                     serde_json::json!({
                         "name": row.name,
@@ -417,7 +485,7 @@ impl Frame<'_> {
                         "fence_per_s": row.fence_per_s().map(round2),
                     })
                 }
-                Err(e) => serde_json::json!({"name": row.name, "error": e.to_string()}),
+                (Err(e), _) => serde_json::json!({"name": row.name, "error": e.to_string()}),
             })
             .collect();
         serde_json::json!({
@@ -460,6 +528,22 @@ impl Frame<'_> {
                         dash(),
                     ];
                 };
+                if let Some(s) = &row.semaphore {
+                    let count = s.permits.map_or_else(|| "?".to_owned(), |p| p.to_string());
+                    return [
+                        row.name.clone(),
+                        "semaphore".to_owned(),
+                        format!("{}/{count}", s.holders.len()),
+                        s.holders
+                            .first()
+                            .map_or_else(dash, |(_, t)| format!("{:.1}s", t.as_secs_f64())),
+                        s.waiters.to_string(),
+                        row.handoffs_per_s()
+                            .map_or_else(dash, |r| format!("{r:.1}")),
+                        row.fence_per_s().map_or_else(dash, rate),
+                        dash(),
+                    ];
+                }
                 let holder = info.holder.as_ref();
                 [
                     row.name.clone(),
@@ -502,7 +586,7 @@ impl Frame<'_> {
              cost {} SCAN + {} EVALSHA\n",
             crate::fail::redact(target),
             self.refresh,
-            humantime::format_duration(args.interval),
+            crate::run::duration::human(args.interval),
             self.known,
             self.inspected,
             self.scans,
