@@ -219,16 +219,16 @@ impl GlobalArgs {
         fill_path(&mut self.tls_ca, "REDBELL_TLS_CA");
         fill_path(&mut self.tls_cert, "REDBELL_TLS_CERT");
         fill_path(&mut self.tls_key, "REDBELL_TLS_KEY");
-        if self.db.is_none() {
-            if let Some(db) = env("REDBELL_DB") {
-                let parsed = db.parse().map_err(|_| {
-                    Failure::new(
-                        EX_USAGE,
-                        format!("REDBELL_DB={db:?} is not a database number"),
-                    )
-                })?;
-                self.db = Some(parsed);
-            }
+        if self.db.is_none()
+            && let Some(db) = env("REDBELL_DB")
+        {
+            let parsed = db.parse().map_err(|_| {
+                Failure::new(
+                    EX_USAGE,
+                    format!("REDBELL_DB={db:?} is not a database number"),
+                )
+            })?;
+            self.db = Some(parsed);
         }
         self.password = secret(self.password_file.as_deref(), "REDBELL_PASSWORD")?;
         self.sentinel_password = secret(
