@@ -16,6 +16,12 @@ pub struct LockScan {
     /// The lock names found on this page (possibly none, and a name may
     /// come again in a later page of the same pass, as `SCAN` allows).
     pub names: Vec<String>,
+    /// Those of `names` found by a key only a
+    /// [`Semaphore`](crate::Semaphore) has (`P:{N}:holders`, `:queue` or
+    /// `:permits`): read them with
+    /// [`semaphore_status`](Client::semaphore_status), as
+    /// [`inspect`](Client::inspect) does not read a semaphore's keys.
+    pub semaphores: Vec<String>,
 }
 
 impl Client {
@@ -73,17 +79,26 @@ impl Client {
             })?;
         let head = format!("{}:{{", self.0.config.prefix);
         let mut names: Vec<String> = Vec::new();
+        let mut semaphores: Vec<String> = Vec::new();
         for key in &keys {
-            let Some((name, _)) = key.strip_prefix(&head).and_then(|k| k.split_once('}')) else {
+            let Some((name, rest)) = key.strip_prefix(&head).and_then(|k| k.split_once('}')) else {
                 continue;
             };
-            if !name.is_empty() && !name.contains('{') && !names.iter().any(|n| n == name) {
+            if name.is_empty() || name.contains('{') {
+                continue;
+            }
+            if !names.iter().any(|n| n == name) {
                 names.push(name.to_owned());
+            }
+            let semaphore_key = matches!(rest, ":holders" | ":queue" | ":permits");
+            if semaphore_key && !semaphores.iter().any(|n| n == name) {
+                semaphores.push(name.to_owned());
             }
         }
         Ok(LockScan {
             cursor: next,
             names,
+            semaphores,
         })
     }
 

@@ -60,22 +60,28 @@ use crate::run::duration;
 
 /// Options of `redbell elect`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
+#[command(after_help = crate::connect::REDIS_HINT, trailing_var_arg = true, after_long_help = "\
 Exit codes:
   N        the command's own exit code (without --requeue)
   128+N    the command was killed by signal N, or redbell got signal N while
            campaigning (the command did not run)
-  2        usage error
+  2        usage error (a --ttl under 1s), or a name in use as another kind
   69       Redis could not be reached
   75       the leadership was lost while the command ran: its group got
            SIGTERM, then SIGKILL after --kill-grace; or its lease could not
            be confirmed in time (redbell was stopped or starved, or Redis
            did not answer) and the guardian stopped the group before the
            lease could expire; or the guardian died and the group got SIGKILL
+  77       the login was refused, or the ACL denied a command, key or channel
+  78       configuration: a database the server does not have, a TLS
+           certificate that does not verify, an unreadable password or TLS file
+  126/127  the command could not be started (not executable / not found)
 
 Environment:
-  REDIS_URL       the Redis server when --url is absent
-  The command gets REDBELL_NAME (the election), REDBELL_TERM (this term: the
+  REDBELL_URL, else REDIS_URL: the Redis server when --url is absent;
+  REDBELL_PASSWORD: its password (see `redbell --help` for every variable).
+  The command does not get REDBELL_PASSWORD, nor a URL variable with a
+  password in it. It gets REDBELL_NAME (the election), REDBELL_TERM (this term: the
   fence, strictly greater than every earlier term) and REDBELL_VALUE.")]
 pub struct ElectArgs {
     /// The value observers (`redbell leader`) see while this process leads.
@@ -89,7 +95,7 @@ pub struct ElectArgs {
     pub requeue: bool,
 
     /// Lease of the leadership, renewed every third of it while leading: a
-    /// crashed leader is replaced after this long.
+    /// crashed leader is replaced after this long. At least 1s.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
 
@@ -107,8 +113,9 @@ pub struct ElectArgs {
     /// Name of the election.
     pub name: String,
 
-    /// The program to run and its arguments (after `--`).
-    #[arg(last = true, value_name = "CMD", required = true)]
+    /// The program to run and its arguments. Options after it are its own;
+    /// put `--` before a program whose name starts with `-`.
+    #[arg(value_name = "CMD", required = true)]
     pub argv: Vec<OsString>,
 }
 
@@ -214,7 +221,7 @@ async fn lead(
                         eprintln!(
                             "redbell: lost the leadership of {name:?} (term {term}): sending \
                              SIGTERM to the command's process group (SIGKILL after {})",
-                            humantime::format_duration(args.kill_grace)
+                            crate::run::duration::human(args.kill_grace)
                         );
                         forward(group, Signal::SIGTERM);
                         kill_at = Some(grace_started(&guardian, args.kill_grace));
@@ -289,6 +296,7 @@ fn spawn(
         .env("REDBELL_NAME", &args.name)
         .env("REDBELL_TERM", term.to_string())
         .env("REDBELL_VALUE", value);
+    crate::connect::strip_secrets(&mut command);
     start(command, &program, guardian)
 }
 
@@ -357,7 +365,7 @@ async fn confirmed_deadline(
         Err(_) => {
             return Err(format!(
                 "no answer within {}",
-                humantime::format_duration(within)
+                crate::run::duration::human(within)
             ));
         }
     };

@@ -8,7 +8,7 @@ use crate::fail::{EX_FAILURE, Failure};
 
 /// Options of `redbell leader`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
+#[command(after_help = crate::connect::REDIS_HINT, after_long_help = "\
 Prints `leader: VALUE (term N)`, or `no leader`. With --watch, prints the
 current leader, then one such line per change (elected, proclaimed,
 resigned, lost by lease expiry) until interrupted.

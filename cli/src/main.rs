@@ -19,14 +19,21 @@ mod unlock;
 
 /// Distributed locks on Redis with event-driven waiting.
 ///
-/// Exit codes: 0 success, 1 failure (e.g. `run` found the lock held), 2
-/// usage error, 69 Redis unreachable, 75 `run` lost its lease; `run`
-/// otherwise exits with its command's code (128+N when a signal N killed
-/// it). Environment: REDIS_URL when --url is absent. Redis is one server
-/// (--url), a Redis Cluster (--cluster) or the primary Redis Sentinel names
-/// (--sentinel with --master).
+/// Redis is one server (--url), a Redis Cluster (--cluster) or the primary
+/// Redis Sentinel names (--sentinel with --master). Every Redis option also
+/// comes from an environment variable (REDBELL_URL, else REDIS_URL;
+/// REDBELL_CLUSTER, REDBELL_SENTINEL, REDBELL_MASTER, REDBELL_USER,
+/// REDBELL_DB, REDBELL_PREFIX, ...); a flag wins over its variable. The
+/// password comes from REDBELL_PASSWORD or --password-file, never from
+/// the command line; the commands `run` and `elect` start do not inherit
+/// it (nor a URL variable with a password in it).
 #[derive(Debug, Parser)]
-#[command(name = "redbell", version)]
+#[command(
+    name = "redbell",
+    version,
+    after_help = connect::REDIS_HINT,
+    after_long_help = fail::EXIT_CODES
+)]
 struct Cli {
     #[command(flatten)]
     global: connect::GlobalArgs,
@@ -87,9 +94,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     if let Command::Guard = cli.command {
         return process::guardian::serve(); // no runtime: one thread, one socket
+    }
+    if let Err(failure) = cli.global.resolve() {
+        eprintln!("redbell: {failure}");
+        return ExitCode::from(failure.code);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -82,8 +82,13 @@ Exit codes:
   N        the command's own exit code (0 when it succeeded)
   128+N    the command was killed by signal N (e.g. 137 for SIGKILL, 143 for SIGTERM)
   1        the lock is held elsewhere (-n) or the wait timed out (-w); see -E
-  2        usage error: bad option, lock name or duration
+  2        usage error: bad option, lock name or duration (a --ttl under 1s), or
+           a name in use as another kind of lock
   69       Redis could not be reached (one line on stderr)
+  77       the login was refused (wrong password or user), or the ACL denied a
+           command, key or channel
+  78       configuration: a database the server does not have, a TLS
+           certificate that does not verify, an unreadable password or TLS file
   75       the lease was lost, or could not be renewed in time, while the
            command ran: the command's group got SIGTERM, then SIGKILL after
            --kill-grace, and was dead before the lease could expire; or the
@@ -92,15 +97,21 @@ Exit codes:
   126/127  the command could not be started (not executable / not found)
 
 Environment:
-  REDIS_URL       the Redis server when --url is absent (default redis://127.0.0.1:6379)
-  The command gets REDBELL_NAME (the lock's name), REDBELL_TOKEN (this
+  REDBELL_URL, else REDIS_URL: the Redis server when --url is absent (default
+  redis://127.0.0.1:6379); REDBELL_PASSWORD: its password (see `redbell --help`
+  for every variable). The command does not get REDBELL_PASSWORD, nor a URL
+  variable with a password in it. It gets REDBELL_NAME (the lock's name), REDBELL_TOKEN (this
   acquisition's owner token, the lock key's value) and REDBELL_FENCE (the
   fencing token: strictly greater than every earlier one for this lock).";
 
 /// Options of `redbell run`. Everything after CMD's first word is CMD's
 /// (`--` may still come first).
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = AFTER_HELP, trailing_var_arg = true)]
+#[command(
+    after_help = crate::connect::REDIS_HINT,
+    after_long_help = AFTER_HELP,
+    trailing_var_arg = true
+)]
 pub struct RunArgs {
     /// Fail at once if the lock is held, instead of waiting for it.
     #[arg(short = 'n', long, conflicts_with = "wait")]
@@ -121,7 +132,7 @@ pub struct RunArgs {
     /// If redbell dies or loses Redis, the lock frees itself after this long.
     /// If the lease cannot be renewed, the command's group is stopped (see
     /// --kill-grace) so that it is dead before the lease can expire, when
-    /// another host may take the lock.
+    /// another host may take the lock. At least 1s.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
 
@@ -233,7 +244,7 @@ async fn hold_and_run(
         let message = match args.wait {
             Some(wait) if !args.nonblock => format!(
                 "timed out after {} waiting for {what} {name:?}",
-                humantime::format_duration(wait)
+                crate::run::duration::human(wait)
             ),
             _ => format!("{what} {name:?} is held elsewhere"),
         };
@@ -263,7 +274,7 @@ async fn hold_and_run(
     if args.verbose && schedule.grace < args.kill_grace {
         eprintln!(
             "redbell: --kill-grace cut to {}, a third of the lease",
-            humantime::format_duration(schedule.grace)
+            crate::run::duration::human(schedule.grace)
         );
     }
 

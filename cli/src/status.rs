@@ -1,8 +1,13 @@
 //! `redbell status`: what an operator wants to know about a lock.
+//!
+//! A semaphore keeps its own keys, which the lock inspect script does not
+//! read: a name that shows nothing live as a lock is read once more as a
+//! semaphore ([`semaphore_in_use`]), so `status NAME` shows every kind
+//! without being told which.
 
 use std::time::Duration;
 
-use redbell::{Hold, LockInfo};
+use redbell::{Client, Hold, LockInfo, SemaphoreStatus};
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::Failure;
@@ -10,7 +15,7 @@ use crate::table::{self, kind_name, millis};
 
 /// Options of `redbell status`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
+#[command(after_help = crate::connect::REDIS_HINT, after_long_help = "\
 Output: one line per lock, after a header: NAME, STATE (held, shared or
 free), HOLDER (the owner token, as REDBELL_TOKEN gave it to the command), TTL
 (the holder's remaining lease), FENCE (the last fencing token handed out),
@@ -21,7 +26,10 @@ run` holding it; - for a holder that is no `redbell run`) and LEADER (an
 election's leader: the value it proclaimed and its term; - otherwise, and
 for a holder that has not proclaimed yet). A read-write lock held by readers
 (STATE shared) has one line per reader. A name is one kind of lock at a
-time: while an election leads, a mutex under its name is refused.
+time: while an election leads, a mutex under its name is refused. A
+semaphore in use has one line: STATE held while a permit is, HOLDER the
+permits held out of the count (`2/3 permits`), TTL the soonest to expire,
+WAITERS its queue (see --semaphore for each holder).
 
 With --json, one object per lock and line:
   {\"name\":\"jobs\",\"kind\":\"mutex\",\"held\":true,\"holder\":\"m6f1c...\",\"owner\":\"web1:4242\",
@@ -31,7 +39,9 @@ a key without expiry); kind is null for a lock not in use (or a holder token
 of no known kind). holder is the exclusive holder (a read-write lock's
 writer, an election's leader). An election with a leader also has
 leader: {\"term\":1719...,\"value\":\"web1:8080\"}. A lock with read holds also has readers, a list of
-{\"token\":...,\"owner\":...,\"ttl_ms\":...}, soonest expiry first.
+{\"token\":...,\"owner\":...,\"ttl_ms\":...}, soonest expiry first. A semaphore in use
+has kind \"semaphore\", holder null, ttl_ms the soonest expiry, and also
+permits (the count) and holders, a list of {\"token\":...,\"ttl_ms\":...}.
 
 With --semaphore, the names are semaphores: one line each with NAME, PERMITS
 (the stored count, - when none is), HELD (live holders), WAITERS, FENCE and
@@ -39,7 +49,8 @@ HOLDERS (each holder's token and remaining lease). With --json:
   {\"name\":\"uploads\",\"permits\":4,\"holders\":[{\"token\":\"6f1c...\",\"ttl_ms\":29871}],\"waiters\":2,\"fence\":1719...}
 
 Exit codes: 0 success, 2 usage error (e.g. an invalid lock name), 69 Redis
-unreachable, 1 any other failure.")]
+unreachable, 77 login refused or ACL denial, 78 configuration (bad database,
+certificate), 1 any other failure.")]
 pub struct StatusArgs {
     /// Print one JSON object per lock and line.
     #[arg(long)]
@@ -68,10 +79,14 @@ pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> 
             .inspect(name)
             .await
             .map_err(|e| Failure::input(&target, &format!("cannot read lock {name:?}"), &e))?;
-        if args.json {
-            println!("{}", json(&info));
-        } else {
-            rows.extend(self::rows(&info));
+        let semaphore = semaphore_in_use(&client, &info)
+            .await
+            .map_err(|e| Failure::input(&target, &format!("cannot read lock {name:?}"), &e))?;
+        match (semaphore, args.json) {
+            (Some(s), true) => println!("{}", semaphore_json(&s)),
+            (Some(s), false) => rows.push(semaphore_row(&s)),
+            (None, true) => println!("{}", json(&info)),
+            (None, false) => rows.extend(self::rows(&info)),
         }
     }
     if !args.json {
@@ -85,8 +100,69 @@ pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<(), Failure> 
     Ok(())
 }
 
+/// The semaphore `info.name`, if the name shows nothing live as a lock but
+/// is in use as a semaphore (a permit count stored, a holder or a waiter).
+/// One more script call, only for a name free as a lock.
+pub async fn semaphore_in_use(
+    client: &Client,
+    info: &LockInfo,
+) -> Result<Option<SemaphoreStatus>, redbell::Error> {
+    if info.kind.is_some() || info.holder.is_some() || !info.readers.is_empty() || info.waiters > 0
+    {
+        return Ok(None);
+    }
+    let s = client.semaphore_status(&info.name).await?;
+    let in_use = s.permits.is_some() || !s.holders.is_empty() || s.waiters > 0;
+    Ok(in_use.then_some(s))
+}
+
+/// `2/3 permits`: held out of the count (`?` when none is stored).
+pub fn permits_held(s: &SemaphoreStatus) -> String {
+    let count = s.permits.map_or_else(|| "?".to_owned(), |p| p.to_string());
+    format!("{}/{count} permits", s.holders.len())
+}
+
+/// The table's line for a semaphore in use.
+fn semaphore_row(s: &SemaphoreStatus) -> [String; 9] {
+    let dash = || "-".to_owned();
+    [
+        s.name.clone(),
+        if s.holders.is_empty() { "free" } else { "held" }.to_owned(),
+        permits_held(s),
+        s.holders
+            .first()
+            .map_or_else(dash, |(_, ttl)| seconds(*ttl)),
+        s.fence.map_or_else(dash, |f| f.to_string()),
+        s.waiters.to_string(),
+        "semaphore".to_owned(),
+        dash(),
+        dash(),
+    ]
+}
+
+/// The `--json` line for a semaphore in use.
+fn semaphore_json(s: &SemaphoreStatus) -> serde_json::Value {
+    let holders: Vec<_> = s
+        .holders
+        .iter()
+        .map(|(token, ttl)| serde_json::json!({"token": token, "ttl_ms": millis(Some(*ttl))}))
+        .collect();
+    serde_json::json!({
+        "name": s.name,
+        "kind": "semaphore",
+        "held": !s.holders.is_empty(),
+        "holder": null,
+        "owner": null,
+        "ttl_ms": s.holders.first().and_then(|(_, ttl)| millis(Some(*ttl))),
+        "fence": s.fence,
+        "waiters": s.waiters,
+        "permits": s.permits,
+        "holders": holders,
+    })
+}
+
 /// `redbell status --semaphore`.
-async fn semaphores(client: &redbell::Client, url: &str, args: &StatusArgs) -> Result<(), Failure> {
+async fn semaphores(client: &Client, url: &str, args: &StatusArgs) -> Result<(), Failure> {
     let mut rows = Vec::with_capacity(args.names.len());
     for name in &args.names {
         let s = client

@@ -4,15 +4,18 @@
 use std::time::Duration;
 
 use redbell::LockKind;
+use unicode_width::UnicodeWidthStr;
 
 /// The lines of a table: `header`, then `rows`, each column as wide as its
-/// widest cell, columns two spaces apart, no trailing spaces.
+/// widest cell, columns two spaces apart, no trailing spaces. Widths are
+/// display columns (`unicode-width`: a CJK character takes two), not
+/// characters, so names in any script line up on a terminal.
 pub fn lines<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> Vec<String> {
     let header = header.map(str::to_owned);
     let mut widths = [0usize; N];
     for r in std::iter::once(&header).chain(rows) {
         for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.width());
         }
     }
     std::iter::once(&header)
@@ -21,7 +24,10 @@ pub fn lines<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> Vec<Str
             let line: Vec<String> = r
                 .iter()
                 .zip(widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
+                .map(|(cell, w)| {
+                    let pad = w.saturating_sub(cell.width());
+                    format!("{cell}{:pad$}", "")
+                })
                 .collect();
             line.join("  ").trim_end().to_owned()
         })

@@ -8,6 +8,15 @@
 //! ones busy at the last refresh first, then those read least recently).
 //! With NAMES, no `SCAN`: one pipeline for those names.
 //!
+//! A semaphore keeps keys of its own, which the inspect script does not
+//! read: a name known as a semaphore is read with `semaphore_status`
+//! *instead of* the inspect script (these calls sent at once, so pipelined
+//! on the client's connection), which keeps the cost at one script call
+//! per name. `SCAN` tells which names are semaphores (a key only a
+//! semaphore has); for NAMES given, a name that shows nothing live as a
+//! lock the first time it is read is read as a semaphore once more, to
+//! learn which it is ([`Seen::semaphore`]).
+//!
 //! # Rates
 //!
 //! A fence is the server's clock in µs at each acquisition (or the last
@@ -24,7 +33,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redbell::{Client, LockInfo};
+use redbell::{Client, LockInfo, SemaphoreStatus};
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::{EX_USAGE, Failure};
@@ -38,11 +47,12 @@ const MAX_KNOWN: usize = 10_000;
 
 /// Options of `redbell top`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
+#[command(after_help = crate::connect::REDIS_HINT, after_long_help = "\
 Shows the busiest locks under --prefix (or the NAMES given), refreshed
-every --interval: NAME, KIND (mutex, fair, rwlock or election, - when no
-kind is live), HOLDER (the owner token; rN for N read holds), TTL (the holder's
-remaining lease), WAITERS (clients queued, across all processes),
+every --interval: NAME, KIND (mutex, fair, rwlock, election or semaphore, -
+when no kind is live), HOLDER (the owner token; rN for N read holds; a
+semaphore's permits held out of its count, 2/3), TTL (the holder's
+remaining lease; a semaphore's soonest to expire), WAITERS (clients queued, across all processes),
 HANDOFFS/S and FENCE/S, and OWNER (host:pid of a `redbell run` holder).
 Sorted by waiters, then hand-offs, then held before free; --limit rows.
 
@@ -55,9 +65,9 @@ advance per second between the last two refreshes, in fence units (µs of
 server time): about 1000000 for a lock acquired in every interval, 0 for an
 idle one. Both are - until a lock has been read twice (always with --once).
 Read holds do not advance a fence: for a read-write lock both count writers
-only. Semaphores under the prefix are listed without kind or holder (see
-`redbell status --semaphore`); an election shows as one, its holder the
-leader (see `redbell status` for its term and value).
+only. An election shows as one lock, its holder the leader (see `redbell
+status` for its term and value); a semaphore as one line (see `redbell
+status --semaphore` for each holder).
 
 Cost per refresh, in commands sent to Redis: with NAMES, one pipeline of
 one inspect script call (EVALSHA) per name; otherwise at most --max-scans
@@ -65,7 +75,12 @@ SCAN calls (COUNT --scan-count, MATCH PREFIX:{--match}*; continuing
 where the last refresh stopped, so a large keyspace is covered over several
 refreshes) and one pipeline of at most --max-locks EVALSHA calls. With the
 defaults: at most 10 SCAN + 200 EVALSHA, in at most 11 round trips; each
-inspect call runs about 9 reads inside Redis. (After a SCRIPT FLUSH, the
+inspect call runs about 9 reads inside Redis. A name known as a semaphore
+(SCAN saw a key only a semaphore has) is read by the semaphore status script
+instead (these calls sent together: one more round trip). With NAMES, a name
+that shows nothing live as a lock the first time (or after its fence
+advanced) is read once more as a semaphore, to learn which it is; inspect in
+the JSON counts these too. (After a SCRIPT FLUSH, the
 first refresh sends each call once more, loading the script.) A Redis
 Cluster cannot be scanned: name the locks.
 
@@ -74,12 +89,15 @@ With --json, one JSON document per refresh and line (with --once: one):
    \"locks\":[{\"name\":\"jobs\",\"kind\":\"mutex\",\"held\":true,\"holder\":\"m6f1c...\",
    \"owner\":\"web1:4242\",\"ttl_ms\":29871,\"readers\":0,\"waiters\":2,\"fence\":1719...,
    \"handoffs_per_s\":0.8,\"fence_per_s\":1000213.0}]}
+A semaphore in use has kind \"semaphore\", holder null, and also permits (its
+count) and permits_held.
 commands counts what this refresh sent. A lock whose read failed has an
 \"error\" instead of its state.
 
 Exit codes: 0 success (--once printed, or interrupted), 2 usage error (an
 invalid lock name or prefix, a Redis Cluster without NAMES), 69 Redis
-unreachable, 1 any other failure.")]
+unreachable, 77 login refused or ACL denial, 78 configuration (bad database,
+certificate), 1 any other failure.")]
 pub struct TopArgs {
     /// Print one snapshot and exit.
     #[arg(long)]
@@ -153,7 +171,7 @@ pub async fn run(global: &GlobalArgs, args: &TopArgs) -> Result<(), Failure> {
         let text = if args.json {
             frame.json(args.limit)
         } else {
-            frame.table(&target, &global.prefix, args, tty)
+            frame.table(&target, global.prefix(), args, tty)
         };
         let mut out = std::io::stdout().lock();
         let written = writeln!(out, "{text}").and_then(|()| out.flush());
@@ -180,12 +198,16 @@ struct Seen {
     history: VecDeque<(Instant, Instant, bool)>,
     /// The fence's advance per second between the last two reads.
     fence_per_s: Option<f64>,
+    /// What the name is known as: `Some(true)` a semaphore (read with
+    /// `semaphore_status` only), `Some(false)` not one, `None` not known
+    /// yet (a NAME not read yet, or a semaphore no longer in use).
+    semaphore: Option<bool>,
 }
 
 impl Seen {
-    /// Takes in a read of the lock made at `now`.
-    fn update(&mut self, info: &LockInfo, now: Instant, refresh: u64) {
-        let fence = info.fence;
+    /// Takes in a read of the lock made at `now`: its fence, and whether
+    /// it is held or waited for.
+    fn update(&mut self, fence: Option<u64>, live: bool, now: Instant, refresh: u64) {
         let advanced = match self.last {
             Some((before, at)) => {
                 let delta = fence.unwrap_or(0).saturating_sub(before.unwrap_or(0));
@@ -201,8 +223,7 @@ impl Seen {
         };
         self.last = Some((fence, now));
         self.read_at = refresh;
-        self.busy =
-            advanced || info.holder.is_some() || !info.readers.is_empty() || info.waiters > 0;
+        self.busy = advanced || live;
     }
 
     /// Refreshes that saw the fence advance, per second of the window
@@ -240,8 +261,31 @@ struct Frame<'a> {
 
 struct Row<'a> {
     name: String,
-    info: Result<LockInfo, redbell::Error>,
+    info: Result<State, redbell::Error>,
     seen: Option<&'a Seen>,
+}
+
+/// What one read of a name found.
+enum State {
+    Lock(LockInfo),
+    Semaphore(SemaphoreStatus),
+}
+
+impl State {
+    fn fence(&self) -> Option<u64> {
+        match self {
+            State::Lock(info) => info.fence,
+            State::Semaphore(s) => s.fence,
+        }
+    }
+
+    /// Held or waited for.
+    fn live(&self) -> bool {
+        match self {
+            State::Lock(i) => i.holder.is_some() || !i.readers.is_empty() || i.waiters > 0,
+            State::Semaphore(s) => !s.holders.is_empty() || s.waiters > 0,
+        }
+    }
 }
 
 impl<'a> Top<'a> {
@@ -273,6 +317,9 @@ impl<'a> Top<'a> {
                 for name in page.names {
                     self.known.entry(name).or_default();
                 }
+                for name in page.semaphores {
+                    self.known.entry(name).or_default().semaphore = Some(true);
+                }
                 if self.cursor == 0 {
                     break; // a whole pass: the next refresh starts another
                 }
@@ -280,7 +327,10 @@ impl<'a> Top<'a> {
             self.forget();
         }
         let chosen = self.choose();
-        let names: Vec<&str> = chosen.iter().map(String::as_str).collect();
+        let (semaphores, locks): (Vec<String>, Vec<String>) = chosen
+            .into_iter()
+            .partition(|n| self.known.get(n).is_some_and(|s| s.semaphore == Some(true)));
+        let names: Vec<&str> = locks.iter().map(String::as_str).collect();
         let mut infos = client.inspect_many(&names).await?;
         // A NAME that is no lock name is a usage error, as for `status`.
         if let Some(bad) = infos
@@ -292,15 +342,62 @@ impl<'a> Top<'a> {
                 .err()
                 .unwrap_or(redbell::Error::Closed));
         }
+        // NAMES not known yet that show nothing live as a lock: learn
+        // whether they are semaphores (once each).
+        let learn: Vec<String> = if self.args.names.is_empty() {
+            Vec::new()
+        } else {
+            locks
+                .iter()
+                .zip(&infos)
+                .filter(|(n, info)| {
+                    let Ok(i) = info else { return false };
+                    let free = i.kind.is_none() && i.holder.is_none() && i.readers.is_empty();
+                    // Not known, or known as no semaphore but acquired since
+                    // (a semaphore's acquisitions raise the name's fence too).
+                    let ask = self.known.get(*n).is_some_and(|s| match s.semaphore {
+                        None => true,
+                        Some(known) => !known && s.last.is_some_and(|(f, _)| i.fence > f),
+                    });
+                    free && i.waiters == 0 && ask
+                })
+                .map(|(n, _)| n.clone())
+                .collect()
+        };
+        let mut read_as_semaphores = read_semaphores(client, &semaphores).await?;
+        let learned = read_semaphores(client, &learn).await?;
         let now = Instant::now();
-        let mut read = Vec::with_capacity(chosen.len());
-        for (name, info) in chosen.into_iter().zip(infos) {
-            if let (Ok(info), Some(seen)) = (&info, self.known.get_mut(&name)) {
-                seen.update(info, now, self.refresh);
+        let mut read: Vec<(String, Result<State, redbell::Error>)> =
+            Vec::with_capacity(locks.len() + semaphores.len());
+        for (name, info) in locks.into_iter().zip(infos) {
+            let mut state = info.map(State::Lock);
+            if let Some(at) = learn.iter().position(|n| *n == name) {
+                let s = learned.get(at).cloned().flatten();
+                let in_use = s.as_ref().is_some_and(semaphore_in_use);
+                if let Some(seen) = self.known.get_mut(&name) {
+                    seen.semaphore = Some(in_use);
+                }
+                if let (true, Some(s)) = (in_use, s) {
+                    state = Ok(State::Semaphore(s));
+                }
             }
-            read.push((name, info));
+            read.push((name, state));
         }
-        let inspected = read.len();
+        for (name, s) in semaphores.into_iter().zip(read_as_semaphores.drain(..)) {
+            let s = s.ok_or(redbell::Error::Closed);
+            if let (Ok(s), Some(seen)) = (&s, self.known.get_mut(&name))
+                && !semaphore_in_use(s)
+            {
+                seen.semaphore = None; // no longer one: inspect it next time
+            }
+            read.push((name, s.map(State::Semaphore)));
+        }
+        for (name, state) in &read {
+            if let (Ok(state), Some(seen)) = (state, self.known.get_mut(name)) {
+                seen.update(state.fence(), state.live(), now, self.refresh);
+            }
+        }
+        let inspected = read.len() + learn.len();
         let mut rows: Vec<Row<'_>> = read
             .into_iter()
             .map(|(name, info)| Row {
@@ -367,11 +464,45 @@ impl<'a> Top<'a> {
     }
 }
 
+/// Whether a semaphore is in use: a permit count stored, a holder or a
+/// waiter.
+fn semaphore_in_use(s: &SemaphoreStatus) -> bool {
+    s.permits.is_some() || !s.holders.is_empty() || s.waiters > 0
+}
+
+/// `semaphore_status` of each of `names`, all sent at once (so pipelined
+/// on the client's connection); in their order.
+async fn read_semaphores(
+    client: &Client,
+    names: &[String],
+) -> Result<Vec<Option<SemaphoreStatus>>, redbell::Error> {
+    let mut reads = tokio::task::JoinSet::new();
+    for (at, name) in names.iter().enumerate() {
+        let (client, name) = (client.clone(), name.clone());
+        reads.spawn(async move { (at, client.semaphore_status(&name).await) });
+    }
+    let mut found = vec![None; names.len()];
+    while let Some(joined) = reads.join_next().await {
+        // A read task cannot panic; one that did leaves its name unread.
+        if let Ok((at, read)) = joined
+            && let Some(slot) = found.get_mut(at)
+        {
+            *slot = Some(read?);
+        }
+    }
+    Ok(found)
+}
+
 impl Row<'_> {
     /// Busier is greater: waiters, then hand-offs, then held.
     fn rank(&self) -> (u64, f64, bool) {
         match &self.info {
-            Ok(info) => (
+            Ok(State::Semaphore(s)) => (
+                s.waiters,
+                self.handoffs_per_s().unwrap_or(0.0),
+                !s.holders.is_empty(),
+            ),
+            Ok(State::Lock(info)) => (
                 info.waiters,
                 self.seen.and_then(Seen::handoffs_per_s).unwrap_or(0.0),
                 info.holder.is_some() || !info.readers.is_empty(),
@@ -401,7 +532,22 @@ impl Frame<'_> {
             .iter()
             .take(limit)
             .map(|row| match &row.info {
-                Ok(info) => {
+                Ok(State::Semaphore(s)) => serde_json::json!({
+                    "name": row.name,
+                    "kind": "semaphore",
+                    "held": !s.holders.is_empty(),
+                    "holder": null,
+                    "owner": null,
+                    "ttl_ms": s.holders.first().and_then(|(_, ttl)| millis(Some(*ttl))),
+                    "readers": 0,
+                    "waiters": s.waiters,
+                    "fence": s.fence,
+                    "permits": s.permits,
+                    "permits_held": s.holders.len(),
+                    "handoffs_per_s": row.handoffs_per_s().map(round2),
+                    "fence_per_s": row.fence_per_s().map(round2),
+                }),
+                Ok(State::Lock(info)) => {
                     let holder = info.holder.as_ref();
                     serde_json::json!({
                         "name": row.name,
@@ -447,7 +593,7 @@ impl Frame<'_> {
             .iter()
             .take(args.limit)
             .map(|row| {
-                let Ok(info) = &row.info else {
+                let Ok(state) = &row.info else {
                     let e = row.info.as_ref().err().map(ToString::to_string);
                     return [
                         row.name.clone(),
@@ -459,6 +605,25 @@ impl Frame<'_> {
                         dash(),
                         dash(),
                     ];
+                };
+                let info = match state {
+                    State::Lock(info) => info,
+                    State::Semaphore(s) => {
+                        let count = s.permits.map_or_else(|| "?".to_owned(), |p| p.to_string());
+                        return [
+                            row.name.clone(),
+                            "semaphore".to_owned(),
+                            format!("{}/{count}", s.holders.len()),
+                            s.holders
+                                .first()
+                                .map_or_else(dash, |(_, t)| format!("{:.1}s", t.as_secs_f64())),
+                            s.waiters.to_string(),
+                            row.handoffs_per_s()
+                                .map_or_else(dash, |r| format!("{r:.1}")),
+                            row.fence_per_s().map_or_else(dash, rate),
+                            dash(),
+                        ];
+                    }
                 };
                 let holder = info.holder.as_ref();
                 [
@@ -502,7 +667,7 @@ impl Frame<'_> {
              cost {} SCAN + {} EVALSHA\n",
             crate::fail::redact(target),
             self.refresh,
-            humantime::format_duration(args.interval),
+            crate::run::duration::human(args.interval),
             self.known,
             self.inspected,
             self.scans,

@@ -45,6 +45,12 @@ impl User {
         &self.name
     }
 
+    /// The user's password (for the CLI tests, which pass it as the
+    /// command line takes it).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
     /// The shared server's address with this user's credentials.
     ///
     /// # Panics

@@ -287,9 +287,10 @@ fn shared_readers_hold_together_and_exclude_a_writer() {
     assert_eq!(s["kind"], "rwlock", "{s}");
     let out = run(&["run", "-s", "-n", &name, "true"]);
     assert_eq!(code(&out), 1, "-s -n while a writer holds");
-    // A name is one kind of lock: the plain mutex is refused.
+    // A name is one kind of lock: the plain mutex is refused, as a usage
+    // error (2, a kind conflict), not as "held elsewhere" (1).
     let out = run(&["run", "-n", &name, "true"]);
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), 2);
     kill("TERM", w.id());
     assert_eq!(code(&finish(w, Duration::from_secs(30), "writer")), 143);
     assert_eq!(status(&[], &name)["held"], false);

@@ -11,7 +11,8 @@ use crate::process::group::start;
 use crate::process::guardian::Guardian;
 
 /// Starts the command in a process group of its own, with `REDBELL_NAME`,
-/// `REDBELL_TOKEN` and `REDBELL_FENCE` in its environment. Returns it and
+/// `REDBELL_TOKEN` and `REDBELL_FENCE` in its environment and no
+/// credentials (`connect::strip_secrets`). Returns it and
 /// its group; fails with 127 when the program is not found, 126 when it
 /// cannot be executed. `guardian` learns of the group before the command
 /// runs.
@@ -39,5 +40,6 @@ pub(super) fn spawn(
         .env("REDBELL_NAME", &args.name)
         .env("REDBELL_TOKEN", token)
         .env("REDBELL_FENCE", fence.to_string());
+    crate::connect::strip_secrets(&mut command);
     start(command, &program, guardian)
 }

@@ -58,7 +58,7 @@ impl Lease {
                 format!(
                     "Redis did not confirm the lease on lock {name:?} within {}; the command \
                      was not run",
-                    humantime::format_duration(ttl / 3)
+                    crate::run::duration::human(ttl / 3)
                 ),
             )),
         }
@@ -103,7 +103,7 @@ impl Lease {
                 }
                 Ok(Err(redbell::Error::NotHeld)) => return,
                 Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {}", humantime::format_duration(attempt)),
+                Err(_) => format!("no answer within {}", crate::run::duration::human(attempt)),
             };
             self.failure.replace(Some(failure));
             due = Instant::now() + retry;

@@ -120,7 +120,7 @@ impl Supervisor<'_> {
                         eprintln!(
                             "redbell: the command left processes in its process group: sending \
                              them SIGTERM (SIGKILL after {})",
-                            humantime::format_duration(grace)
+                            crate::run::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -158,7 +158,7 @@ impl Supervisor<'_> {
                             "redbell: lost the lease on lock {:?}: sending SIGTERM to the \
                              command's process group (SIGKILL after {})",
                             self.name,
-                            humantime::format_duration(grace)
+                            crate::run::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -172,7 +172,7 @@ impl Supervisor<'_> {
                              SIGKILL after {}",
                             self.name,
                             self.lease.failure().unwrap_or_else(|| "no answer".into()),
-                            humantime::format_duration(grace)
+                            crate::run::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -183,7 +183,7 @@ impl Supervisor<'_> {
                         "redbell: held lock {:?} for --max-hold: stopping the command as for a \
                          lost lease: SIGTERM to its process group, SIGKILL after {}",
                         self.name,
-                        humantime::format_duration(grace)
+                        crate::run::duration::human(grace)
                     );
                     stop = Some(self.terminate());
                 }
