@@ -198,7 +198,8 @@ async fn a_semaphore_is_refused_beside_rwlock_readers() {
 
 /// An RwLock writer or reader on a name whose Semaphore permit is held:
 /// refused, whether it waits or not, and no writer key, read hold or
-/// writer intent is written; the permit stays held.
+/// writer intent is written; the permit stays held. Once it is given back,
+/// both are taken.
 #[tokio::test]
 async fn an_rwlock_is_refused_beside_a_semaphore() {
     let url = redis_url();
@@ -233,10 +234,24 @@ async fn an_rwlock_is_refused_beside_a_semaphore() {
     }
     assert_eq!(zcard(&mut conn, &holders_key(&name)).await, 1, "the permit");
     permit.release().await.unwrap();
+    // Given back, the permit no longer refuses the name (the count key may
+    // outlive it: only live permits count).
+    let count_left = exists(&mut conn, &semaphore_keys(&name)[1]).await;
+    eprintln!("count key left after the release: {count_left}");
+    let w = rw.try_write().await.unwrap();
+    assert!(w.is_some(), "a writer after the permit was given back");
+    w.unwrap().unlock().await.unwrap();
+    let r = rw.try_read().await.unwrap();
+    assert!(r.is_some(), "a reader after the permit was given back");
+    r.unwrap().unlock().await.unwrap();
 }
 
 async fn zcard(conn: &mut MultiplexedConnection, key: &str) -> i64 {
-    redis::cmd("ZCARD").arg(key).query_async(conn).await.unwrap()
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -110,10 +110,7 @@ pub(crate) async fn acquire(
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS)
             .arg(&arrival),
-        Kind::Read => invocation
-            .key(&keys.count)
-            .key(&keys.holders)
-            .arg(park_ms),
+        Kind::Read => invocation.key(&keys.count).key(&keys.holders).arg(park_ms),
         Kind::Write => invocation
             .key(&keys.channel)
             .key(&keys.count)
