@@ -62,12 +62,11 @@ pub enum Error {
     /// The lock name is in use as another kind of lock: a [`Mutex`],
     /// [`FairMutex`], [`RwLock`], [`Semaphore`] and [`Election`] on one
     /// name would not wake each other's waiters, and would not exclude
-    /// each other (a `Mutex` beside readers or permits, a `Mutex` taken
-    /// while an election leads), so the attempt is refused, in whichever
-    /// order they come. Nothing was written. One name, one kind. (Not
-    /// looked for, to keep its uncontended acquire one command shorter: an
-    /// RwLock's writer or readers beside a Semaphore's permits; a Semaphore
-    /// still refuses a name an RwLock writer holds.)
+    /// each other (a `Mutex` beside readers or permits, an RwLock writer or
+    /// reader beside permits, a `Mutex` taken while an election leads), so
+    /// the attempt is refused, in whichever order they come: every pair of
+    /// kinds, an RwLock held by its writer or by readers only. Nothing was
+    /// written. One name, one kind.
     ///
     /// [`Mutex`]: crate::Mutex
     /// [`FairMutex`]: crate::FairMutex

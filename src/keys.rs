@@ -111,7 +111,9 @@ pub(crate) struct LockKeys {
     /// (semaphore); the fair queue has none (`P:{N}:fifo:expiry`, written
     /// by older clients, is only deleted).
     pub(crate) expiry: String,
-    /// `P:{N}:permits`: a semaphore's permit count.
+    /// `P:{N}:permits`: a semaphore's permit count; it lives while any
+    /// permit does, so the RwLock's acquires, reading it with the fence,
+    /// look for live permits only when it exists (one kind per name).
     pub(crate) count: String,
     /// `P:{N}:holders`: a semaphore's permits (token -> expiry ms); the
     /// other kinds' acquires only look for live ones (one kind per name).

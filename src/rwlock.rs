@@ -51,13 +51,15 @@ use crate::keys::Kind;
 ///
 /// # One name, one kind
 ///
-/// A [`Mutex`], [`FairMutex`](crate::FairMutex) or
-/// [`Election`](crate::Election) on the same name would not wake this
-/// lock's waiters, nor exclude its readers: such an attempt fails with
-/// [`Error::KindConflict`] instead (each owner token opens with its kind's
-/// letter, which the scripts check). A [`Semaphore`](crate::Semaphore)
-/// refuses a name this lock's writer holds; its permits are not looked for
-/// here (see [`Error::KindConflict`]).
+/// A [`Mutex`], [`FairMutex`](crate::FairMutex),
+/// [`Semaphore`](crate::Semaphore) or [`Election`](crate::Election) on the
+/// same name would not wake this lock's waiters, nor exclude its readers:
+/// such an attempt fails with [`Error::KindConflict`] instead, whether this
+/// lock is held by its writer or by readers only (each owner token opens
+/// with its kind's letter, which the scripts check). In turn a read or
+/// write attempt on a name whose Semaphore permits are live is refused:
+/// the acquire scripts read the semaphore's count key with the fence, and
+/// count its live permits only when it exists.
 ///
 /// [`Mutex`]: crate::Mutex
 #[derive(Clone)]

@@ -80,11 +80,11 @@ impl Client {
     /// [`Error::InvalidPermits`]); a count that differs from the one stored
     /// in Redis by the acquire that finds it ([`Error::PermitsMismatch`]).
     /// One name is one kind of lock: a name a [`Mutex`](crate::Mutex),
-    /// [`FairMutex`](crate::FairMutex), RwLock writer or
-    /// [`Election`](crate::Election) holds is refused with
-    /// [`Error::KindConflict`] (the lock key is read by the command that
-    /// reads the count), and those refuse a name whose permits are held
-    /// (an RwLock excepted: see [`Error::KindConflict`]).
+    /// [`FairMutex`](crate::FairMutex), [`RwLock`](crate::RwLock) (its
+    /// writer, or readers only) or [`Election`](crate::Election) holds is
+    /// refused with [`Error::KindConflict`] (the lock key is read by the
+    /// command that reads the count; live readers cost one ZCOUNT), and
+    /// those refuse a name whose permits are held.
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
         Semaphore(Acquirer::new(self.clone(), name, Kind::Semaphore).with_permits(permits))
     }

@@ -1,8 +1,9 @@
 //! One name, one kind (issue 29): a Semaphore beside a Mutex, FairMutex or
-//! RwLock writer, and an Election beside a Mutex or FairMutex, are refused
-//! with `Error::KindConflict` in both directions, writing nothing; an
-//! election shows as one in `inspect`, and through the `redbell` binary in
-//! `run` (the kind conflict, not "held elsewhere") and `status`.
+//! RwLock (its writer, or readers only), and an Election beside a Mutex or
+//! FairMutex, are refused with `Error::KindConflict` in both directions,
+//! writing nothing; an election shows as one in `inspect`, and through the
+//! `redbell` binary in `run` (the kind conflict, not "held elsewhere") and
+//! `status`.
 //!
 //! The CLI tests need the binary built first (`cargo build -p redbell-cli`).
 
@@ -11,7 +12,8 @@ use std::time::Duration;
 use redbell::{Error, LockKind};
 use redbell_integration_tests::cli::{code, run, stderr, stdout};
 use redbell_integration_tests::{
-    LONG, client, exists, fence_key, get, lock_key, raw, redis_url, unique, waiters_key,
+    LONG, client, exists, fence_key, get, intents_key, lock_key, raw, readers_key, redis_url,
+    unique, waiters_key,
 };
 use redis::aio::MultiplexedConnection;
 use tokio::time::timeout;
@@ -162,6 +164,94 @@ async fn an_exclusive_lock_is_refused_beside_a_semaphore() {
         g.is_some(),
         "a mutex after the semaphore's permits were given back"
     );
+}
+
+/// A Semaphore on a name that RwLock readers hold (no writer, so the lock
+/// key is empty): refused, and nothing of the semaphore is written; the
+/// readers keep their holds.
+#[tokio::test]
+async fn a_semaphore_is_refused_beside_rwlock_readers() {
+    let url = redis_url();
+    let c = client(&url).await;
+    let mut conn = raw(&url).await;
+    let name = unique("sem-after-readers");
+    let rw = c.rwlock(&name).with_lease(LONG);
+    let (r1, r2) = (rw.read().await.unwrap(), rw.read().await.unwrap());
+    let readers = zcard(&mut conn, &readers_key(&name)).await;
+    let before = snapshot(&mut conn, &name).await;
+    let s = c.semaphore(&name, 3).with_lease(LONG);
+    conflict("try_acquire beside readers", s.try_acquire().await);
+    let r = timeout(SOON, s.acquire())
+        .await
+        .expect("acquire hung instead of refusing");
+    conflict("acquire beside readers", r);
+    assert_eq!(
+        snapshot(&mut conn, &name).await,
+        before,
+        "beside readers: something was written"
+    );
+    assert_eq!(before.2, [false; 4], "semaphore keys left behind");
+    assert_eq!(zcard(&mut conn, &readers_key(&name)).await, readers);
+    r1.unlock().await.unwrap();
+    r2.unlock().await.unwrap();
+}
+
+/// An RwLock writer or reader on a name whose Semaphore permit is held:
+/// refused, whether it waits or not, and no writer key, read hold or
+/// writer intent is written; the permit stays held. Once it is given back,
+/// both are taken.
+#[tokio::test]
+async fn an_rwlock_is_refused_beside_a_semaphore() {
+    let url = redis_url();
+    let c = client(&url).await;
+    let mut conn = raw(&url).await;
+    let name = unique("rw-after-sem");
+    let permit = c
+        .semaphore(&name, 2)
+        .with_lease(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let before = snapshot(&mut conn, &name).await;
+    let rw = c.rwlock(&name).with_lease(LONG);
+    conflict("RwLock::try_write beside a semaphore", rw.try_write().await);
+    let r = timeout(SOON, rw.write())
+        .await
+        .expect("write hung instead of refusing");
+    conflict("RwLock::write beside a semaphore", r);
+    conflict("RwLock::try_read beside a semaphore", rw.try_read().await);
+    let r = timeout(SOON, rw.read())
+        .await
+        .expect("read hung instead of refusing");
+    conflict("RwLock::read beside a semaphore", r);
+    assert_eq!(
+        snapshot(&mut conn, &name).await,
+        before,
+        "something was written"
+    );
+    for key in [lock_key(&name), readers_key(&name), intents_key(&name)] {
+        assert!(!exists(&mut conn, &key).await, "{key} was left behind");
+    }
+    assert_eq!(zcard(&mut conn, &holders_key(&name)).await, 1, "the permit");
+    permit.release().await.unwrap();
+    // Given back, the permit no longer refuses the name (the count key may
+    // outlive it: only live permits count).
+    let count_left = exists(&mut conn, &semaphore_keys(&name)[1]).await;
+    eprintln!("count key left after the release: {count_left}");
+    let w = rw.try_write().await.unwrap();
+    assert!(w.is_some(), "a writer after the permit was given back");
+    w.unwrap().unlock().await.unwrap();
+    let r = rw.try_read().await.unwrap();
+    assert!(r.is_some(), "a reader after the permit was given back");
+    r.unwrap().unlock().await.unwrap();
+}
+
+async fn zcard(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -94,9 +94,10 @@ pub(crate) async fn acquire(
     }
     // The keys of the other kinds that share the name, checked only (one
     // kind per name): readers and permits beside a Mutex or FairMutex, the
-    // lock key beside a Semaphore.
+    // lock key and readers beside a Semaphore, permits (the count key, read
+    // with the fence, then the permits themselves) beside an RwLock.
     match keys.kind {
-        Kind::Semaphore => invocation.key(&keys.writer),
+        Kind::Semaphore => invocation.key(&keys.writer).key(&keys.readers),
         Kind::Plain | Kind::Election => invocation
             .key(&keys.readers)
             .key(&keys.holders)
@@ -109,9 +110,11 @@ pub(crate) async fn acquire(
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS)
             .arg(&arrival),
-        Kind::Read => invocation.arg(park_ms),
+        Kind::Read => invocation.key(&keys.count).key(&keys.holders).arg(park_ms),
         Kind::Write => invocation
             .key(&keys.channel)
+            .key(&keys.count)
+            .key(&keys.holders)
             .arg(keys.fence_ttl_ms)
             .arg(member)
             .arg(grace_ms)
@@ -177,6 +180,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.readers, "zset"),
             (&keys.waiters, "zset"),
             (&keys.fence, "string"),
+            (&keys.holders, "zset"),
         ],
         Kind::Semaphore => vec![
             (&keys.lock, "zset"),
@@ -184,6 +188,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
             (&keys.waiters, "zset"),
             (&keys.expiry, "zset"),
             (&keys.count, "string"),
+            (&keys.readers, "zset"),
         ],
     };
     let mut pipe = redis::pipe();

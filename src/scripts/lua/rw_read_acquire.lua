@@ -5,20 +5,32 @@
 -- KEYS[2]  readers  P:{N}:readers    sorted set: reader token -> expiry ms
 -- KEYS[3]  intents  P:{N}:writers    sorted set: waiting writer -> expiry ms
 -- KEYS[4]  fence    P:{N}:fence      string: fencing counter (read only here)
+-- KEYS[5]  count    P:{N}:permits    a Semaphore's permit count (checked only)
+-- KEYS[6]  permits  P:{N}:holders    a Semaphore's permits (checked only)
 -- ARGV[1]  token    this reader's owner token
 -- ARGV[2]  lease_ms the read lease (> 0)
 -- ARGV[3]  park_ms  the park when the writer's key has no expiry
 --
 -- Returns
 --   {1, fence}  held: the token is in the readers set with expiry now +
---               lease_ms; fence = the lock's current fence (0 if none)
+--               lease_ms; fence = the lock's current fence (0 if none, or
+--               if the fence key holds foreign data: MGET reads it as nil,
+--               and a reader writes no fence; a writer's attempt reports it)
 --   {0, park}   a writer holds the lock (park = its PTTL) or waits for it
 --               (park = until the earliest waiting writer's entry expires)
 --   error WRONGKIND  the writer key holds a Mutex, FairMutex or Election
---                    token (a Semaphore's permits are not looked for here:
---                    that would cost the uncontended path a command; the
---                    Semaphore refuses a writer's name instead)
+--                    token, or a Semaphore's permits are live; nothing is
+--                    written
 --   error WRONGTYPE  a key holds foreign data
+--
+-- What each command of the uncontended path buys (8, and a PEXPIRE when
+-- the readers set would expire before this lease): TIME; GET of the writer
+-- (its token, or WRONGTYPE); MGET of the fence and the Semaphore's count
+-- key (the fence to report, and whether a Semaphore may hold the name: the
+-- count key lives while any permit does, sem_common.lua, so only then is
+-- a ZCOUNT of its permits spent); ZREMRANGEBYSCORE and ZRANGE of the
+-- intents (writer preference); ZREMRANGEBYSCORE, ZADD and PTTL of the
+-- readers (the hold, and the set outliving it).
 local function other_kind(token, mine)
   -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
   -- writer), r (RwLock reader), l (Election). A token of another kind
@@ -42,6 +54,15 @@ if writer then
   end
   return {0, pttl}
 end
+-- One kind per name: no live Semaphore permit beside a reader. The count
+-- key is read with the fence (no command of its own); only a name a
+-- Semaphore has used pays the ZCOUNT. The Semaphore's acquire refuses live
+-- readers in turn, each atomically, so neither can slip in beside the
+-- other. (KEYS[5] absent: an older caller, not checked.)
+local read = redis.call('MGET', KEYS[4], KEYS[5] or KEYS[4])
+if KEYS[6] and read[2] and redis.call('ZCOUNT', KEYS[6], '(' .. now_ms, '+inf') > 0 then
+  return redis.error_reply(KIND_ERROR)
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
 local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if first[2] then
@@ -53,4 +74,4 @@ redis.call('ZADD', KEYS[2], expiry, ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
-return {1, tonumber(redis.call('GET', KEYS[4])) or 0}
+return {1, tonumber(read[1]) or 0}

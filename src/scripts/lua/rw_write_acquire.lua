@@ -7,6 +7,8 @@
 -- KEYS[3]  intents  P:{N}:writers    sorted set: waiting writer -> expiry ms
 -- KEYS[4]  fence    P:{N}:fence      string: fencing counter
 -- KEYS[5]  channel  P:{N}:rw         the read-write lock's release channel
+-- KEYS[6]  count    P:{N}:permits    a Semaphore's permit count (checked only)
+-- KEYS[7]  permits  P:{N}:holders    a Semaphore's permits (checked only)
 -- ARGV[1]  token         this writer's owner token
 -- ARGV[2]  lease_ms      the write lease (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key
@@ -25,10 +27,19 @@
 --               until the last reader's lease ends); a waiting caller's
 --               intent is registered with expiry now + park + grace_ms
 --   error WRONGKIND  the writer key holds a Mutex, FairMutex or Election
---                    token (a Semaphore's permits are not looked for here:
---                    that would cost the uncontended path a command; the
---                    Semaphore refuses a writer's name instead)
+--                    token, or (on a free lock) a Semaphore's permits are
+--                    live; nothing is written (an intent of the caller's
+--                    from an earlier attempt lapses by its expiry)
 --   error WRONGTYPE  a key holds foreign data
+--
+-- What each command of the uncontended path buys (7): TIME; GET of the
+-- writer (its token, or WRONGTYPE); ZREMRANGEBYSCORE and ZRANGE of the
+-- readers (the last live reader's lease); MGET of the fence and the
+-- Semaphore's count key (the previous fence, and whether a Semaphore may
+-- hold the name: the count key lives while any permit does, sem_common.lua,
+-- so only then is a ZCOUNT of its permits spent); SET ... GET of the fence
+-- (written, and WRONGTYPE on foreign data, which MGET reads as nil); SET
+-- of the writer.
 local function other_kind(token, mine)
   -- Tokens open with their kind: m (Mutex), q (FairMutex), w (RwLock
   -- writer), r (RwLock reader), l (Election). A token of another kind
@@ -63,11 +74,22 @@ else
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if not last[2] then
-    -- Everything that can fail on foreign data comes before the first write.
+    -- One kind per name: no live Semaphore permit beside the writer. The
+    -- count key is read with the fence (no command of its own); only a
+    -- name a Semaphore has used pays the ZCOUNT. The Semaphore's acquire
+    -- refuses the writer's token in turn, each atomically, so neither can
+    -- slip in beside the other. (KEYS[6] absent: an older caller, not
+    -- checked.)
+    local read = redis.call('MGET', KEYS[4], KEYS[6] or KEYS[4])
+    if KEYS[7] and read[2] and redis.call('ZCOUNT', KEYS[7], '(' .. now_ms, '+inf') > 0 then
+      return redis.error_reply(KIND_ERROR)
+    end
+    -- Everything that can fail on foreign data comes before the writer's
+    -- key is set: the intents' ZREM, and the fence's SET ... GET (which
+    -- aborts, writing nothing, on a value that is not a string).
     local had_intent = ARGV[4] ~= '' and redis.call('ZREM', KEYS[3], ARGV[4]) == 1
-    local prev = tonumber(redis.call('GET', KEYS[4])) or 0
-    local fence = math.max(prev + 1, now_us)
-    redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[3])
+    local fence = math.max((tonumber(read[1]) or 0) + 1, now_us)
+    redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[3], 'GET')
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     if had_intent then
       -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.

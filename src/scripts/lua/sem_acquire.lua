@@ -10,6 +10,7 @@
 -- KEYS[4]  expiry        P:{N}:queue:expiry  sorted set: member -> expiry (server ms)
 -- KEYS[5]  count         P:{N}:permits       string: the permit count
 -- KEYS[6]  lock key      P:{N}               another kind's token (checked only)
+-- KEYS[7]  readers       P:{N}:readers       an RwLock's read holds (checked only)
 -- ARGV[1]  token         this acquisition's random permit token
 -- ARGV[2]  lease_ms      the permit's lease in milliseconds (> 0)
 -- ARGV[3]  fence_ttl_ms  expiry of the fence key (> 0)
@@ -43,9 +44,12 @@
 --                           (nothing was written)
 --   error WRONGKIND  the name is in use as a Mutex, FairMutex, RwLock
 --                    writer or Election (the lock key holds its token, or
---                    a Mutex's hand-off reservation); nothing is written.
---                    Read by the MGET that reads the count: no command of
---                    its own. (An RwLock held by readers only is not seen.)
+--                    a Mutex's hand-off reservation), or RwLock readers
+--                    hold it (live read holds); nothing is written. The
+--                    lock key is read by the MGET that reads the count;
+--                    the readers cost a ZCOUNT, paid for by keep_count
+--                    no longer asking EXISTS of the count (the MGET read
+--                    it): the uncontended path keeps its length.
 --   error WRONGTYPE  a key holds foreign data
 local now_us, now_ms = now()
 local token, member = ARGV[1], ARGV[4]
@@ -55,7 +59,12 @@ local stored, other = read[1], KEYS[6] and read[2]
 -- Tokens open with their kind (m Mutex, q FairMutex, w RwLock writer, l
 -- Election; plain hex of older clients is not judged); MGET reads a key
 -- of another type as nil.
-if other and other ~= '' and string.find('mqwl', string.sub(other, 1, 1), 1, true) then
+if (other and other ~= '' and string.find('mqwl', string.sub(other, 1, 1), 1, true))
+  or (KEYS[7] and redis.call('ZCOUNT', KEYS[7], '(' .. now_ms, '+inf') > 0) then
+  -- Live readers: an RwLock's read holds (token -> expiry ms). Its read
+  -- and write acquires refuse live permits in turn, each atomically, so
+  -- neither kind can slip in beside the other. (KEYS[7] absent: an older
+  -- caller, not checked.)
   return redis.error_reply('WRONGKIND the lock name is in use as another kind of lock')
 end
 if stored and stored ~= ARGV[8] then
@@ -97,7 +106,7 @@ if rank < free then
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   redis.call('ZADD', KEYS[1], now_ms + lease, token)
   keep_key(KEYS[1], lease + HOLDERS_GRACE_MS)
-  keep_count(KEYS[5], permits, lease + HOLDERS_GRACE_MS)
+  keep_count(KEYS[5], permits, lease + HOLDERS_GRACE_MS, stored)
   leave_queue()
   settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
   return {1, fence}
@@ -117,7 +126,7 @@ if member ~= '' then
       redis.call('PEXPIRE', key, ttl)
     end
   end
-  keep_count(KEYS[5], permits, ttl)
+  keep_count(KEYS[5], permits, ttl, stored)
 end
 settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
 return {0, park, now_us}

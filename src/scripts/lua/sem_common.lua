@@ -133,10 +133,14 @@ local function keep_key(key, ttl_ms)
 end
 
 -- Keeps the count key alive at least ttl_ms more (set to `permits` if it is
--- gone), so it never expires before the holders or the queue.
-local function keep_count(count, permits, ttl_ms)
-  if redis.call('EXISTS', count) == 0 then
-    redis.call('SET', count, permits, 'PX', ttl_ms)
+-- gone), so it never expires before the holders or the queue. `stored`: the
+-- count key's value as this script read it (nil: none), so that no EXISTS
+-- is spent on it (NX: a value MGET read as nil may be foreign data, left
+-- alone). The RwLock's acquires rely on this: a live permit means a count
+-- key, which they read with the fence.
+local function keep_count(count, permits, ttl_ms, stored)
+  if not stored then
+    redis.call('SET', count, permits, 'PX', ttl_ms, 'NX')
   else
     keep_key(count, ttl_ms)
   end
