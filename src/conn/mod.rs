@@ -51,12 +51,16 @@
 //! `ttl / 6`), dropping the command, and then no timeout ever reports the
 //! connection. So every command on it is [`Watched`]: one whose future is
 //! dropped unanswered, with nothing else answered on the connection since
-//! its send, is looked at again `T` after its send, and the connection is
-//! replaced if it still has answered nothing; whoever gave up first, the
-//! connection is replaced `T` after the first unanswered command. The hot
-//! path pays one clock reading and one atomic add per command, and no
-//! lock; a dropped command on a connection that answered anything since
-//! its send costs nothing more.
+//! its send, is followed by a `PING` on the same socket, and if nothing is
+//! answered by `T` after the command's send the connection is replaced;
+//! whoever gave up first, the connection is replaced `T` after the first
+//! unanswered command. (The `PING` is what tells a silent connection from
+//! a slow one whose reply to the dropped command went unseen; replies come
+//! in order.) The hot path pays one clock reading and one atomic add per
+//! command, and no lock; a dropped command on a connection that answered
+//! anything since its send costs nothing more. On a cluster the watch
+//! counts every node's answers: it sees all of them falling silent, not
+//! one.
 //!
 //! While Redis cannot be reached, every recovery fails, and the callers
 //! that time out together must not each try to connect in turn (one
@@ -236,7 +240,7 @@ impl ConnectionLike for Manager {
 impl Conn {
     fn new(mut current: Current, source: Source, timeouts: (Duration, Duration)) -> Conn {
         Conn(Arc::new_cyclic(|conn| {
-            current.watch = Watch::new(conn.clone(), timeouts.1);
+            current.watch = Watch::new(&current.manager, conn.clone(), timeouts.1);
             Inner {
                 current: StdRwLock::new(current),
                 source,
@@ -258,6 +262,7 @@ impl Conn {
     ) -> Result<Conn, Error> {
         let opened = Instant::now();
         let manager = manager(&client, connect_timeout, response_timeout).await?;
+        let watch = Watch::new(&manager, Weak::new(), response_timeout);
         let current = Current {
             addr: client.get_connection_info().addr().to_string(),
             config_epoch: 0,
@@ -265,7 +270,7 @@ impl Conn {
             manager,
             slow: Arc::default(),
             opened,
-            watch: Watch::new(Weak::new(), response_timeout),
+            watch,
         };
         Ok(Conn::new(
             current,
@@ -295,6 +300,7 @@ impl Conn {
         .await;
         let opened = Instant::now();
         let found = sentinels.find(timeouts).await?;
+        let watch = Watch::new(&found.manager, Weak::new(), response_timeout);
         let current = Current {
             addr: found.addr,
             config_epoch: found.config_epoch,
@@ -302,7 +308,7 @@ impl Conn {
             manager: found.manager,
             slow: Arc::default(),
             opened,
-            watch: Watch::new(Weak::new(), response_timeout),
+            watch,
         };
         let conn = Conn::new(current, Source::Sentinel(Box::new(sentinels)), timeouts);
         let watchers = watched
@@ -327,15 +333,16 @@ impl Conn {
         response_timeout: Duration,
     ) -> Result<Conn, Error> {
         let opened = Instant::now();
-        let manager = commands.get_async_connection().await?;
+        let manager = Manager::Cluster(commands.get_async_connection().await?);
+        let watch = Watch::new(&manager, Weak::new(), response_timeout);
         let current = Current {
             addr: seeds,
             config_epoch: 0,
             client: None,
-            manager: Manager::Cluster(manager),
+            manager,
             slow: Arc::default(),
             opened,
-            watch: Watch::new(Weak::new(), response_timeout),
+            watch,
         };
         Ok(Conn::new(
             current,
@@ -510,10 +517,10 @@ impl Conn {
         // the node it left.
         if Arc::ptr_eq(&slot.slow, &current.slow) {
             tracing::info!(server = %current.addr, "the command connection stopped answering; using a fresh one");
-            slot.manager = fresh;
             slot.slow = Arc::default();
             slot.opened = opened;
-            slot.watch = Watch::new(Arc::downgrade(&self.0), self.0.response_timeout);
+            slot.watch = Watch::new(&fresh, Arc::downgrade(&self.0), self.0.response_timeout);
+            slot.manager = fresh;
         }
         true
     }
@@ -539,6 +546,11 @@ impl Conn {
             return Ok(false);
         }
         tracing::info!(primary = %found.addr, "following a failover to the new primary");
+        let watch = Watch::new(
+            &found.manager,
+            Arc::downgrade(&self.0),
+            self.0.response_timeout,
+        );
         *slot = Current {
             addr: found.addr,
             config_epoch: found.config_epoch,
@@ -546,7 +558,7 @@ impl Conn {
             manager: found.manager,
             slow: Arc::default(),
             opened: Instant::now(),
-            watch: Watch::new(Arc::downgrade(&self.0), self.0.response_timeout),
+            watch,
         };
         drop(slot);
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
@@ -557,9 +569,9 @@ impl Conn {
 /// A command connection handed out by [`Conn::manager`]: the manager, and
 /// what its connection has answered. A request that goes unanswered (its
 /// future dropped, or its response timeout fired) with nothing else
-/// answered on the connection since it was sent is checked once more a
-/// response timeout after its send; still nothing answered by then, the
-/// connection has fallen silent and [`Conn::recover`] replaces it. So a
+/// answered on the connection since it was sent is followed by a `PING`;
+/// nothing answered a response timeout after its send, the connection has
+/// fallen silent and [`Conn::recover`] replaces it. So a
 /// caller that gives up before its own response timeout (a
 /// `tokio::time::timeout` shorter than `T` around any call) still leads to
 /// a fresh connection, like the response timeout it did not wait for.
@@ -571,6 +583,8 @@ pub(crate) struct Watched {
 
 /// What one command connection has answered.
 struct Watch {
+    /// The connection (a clone sharing its socket), for the probe.
+    manager: Manager,
     /// Replies received on the connection, server errors included; only
     /// ever grows. A request that finds it unchanged a response timeout
     /// after its send had no answer to anything sent since.
@@ -582,8 +596,9 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(conn: Weak<Inner>, response_timeout: Duration) -> Arc<Watch> {
+    fn new(manager: &Manager, conn: Weak<Inner>, response_timeout: Duration) -> Arc<Watch> {
         Arc::new(Watch {
+            manager: manager.clone(),
             replies: AtomicU64::new(0),
             conn,
             response_timeout,
@@ -591,11 +606,13 @@ impl Watch {
     }
 
     /// A request sent at `sent`, when `seen` replies had come, went
-    /// unanswered. Unless something was answered since, checks again at
-    /// `sent + T` (at once after a response timeout) and, still nothing
-    /// answered, replaces the connection. Off the hot path: a connection
-    /// that answers anything between a request's send and its drop never
-    /// gets here, so a busy healthy one spawns nothing.
+    /// unanswered. Unless something was answered since, sends a `PING`
+    /// after it on the same socket: a reply, or any other, before
+    /// `sent + T` shows the connection alive (its reply to the dropped
+    /// request came unseen, the replies coming in order); none, and the
+    /// connection is replaced. Off the hot path: a connection that answers
+    /// anything between a request's send and its drop never gets here, so
+    /// a busy healthy one spawns nothing, and an idle one one `PING`.
     fn unanswered(self: &Arc<Self>, sent: Instant, seen: u64) {
         if self.replies.load(Ordering::Acquire) != seen {
             return;
@@ -607,7 +624,14 @@ impl Watch {
         };
         let watch = self.clone();
         runtime.spawn(async move {
-            tokio::time::sleep_until(sent + watch.response_timeout).await;
+            let mut probe = watch.manager.clone();
+            let cmd = redis::cmd("PING");
+            let ping = cmd.query_async::<Value>(&mut probe);
+            match tokio::time::timeout_at(sent + watch.response_timeout, ping).await {
+                Ok(Ok(_)) => return, // answered: slow, not silent
+                Ok(Err(e)) if e.code().is_some() => return,
+                _ => {}
+            }
             if watch.replies.load(Ordering::Acquire) != seen {
                 return; // a reply came after `sent`: slow, not silent
             }
