@@ -56,8 +56,8 @@
 //! whoever gave up first, the connection is replaced `T` after the first
 //! unanswered command. (The `PING` is what tells a silent connection from
 //! a slow one whose reply to the dropped command went unseen; replies come
-//! in order.) The hot path pays one clock reading and one atomic add per
-//! command, and no lock; a dropped command on a connection that answered
+//! in order.) The hot path pays a clock reading, an atomic add and a
+//! boxed future per command, and no lock; a dropped command on a connection that answered
 //! anything since its send costs nothing more. On a cluster the watch
 //! counts every node's answers: it sees all of them falling silent, not
 //! one.
@@ -240,6 +240,7 @@ impl ConnectionLike for Manager {
 impl Conn {
     fn new(mut current: Current, source: Source, timeouts: (Duration, Duration)) -> Conn {
         Conn(Arc::new_cyclic(|conn| {
+            // The constructors' watch could not know the `Conn` yet.
             current.watch = Watch::new(&current.manager, conn.clone(), timeouts.1);
             Inner {
                 current: StdRwLock::new(current),
