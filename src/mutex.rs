@@ -123,9 +123,14 @@ impl Mutex {
     /// or no connection opens, is the error returned: about 2 × `T` (plus
     /// the [connect timeout](crate::ClientBuilder::connect_timeout) when
     /// the server does not even refuse) after the attempt was sent, at
-    /// once when connections are refused. The client works again within
-    /// 2 × `T` + 1 s of such a fault. To wait through an outage, retry
-    /// the call; [`lock_timeout`](Self::lock_timeout) bounds the whole.
+    /// once when connections are refused. Many concurrent calls fail
+    /// together, each within about that bound of its send: one failed
+    /// connect attempt answers every call waiting on it. The client works
+    /// again within 2 × `T` + 1 s of such a fault, also when its callers
+    /// give up sooner than `T` (a `tokio::time::timeout` around any call):
+    /// a command left unanswered for `T` replaces the connection whoever
+    /// stopped waiting for it. To wait through an outage, retry the call;
+    /// [`lock_timeout`](Self::lock_timeout) bounds the whole.
     ///
     /// # Cancel safety
     ///

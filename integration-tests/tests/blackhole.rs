@@ -287,3 +287,56 @@ async fn a_parked_waiter_is_woken_after_the_recovery() {
         .await
         .expect("unlock on the fresh connection");
 }
+
+/// Connections the server accepted so far (`INFO stats`).
+async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+/// (e) The other side of recovering for callers that give up before `T`:
+/// a connection that is slow, not silent, is kept. The server's replies
+/// are held back for 1 s (`T` being 2 s here) while an `extend` is given
+/// up after 200 ms; its reply then arrives unseen. Asserted: no new
+/// connection reaches the server in the 3 s after, and the next `extend`
+/// works. Before the `PING` that follows a dropped command, the watch saw
+/// no reply `T` after the send and replaced the healthy connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_connection_given_up_on_is_kept() {
+    let s = setup_with(|b| {
+        b.response_timeout(Duration::from_secs(2))
+            .probe_interval(Duration::from_secs(30))
+    })
+    .await;
+    let name = unique("bh-slow");
+    let guard = s.c.mutex(&name).with_lease(LONG).lock().await.unwrap();
+    let mut conn = raw(&s.redis.url()).await;
+    let before = connections_received(&mut conn).await;
+    s.proxy.pause().await;
+    let gave_up = timeout(Duration::from_millis(200), guard.extend(LONG)).await;
+    assert!(
+        gave_up.is_err(),
+        "the extend answered through a paused proxy"
+    );
+    sleep(Duration::from_secs(1)).await;
+    s.proxy.resume();
+    sleep(Duration::from_secs(3)).await;
+    let after = connections_received(&mut conn).await;
+    assert_eq!(
+        after - before,
+        0,
+        "a connection that answered late (after about 1 s, T = 2 s) was replaced"
+    );
+    guard
+        .extend(LONG)
+        .await
+        .expect("extend on the kept connection");
+    guard.unlock().await.expect("unlock");
+}

@@ -44,8 +44,32 @@
 //! once more on the new connection (the acquire scripts are idempotent,
 //! see `acquire.rs`). A timeout on a connection opened after the command
 //! was sent is not the old connection's: it does not replace the new one
-//! again. The hot path pays nothing: a command that answers takes no lock
-//! and no clock reading.
+//! again.
+//!
+//! A caller may give up before its response timeout fires (a
+//! `tokio::time::timeout` shorter than `T`, as `redbell run` renews under
+//! `ttl / 6`), dropping the command, and then no timeout ever reports the
+//! connection. So every command on it is [`Watched`]: one whose future is
+//! dropped unanswered, with nothing else answered on the connection since
+//! its send, is followed by a `PING` on the same socket, and if nothing is
+//! answered by `T` after the command's send the connection is replaced;
+//! whoever gave up first, the connection is replaced `T` after the first
+//! unanswered command. (The `PING` is what tells a silent connection from
+//! a slow one whose reply to the dropped command went unseen; replies come
+//! in order.) The hot path pays a clock reading, an atomic add and a
+//! boxed future per command, and no lock; a dropped command on a connection that answered
+//! anything since its send costs nothing more. On a cluster the watch
+//! counts every node's answers: it sees all of them falling silent, not
+//! one.
+//!
+//! While Redis cannot be reached, every recovery fails, and the callers
+//! that time out together must not each try to connect in turn (one
+//! connect attempt after another, behind the recovery's lock: 8 callers
+//! took 11 s). A failed attempt is remembered: a caller whose command was
+//! sent before the last failed attempt gave up fails at once, so one
+//! attempt answers every caller that waited on it, and any number of
+//! concurrent callers all fail within about 2 × `T` + the connect time of
+//! their send.
 //!
 //! Redis Cluster has the same hole: redis-rs retries a timed-out request on
 //! the same node connection, up to its `retries` (16 by default) times, and
@@ -61,8 +85,10 @@
 //! up to one more `T`; a fresh connection to a reachable server then takes
 //! milliseconds. So the client works again within 2 × `T` + 1 s of the
 //! fault (6 s with the defaults), the second for the handshake and the
-//! scheduling. While Redis cannot be reached at all no fresh connection
-//! opens, and calls fail ([`Error::Redis`]) after about that long.
+//! scheduling, whether the command's caller waited for its timeout or gave
+//! up sooner. While Redis cannot be reached at all no fresh connection
+//! opens, and calls fail ([`Error::Redis`]) about 2 × `T` + the connect
+//! timeout after they were sent, however many run at once (see above).
 //!
 //! [`report`]: Conn::report
 
@@ -124,8 +150,12 @@ struct Inner {
     resolving: AtomicBool,
     /// Held while [`Conn::recover`] opens a fresh command connection: one
     /// at a time, and a caller that waited finds the connection opened
-    /// meanwhile (its `opened` is later than the caller's request).
-    recovering: AsyncMutex<()>,
+    /// meanwhile (its `opened` is later than the caller's request). Holds
+    /// when the last recovery that could open no connection gave up: a
+    /// caller whose request was sent before that learns nothing from
+    /// connecting again (Redis was unreachable after its send), so one
+    /// failed attempt answers every caller that waited on it.
+    recovering: AsyncMutex<Option<Instant>>,
     /// Counts switches to a new primary (see [`Conn::epoch`]).
     epoch: AtomicU64,
     /// In sentinel mode, the tasks following `+switch-master` (see
@@ -154,6 +184,8 @@ struct Current {
     /// When the opening of `manager` began: a request sent before this was
     /// not sent on it, so its timeout says nothing about it.
     opened: Instant,
+    /// What `manager` has answered (its own, replaced with it).
+    watch: Arc<Watch>,
 }
 
 enum Source {
@@ -206,16 +238,20 @@ impl ConnectionLike for Manager {
 }
 
 impl Conn {
-    fn new(current: Current, source: Source, timeouts: (Duration, Duration)) -> Conn {
-        Conn(Arc::new(Inner {
-            current: StdRwLock::new(current),
-            source,
-            connect_timeout: timeouts.0,
-            response_timeout: timeouts.1,
-            resolving: AtomicBool::new(false),
-            recovering: AsyncMutex::new(()),
-            epoch: AtomicU64::new(0),
-            watchers: StdMutex::new(Vec::new()),
+    fn new(mut current: Current, source: Source, timeouts: (Duration, Duration)) -> Conn {
+        Conn(Arc::new_cyclic(|conn| {
+            // The constructors' watch could not know the `Conn` yet.
+            current.watch = Watch::new(&current.manager, conn.clone(), timeouts.1);
+            Inner {
+                current: StdRwLock::new(current),
+                source,
+                connect_timeout: timeouts.0,
+                response_timeout: timeouts.1,
+                resolving: AtomicBool::new(false),
+                recovering: AsyncMutex::new(None),
+                epoch: AtomicU64::new(0),
+                watchers: StdMutex::new(Vec::new()),
+            }
         }))
     }
 
@@ -227,6 +263,7 @@ impl Conn {
     ) -> Result<Conn, Error> {
         let opened = Instant::now();
         let manager = manager(&client, connect_timeout, response_timeout).await?;
+        let watch = Watch::new(&manager, Weak::new(), response_timeout);
         let current = Current {
             addr: client.get_connection_info().addr().to_string(),
             config_epoch: 0,
@@ -234,6 +271,7 @@ impl Conn {
             manager,
             slow: Arc::default(),
             opened,
+            watch,
         };
         Ok(Conn::new(
             current,
@@ -263,6 +301,7 @@ impl Conn {
         .await;
         let opened = Instant::now();
         let found = sentinels.find(timeouts).await?;
+        let watch = Watch::new(&found.manager, Weak::new(), response_timeout);
         let current = Current {
             addr: found.addr,
             config_epoch: found.config_epoch,
@@ -270,6 +309,7 @@ impl Conn {
             manager: found.manager,
             slow: Arc::default(),
             opened,
+            watch,
         };
         let conn = Conn::new(current, Source::Sentinel(Box::new(sentinels)), timeouts);
         let watchers = watched
@@ -294,14 +334,16 @@ impl Conn {
         response_timeout: Duration,
     ) -> Result<Conn, Error> {
         let opened = Instant::now();
-        let manager = commands.get_async_connection().await?;
+        let manager = Manager::Cluster(commands.get_async_connection().await?);
+        let watch = Watch::new(&manager, Weak::new(), response_timeout);
         let current = Current {
             addr: seeds,
             config_epoch: 0,
             client: None,
-            manager: Manager::Cluster(manager),
+            manager,
             slow: Arc::default(),
             opened,
+            watch,
         };
         Ok(Conn::new(
             current,
@@ -333,20 +375,23 @@ impl Conn {
         }
     }
 
-    /// The current command connection (a clone sharing its sockets).
-    pub(crate) fn manager(&self) -> Manager {
-        // The hot path: clone the manager only, not the whole `Current`.
-        self.0
-            .current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .manager
-            .clone()
+    /// The current command connection (a clone sharing its sockets),
+    /// watched for silence (see [`Watched`]).
+    pub(crate) fn manager(&self) -> Watched {
+        // The hot path: clone the manager and its watch only, not the
+        // whole `Current`.
+        let current = self.0.current.read().unwrap_or_else(|p| p.into_inner());
+        Watched {
+            manager: current.manager.clone(),
+            watch: Some(current.watch.clone()),
+        }
     }
 
     /// The slow lane: a command connection of its own for calls that block
-    /// on the server (`WAIT`), opened on first use.
-    pub(crate) async fn slow_manager(&self) -> RedisResult<Manager> {
+    /// on the server (`WAIT`), opened on first use. Not watched for
+    /// silence: a `WAIT` is silent by design; it is replaced with the
+    /// command connection.
+    pub(crate) async fn slow_manager(&self) -> RedisResult<Watched> {
         let current = self.current();
         let timeouts = (self.0.connect_timeout, self.0.response_timeout);
         let cluster = match &self.0.source {
@@ -366,7 +411,10 @@ impl Conn {
                 }
             })
             .await
-            .cloned()
+            .map(|manager| Watched {
+                manager: manager.clone(),
+                watch: None,
+            })
     }
 
     /// The current primary's client, for the pub/sub connection; `None` on
@@ -424,9 +472,16 @@ impl Conn {
     ///
     /// Cancel safe: dropped before the swap, nothing changes.
     pub(crate) async fn recover(&self, sent: Instant) -> bool {
-        let _one = self.0.recovering.lock().await;
+        let mut failed = self.0.recovering.lock().await;
         if self.current().opened > sent {
             return true; // replaced meanwhile (by a recovery or a failover)
+        }
+        if failed.is_some_and(|gave_up| gave_up > sent) {
+            // An attempt still trying after this request was sent (most
+            // often the one this caller waited on) opened nothing: Redis
+            // is unreachable, and N waiting callers must not connect N
+            // times in turn (one connect timeout apart each).
+            return false;
         }
         if let Source::Sentinel(_) = &self.0.source {
             match self.resolve().await {
@@ -454,6 +509,7 @@ impl Conn {
             Ok(fresh) => fresh,
             Err(e) => {
                 tracing::debug!(error = %e, "the command connection stopped answering, and no new one opens");
+                *failed = Some(Instant::now());
                 return false;
             }
         };
@@ -462,9 +518,10 @@ impl Conn {
         // the node it left.
         if Arc::ptr_eq(&slot.slow, &current.slow) {
             tracing::info!(server = %current.addr, "the command connection stopped answering; using a fresh one");
-            slot.manager = fresh;
             slot.slow = Arc::default();
             slot.opened = opened;
+            slot.watch = Watch::new(&fresh, Arc::downgrade(&self.0), self.0.response_timeout);
+            slot.manager = fresh;
         }
         true
     }
@@ -490,6 +547,11 @@ impl Conn {
             return Ok(false);
         }
         tracing::info!(primary = %found.addr, "following a failover to the new primary");
+        let watch = Watch::new(
+            &found.manager,
+            Arc::downgrade(&self.0),
+            self.0.response_timeout,
+        );
         *slot = Current {
             addr: found.addr,
             config_epoch: found.config_epoch,
@@ -497,10 +559,174 @@ impl Conn {
             manager: found.manager,
             slow: Arc::default(),
             opened: Instant::now(),
+            watch,
         };
         drop(slot);
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(true)
+    }
+}
+
+/// A command connection handed out by [`Conn::manager`]: the manager, and
+/// what its connection has answered. A request that goes unanswered (its
+/// future dropped, or its response timeout fired) with nothing else
+/// answered on the connection since it was sent is followed by a `PING`;
+/// nothing answered a response timeout after its send, the connection has
+/// fallen silent and [`Conn::recover`] replaces it. So a
+/// caller that gives up before its own response timeout (a
+/// `tokio::time::timeout` shorter than `T` around any call) still leads to
+/// a fresh connection, like the response timeout it did not wait for.
+pub(crate) struct Watched {
+    manager: Manager,
+    /// `None` on the slow lane (a `WAIT` is silent by design).
+    watch: Option<Arc<Watch>>,
+}
+
+/// What one command connection has answered.
+struct Watch {
+    /// The connection (a clone sharing its socket), for the probe.
+    manager: Manager,
+    /// Replies received on the connection, server errors included; only
+    /// ever grows. A request that finds it unchanged a response timeout
+    /// after its send had no answer to anything sent since.
+    replies: AtomicU64,
+    /// The client, for the recovery; a watch never keeps it alive.
+    conn: Weak<Inner>,
+    /// The client's response timeout `T`.
+    response_timeout: Duration,
+}
+
+impl Watch {
+    fn new(manager: &Manager, conn: Weak<Inner>, response_timeout: Duration) -> Arc<Watch> {
+        Arc::new(Watch {
+            manager: manager.clone(),
+            replies: AtomicU64::new(0),
+            conn,
+            response_timeout,
+        })
+    }
+
+    /// A request sent at `sent`, when `seen` replies had come, went
+    /// unanswered. Unless something was answered since, sends a `PING`
+    /// after it on the same socket: a reply, or any other, before
+    /// `sent + T` shows the connection alive (its reply to the dropped
+    /// request came unseen, the replies coming in order); none, and the
+    /// connection is replaced. Off the hot path: a connection that answers
+    /// anything between a request's send and its drop never gets here, so
+    /// a busy healthy one spawns nothing, and an idle one one `PING`.
+    fn unanswered(self: &Arc<Self>, sent: Instant, seen: u64) {
+        if self.replies.load(Ordering::Acquire) != seen {
+            return;
+        }
+        // A future dropped outside a runtime (one shutting down) has
+        // nothing to recover for.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let watch = self.clone();
+        runtime.spawn(async move {
+            let mut probe = watch.manager.clone();
+            let cmd = redis::cmd("PING");
+            let ping = cmd.query_async::<Value>(&mut probe);
+            match tokio::time::timeout_at(sent + watch.response_timeout, ping).await {
+                Ok(Ok(_)) => return, // answered: slow, not silent
+                Ok(Err(e)) if e.code().is_some() => return,
+                _ => {}
+            }
+            if watch.replies.load(Ordering::Acquire) != seen {
+                return; // a reply came after `sent`: slow, not silent
+            }
+            let Some(inner) = watch.conn.upgrade() else {
+                return;
+            };
+            // A connection replaced since `sent` is left alone (`opened`),
+            // and many requests of one silent connection connect once.
+            Conn(inner).recover(sent).await;
+        });
+    }
+}
+
+/// One request on a watched connection, from its send to its reply.
+struct Pending<'a> {
+    watch: &'a Arc<Watch>,
+    sent: Instant,
+    /// `watch.replies` at the send.
+    seen: u64,
+    /// Set when the request ended with an answer (or a closed socket,
+    /// which the manager reconnects by itself).
+    done: bool,
+}
+
+impl<'a> Pending<'a> {
+    fn new(watch: &'a Arc<Watch>) -> Pending<'a> {
+        Pending {
+            watch,
+            sent: Instant::now(),
+            seen: watch.replies.load(Ordering::Acquire),
+            done: false,
+        }
+    }
+
+    /// The request's outcome: a reply (or a server error) counts as an
+    /// answer; a response timeout is left to `drop`.
+    fn ended<T>(&mut self, result: &RedisResult<T>) {
+        match result {
+            Ok(_) => {}
+            Err(e) if e.is_timeout() => return,
+            Err(e) if e.code().is_none() => {
+                self.done = true; // dropped or refused: not an answer
+                return;
+            }
+            Err(_) => {}
+        }
+        self.watch.replies.fetch_add(1, Ordering::AcqRel);
+        self.done = true;
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.watch.unanswered(self.sent, self.seen);
+        }
+    }
+}
+
+impl Watched {
+    fn watched<'a, T: Send + 'a>(
+        watch: Option<&'a Arc<Watch>>,
+        request: RedisFuture<'a, T>,
+    ) -> RedisFuture<'a, T> {
+        let Some(watch) = watch else {
+            return request;
+        };
+        let mut pending = Pending::new(watch);
+        Box::pin(async move {
+            let result = request.await;
+            pending.ended(&result);
+            result
+        })
+    }
+}
+
+impl ConnectionLike for Watched {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let request = self.manager.req_packed_command(cmd);
+        Watched::watched(self.watch.as_ref(), request)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let request = self.manager.req_packed_commands(pipeline, offset, count);
+        Watched::watched(self.watch.as_ref(), request)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.manager.get_db()
     }
 }
 

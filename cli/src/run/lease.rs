@@ -83,6 +83,11 @@ impl Lease {
     /// a renewal found it gone or taken. Drop it to stop renewing.
     pub(super) async fn keep_renewed(&self, guard: &Held, guardian: &Guardian) {
         let every = self.ttl / 3;
+        // Shorter than the response timeout `T` for any ttl under 6 × `T`,
+        // which is fine: a renewal given up unanswered still has the
+        // library replace a silent connection `T` after its send, and the
+        // retries that follow go to the fresh one. A longer attempt would
+        // only leave fewer retries before the deadline.
         let attempt = self.ttl / 6;
         let retry = self.ttl / 20;
         let mut due = self.confirmed.get() + every;
