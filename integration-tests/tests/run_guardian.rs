@@ -5,7 +5,7 @@
 //!   then `redbell`: the command must still not run past the lease;
 //! - `redbell elect` stopped (SIGSTOP) in the grace after a SIGTERM: the
 //!   SIGKILL at the grace's end must still come (for `run`, the reviewer's
-//!   test in `review_29.rs`).
+//!   test in `fault_edges.rs`).
 //!
 //! Each test failed on the code before its fix; the failures are in the
 //! tests' comments. Needs `REDIS_URL` and the built binary, as `cli.rs`.

@@ -1,45 +1,35 @@
-//! Adversarial review of issue 29's fixes (item 1: a black-holed client
-//! recovers). Each test attacks one claim of `src/conn/mod.rs` or the
-//! `lock()` docs with a real server and the black-hole proxy, and prints
-//! its figures; the assertions are the issue's bounds or the docs' own.
+//! The edges of the fault bounds: faults that come with a short caller
+//! deadline, with many callers at once, or with a second fault. Each test
+//! attacks one claim of `src/conn/mod.rs`, the `lock()` docs, the kinds
+//! rule or the CLI guardian with a real server (and the black-hole proxy),
+//! prints its figures, and asserts the issue's bound or the docs' own.
 //!
 //! - `an_unlock_in_the_black_hole_frees_the_lock_within_the_bound`: the
-//!   release that times out on the silent connection ("retried in the
-//!   background") must free the lock within 2 × T + 1 s of the fault, not
-//!   at the lease.
+//!   release that times out on the silent connection is retried in the
+//!   background and frees the lock within 2 × T + 1 s of the fault, not at
+//!   the lease.
 //! - `concurrent_locks_fail_in_about_2t_plus_connect_timeout_when_unreachable`:
-//!   **BREAK (kept as a reproduction, fails on the reviewed code).** The
-//!   docs of `lock()` say that while Redis cannot be reached the error
-//!   comes about 2 × T plus the connect timeout after the attempt was sent.
-//!   `Conn::recover` holds one async mutex while it connects, and a caller
-//!   that waited finds no connection opened since its send, so it connects
-//!   again: N concurrent calls fail one connect timeout apart, the last
-//!   after about T + N × connect timeout.
-//! - `lock_timeouts_shorter_than_t_recover_within_the_bound`: the
-//!   recovery starts only when a command's own response timeout fires
-//!   (`Conn::report`); a caller whose deadline is shorter than T
-//!   (`lock_timeout(d < T)`, a `tokio::time::timeout` around `extend`, as
-//!   `redbell run` renews with `ttl / 6`) drops the call first.
-//!   **BREAK (kept as reproductions, fail on the reviewed code):**
-//!   `extends_under_a_timeout_shorter_than_t_recover_within_the_bound`
-//!   and `a_black_holed_redbell_run_with_ttl_under_12_s_keeps_its_lease`:
-//!   nothing ever reports the silent connection, so it is never replaced;
-//!   `redbell run --ttl 11s` loses its lease and its command is stopped
-//!   although Redis answers on fresh connections throughout.
-//! - `nothing_exclusive_is_held_beside_a_semaphore_permit`: the kinds fix
-//!   ("one kind per name"): with a permit of a Semaphore held, an RwLock
-//!   writer or reader, or an Election, must be refused, never held beside
-//!   it. (The commit says an RwLock writer beside permits "is not looked
-//!   for"; the Semaphore side refuses only the other order.)
-//! - `a_redbell_run_stopped_during_the_grace_still_ends_its_command`:
-//!   **BREAK (kept as a reproduction, fails on the reviewed code).** Item 4's
-//!   bound (a SIGTERM to `redbell run` ends the command within the grace +
-//!   2 s) with item 3's fault (SIGSTOP of `redbell`) during the grace: the
-//!   escalation to SIGKILL lives only in `redbell`, and the guardian knows
-//!   only the lease's deadline, so a command that ignores SIGTERM runs on
-//!   until the lease's deadline − grace − margin (26.6 s of a 30 s lease).
-//!   Safe for the lock (it dies before the key can expire), but the bound
-//!   and the operator's stop are lost.
+//!   while Redis cannot be reached, N concurrent `lock()` calls all fail
+//!   about 2 × T plus the connect timeout after they were sent: one failed
+//!   connect attempt answers every caller that waited on it (before, each
+//!   connected again in turn, and the last of 8 failed after 10.9 s).
+//! - `lock_timeouts_shorter_than_t_recover_within_the_bound`,
+//!   `extends_under_a_timeout_shorter_than_t_recover_within_the_bound` and
+//!   `a_black_holed_redbell_run_with_ttl_under_12_s_keeps_its_lease`: a
+//!   caller whose deadline is shorter than T (`lock_timeout(d < T)`, a
+//!   `tokio::time::timeout` around `extend`, `redbell run`'s renewals
+//!   under `ttl / 6`) drops its call before the response timeout; the
+//!   silent connection is still replaced (before, nothing reported it, and
+//!   `redbell run --ttl 11s` lost its lease with Redis answering on fresh
+//!   connections throughout). The `--ttl 13s` run is the control.
+//! - `nothing_exclusive_is_held_beside_a_semaphore_permit`: with a permit
+//!   of a Semaphore held, an RwLock writer or reader, or an Election, is
+//!   refused (`KindConflict`), never held beside it.
+//! - `a_redbell_run_stopped_during_the_grace_still_ends_its_command`: a
+//!   SIGTERM to `redbell run` ends the command within the grace + 2 s even
+//!   when `redbell` is SIGSTOPped during the grace: the guardian holds the
+//!   SIGKILL deadline too (before, it knew only the lease's, and the
+//!   command ran on 26.6 s of a 30 s lease).
 
 use std::time::Duration;
 
