@@ -54,13 +54,16 @@ demo:
 # Seeded fault-injection soak on topologies it starts itself on free ports:
 # single, sentinel and cluster in turn, or only SOAK_TOPOLOGY if set.
 # SOAK_SECS (default 120 each) and SOAK_SEED (default random, printed) pass
-# through the environment. Reports: target/soak/TOPOLOGY/report.json.
+# through the environment. Reports: target/soak/TOPOLOGY/report.json, and
+# the results part of docs/reliability.md, rewritten from the runs.
 soak:
 	cargo build --release -p redbell-bench -p redbell-cli
-	@set -e; for t in $${SOAK_TOPOLOGY:-single sentinel cluster}; do \
-	  echo "== soak, topology $$t"; \
-	  SOAK_TOPOLOGY=$$t ./target/release/redbell-bench soak --out target/soak/$$t; \
-	done
+	@failed=0; topologies="$${SOAK_TOPOLOGY:-single sentinel cluster}"; \
+	for t in $$topologies; do \
+	  echo "== soak, topology $$t"; rm -f target/soak/$$t/report.md; \
+	  SOAK_TOPOLOGY=$$t ./target/release/redbell-bench soak --out target/soak/$$t || failed=1; \
+	done; \
+	scripts/soak-page.sh $$topologies; exit $$failed
 
 # The report goes to docs/performance.md (and its chart to
 # docs/performance.svg), generated whole: commit it with the change it measures.

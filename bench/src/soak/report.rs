@@ -1,4 +1,6 @@
-//! The soak's report: a markdown table on stdout and `report.json`.
+//! The soak's report: a markdown table on stdout, `report.json`, and
+//! `report.md` (the table under a heading naming the run, which `make soak`
+//! gathers into `docs/reliability.md`).
 
 use std::path::Path;
 
@@ -146,13 +148,28 @@ impl Report {
         out
     }
 
-    /// Writes `report.json` under `dir`.
+    /// Writes `report.json` and `report.md` under `dir`.
     pub fn write(&self, dir: &Path) -> Result<(), Failure> {
-        let path = dir.join("report.json");
         let json = serde_json::to_string_pretty(self)
             .map_err(|e| Failure::new(EX_FAILURE, format!("report: {e}")))?;
-        std::fs::write(&path, json)
-            .map_err(|e| Failure::new(EX_FAILURE, format!("cannot write {}: {e}", path.display())))
+        write_file(&dir.join("report.json"), &json)?;
+        write_file(&dir.join("report.md"), &self.markdown())
+    }
+
+    /// The run as a section of the reliability page: what ran, how to
+    /// replay it, the verdict and the table.
+    pub fn markdown(&self) -> String {
+        format!(
+            "### {topology}: {verdict}\n\n\
+             {secs} s, seed {seed}, lease {lease} ms; replay with \
+             `SOAK_SEED={seed} SOAK_SECS={secs} SOAK_TOPOLOGY={topology} make soak`.\n\n{table}\n",
+            topology = self.topology,
+            verdict = if self.passed() { "passed" } else { "FAILED" },
+            secs = self.secs,
+            seed = self.seed,
+            lease = self.lease_ms,
+            table = self.table(),
+        )
     }
 
     /// The failure naming the seed and the first offending interval.
@@ -190,4 +207,9 @@ impl Report {
             ),
         )
     }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(path, text)
+        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot write {}: {e}", path.display())))
 }
