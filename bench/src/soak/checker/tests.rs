@@ -616,3 +616,51 @@ fn a_frozen_pool_excuses_no_free_wait_of_another_worker() {
     );
     assert!(v.violations.is_empty(), "{:?}", v.violations);
 }
+
+#[test]
+fn a_pool_stopped_as_the_release_wakes_it_is_a_holder_fault() {
+    // As above, but p is stopped 0.25 ms after a lets go: its woken task's
+    // attempt may have taken the hand-off with a full lease, its reply
+    // unread, and its wait logs only a later grant. A lease bounds that
+    // gap, not the 1 s; a stop 100 ms later still gets the 1 s.
+    let mut r = section("p/0", 0, 9, 0, 1, 5, "accepted");
+    r.extend(section("a", 1, 10, 0, 10, 1_000, "accepted"));
+    for t in 0..3 {
+        r.push(rec(&format!("p/{t}"), Event::Wait, 1, None, 0, None, None));
+    }
+    r.extend(section("b", 1, 11, 0, 1_400_000, 1_401_000, "accepted"));
+    for t in 0..3u64 {
+        let at = 2_400_000 + t * 10_000;
+        r.push(rec(
+            &format!("p/{t}"),
+            Event::Acquired,
+            1,
+            Some(12 + t),
+            0,
+            Some(at),
+            None,
+        ));
+        r.push(rec(
+            &format!("p/{t}"),
+            Event::Hold,
+            1,
+            Some(12 + t),
+            at,
+            Some(at + 5_000),
+            None,
+        ));
+    }
+    let v = check(
+        &r,
+        &[stop(FaultKind::FreezePool, "p", 1_250, 2_300_000)],
+        LEASE,
+    );
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 1_399_000);
+    let v = check(
+        &r,
+        &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
+        LEASE,
+    );
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+}
