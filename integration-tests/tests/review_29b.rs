@@ -216,6 +216,11 @@ async fn fair_unpolled_queuer_sibling() {
     unpolled_queuer(Kind::Fair).await;
 }
 
+#[tokio::test]
+async fn semaphore_unpolled_queuer_sibling() {
+    unpolled_queuer(Kind::Semaphore(1)).await;
+}
+
 /// Two frozen processes, each with `k` tasks waiting, queue ahead of a live
 /// waiter: one place each, so the release's two standbys reach the second
 /// pool and the live waiter, which gets the lock within the bound.
@@ -376,16 +381,19 @@ async fn fair_timeout_at_grant_time() {
     eprintln!("fair deadline at grant: worst hand-off to W2 {worst:?}, W1 timed out {timeouts} of 13");
 }
 
-/// Fair: grantee W1's client is black-holed (proxy) after W1 queued, before
-/// the release: the grant reaches nobody that answers. W2 (another client,
-/// behind it) must get the lock within the bound of the release, and W1
-/// must not get a guard while W2 holds; W1 gets the lock once W2 is done.
+/// Fair: grantee W1's client is partitioned (proxy: its connections stay
+/// open, nothing passes either way) after W1 queued, before the release:
+/// the grant's PUBLISH counts W1's pub/sub connection as a receiver, but
+/// W1 never attempts. W2 (another client, behind it) must get the lock
+/// within the bound of the release, and W1 must not get a guard while W2
+/// holds, even once its connections work again; W1 gets the lock once W2
+/// is done.
 #[tokio::test]
-async fn fair_grantee_blackholed_before_grant() {
+async fn fair_grantee_partitioned_at_grant() {
     let redis = PrivateRedis::start().await;
     let proxy = Proxy::start(0, redis.port()).await;
     let url = redis.url();
-    let name = unique("r29b-fair-hole");
+    let name = unique("r29b-fair-partition");
     let (conn, holder, b) = (raw(&url).await, client(&url).await, client(&url).await);
     let a = redbell::Client::builder(proxy.url().as_str())
         .response_timeout(Duration::from_secs(1))
@@ -405,13 +413,14 @@ async fn fair_grantee_blackholed_before_grant() {
     let w2 = spawn_acquire(&b, Kind::Fair, &name);
     wait_for_members(&conn, &fifo_key(&name), 2, Duration::from_millis(5)).await;
     sleep(Duration::from_millis(100)).await;
-    proxy.blackhole().await;
+    proxy.partition().await;
     let released = Instant::now();
     held.unlock().await.unwrap();
-    let g2 = got_within(w2, released, BOUND, "fair, grantee black-holed: W2").await;
+    let g2 = got_within(w2, released, BOUND, "fair, grantee partitioned: W2").await;
     eprintln!("W2 got the lock {:?} after the release", released.elapsed());
-    // W2 holds 4 s: W1 (recovering on fresh connections) must not get it.
-    sleep(Duration::from_secs(4)).await;
+    sleep(Duration::from_secs(3)).await;
+    proxy.resume(); // W1's connections answer again (or were replaced)
+    sleep(Duration::from_secs(3)).await;
     assert!(!w1.is_finished(), "W1 got a guard while W2 held: {:?}", w1.await);
     let freed = Instant::now();
     drop(g2);
@@ -419,4 +428,104 @@ async fn fair_grantee_blackholed_before_grant() {
     let g1 = g1.expect("W1 gets the lock once W2 released");
     eprintln!("W1 got it {:?} after W2 released", at.duration_since(freed));
     drop(g1);
+}
+
+/// Fair: grantee W1's task is aborted after the release, at every point of
+/// its grant's way (after 0..40 yields of the test's task, then 1..=4 ms:
+/// before, while and after its grant arrives and its confirming attempt is
+/// in flight); W2 of another client waits behind. W2 must get the lock
+/// within the bound of the release: the grant (or W1's fresh lease) is
+/// given back, not stranded for a lease. Every offset is tried; each one
+/// that strands the lock is reported with the lock key's value and PTTL.
+#[tokio::test]
+async fn fair_grantee_aborted_after_grant() {
+    let url = redis_url();
+    let (holder, a, b) = (client(&url).await, client(&url).await, client(&url).await);
+    let mut conn = raw(&url).await;
+    let (mut worst, mut stranded, mut aborted) = (Duration::ZERO, Vec::new(), 0);
+    let schedule = (0..40).map(|y| (y, 0)).chain((1..=4).map(|ms| (0, ms)));
+    for (yields, ms) in schedule {
+        let d = format!("{yields} yields + {ms} ms");
+        let name = unique("r29b-fair-abort");
+        let held = holder.fair_mutex(&name).with_lease(LEASE).lock().await.unwrap();
+        let w1 = spawn_acquire(&a, Kind::Fair, &name);
+        wait_for_members(&conn, &fifo_key(&name), 1, Duration::from_millis(5)).await;
+        let w2 = spawn_acquire(&b, Kind::Fair, &name);
+        wait_for_members(&conn, &fifo_key(&name), 2, Duration::from_millis(5)).await;
+        let released = Instant::now();
+        let unlock = tokio::spawn(held.unlock());
+        for _ in 0..yields {
+            tokio::task::yield_now().await;
+        }
+        sleep(Duration::from_millis(ms)).await;
+        w1.abort();
+        unlock.await.unwrap().unwrap();
+        // Finished before the abort: a guard, given back now.
+        match w1.await {
+            Ok(got) => drop(got.unwrap()),
+            Err(e) => {
+                assert!(e.is_cancelled());
+                aborted += 1;
+            }
+        }
+        match timeout(BOUND, w2).await {
+            Ok(got) => {
+                drop(got.unwrap().unwrap());
+                worst = worst.max(released.elapsed());
+            }
+            Err(_) => {
+                let key = redbell_integration_tests::lock_key(&name);
+                let value = redbell_integration_tests::get(&mut conn, &key).await;
+                let left = redbell_integration_tests::pttl(&mut conn, &key).await;
+                stranded.push(format!("{d}: lock {value:?}, PTTL {left} ms"));
+            }
+        }
+    }
+    eprintln!("fair grantee aborted ({aborted} of 44 before its lock()): worst to W2 {worst:?}");
+    assert!(
+        stranded.is_empty(),
+        "W2 did not get the lock within {BOUND:?} of the release: {stranded:#?}"
+    );
+}
+
+/// Three clients with three waiters each, joined interleaved (each after
+/// the previous parked): a fair lock (and a semaphore of one permit) serves
+/// them in the order they joined, although each client queues one waiter
+/// at a time.
+async fn pools_keep_fifo(kind: Kind) {
+    let url = redis_url();
+    let name = unique(&format!("r29b-pools-fifo-{}", kind.arg()));
+    let holder = client(&url).await;
+    let held = hold(&holder, kind, &name).await;
+    let clients = [client(&url).await, client(&url).await, client(&url).await];
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let plan = [0usize, 1, 0, 2, 1, 0, 2, 2, 1];
+    let mut parked = [0i64; 3];
+    let mut tasks = Vec::new();
+    for (i, &c) in plan.iter().enumerate() {
+        let (cl, name, order) = (clients[c].clone(), name.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = acquire(&cl, kind, &name, None, None).await.unwrap();
+            order.lock().unwrap().push(i);
+            sleep(Duration::from_millis(30)).await;
+            drop(g);
+        }));
+        parked[c] += 1;
+        wait_for_parked(&clients[c], parked[c]).await;
+    }
+    let released = Instant::now();
+    drop(held);
+    redbell_integration_tests::join_within(Duration::from_secs(10), tasks, "all served").await;
+    eprintln!("{kind:?}: 9 waiters of 3 clients served in {:?}", released.elapsed());
+    assert_eq!(*order.lock().unwrap(), (0..9).collect::<Vec<_>>(), "{kind:?}");
+}
+
+#[tokio::test]
+async fn fair_pools_of_three_clients_keep_fifo() {
+    pools_keep_fifo(Kind::Fair).await;
+}
+
+#[tokio::test]
+async fn semaphore_pools_of_three_clients_keep_fifo() {
+    pools_keep_fifo(Kind::Semaphore(1)).await;
 }
