@@ -102,7 +102,8 @@ fn spawn_acquire(
 
 /// The client's queuing waiter is dropped (its task aborted) `d` after it
 /// and a second waiter of the same client joined, at every await point
-/// from its first attempt through its SUBSCRIBE to its park. The turn must
+/// from its first attempt through its SUBSCRIBE to its park (200 ms: the
+/// same drop as a `lock_timeout` expiring while parked). The turn must
 /// pass to the second, which must get the lock within the bound of the
 /// release.
 async fn queuer_aborted(kind: Kind) {
@@ -143,43 +144,6 @@ async fn semaphore_queuer_aborted_at_every_await() {
     queuer_aborted(Kind::Semaphore(1)).await;
 }
 
-/// The client's queuing waiter times out (`lock_timeout`) while parked, a
-/// sibling keeps waiting: the sibling must be in the queue afterwards, and
-/// get the lock within the bound of the release.
-async fn queuer_times_out(kind: Kind) {
-    let url = redis_url();
-    let name = unique(&format!("r29b-timeout-{}", kind.arg()));
-    let (conn, holder, a) = (raw(&url).await, client(&url).await, client(&url).await);
-    let held = hold(&holder, kind, &name).await;
-    let first = {
-        let (a, name) = (a.clone(), name.clone());
-        tokio::spawn(async move {
-            acquire(&a, kind, &name, None, Some(Duration::from_millis(700))).await
-        })
-    };
-    wait_for_parked(&a, 1).await;
-    let second = spawn_acquire(&a, kind, &name);
-    wait_for_parked(&a, 2).await;
-    let timed_out = first.await.unwrap();
-    assert!(matches!(timed_out, Err(redbell::Error::Timeout)));
-    wait_for_members(&conn, &kind.queue(&name), 1, Duration::from_millis(10)).await;
-    let released = Instant::now();
-    drop(held);
-    let what = format!("{kind:?}, queuer timed out: its sibling");
-    let _g = got_within(second, released, BOUND, &what).await;
-    eprintln!("{what} got the lock {:?} after the release", released.elapsed());
-}
-
-#[tokio::test]
-async fn mutex_queuer_times_out() {
-    queuer_times_out(Kind::Mutex).await;
-}
-
-#[tokio::test]
-async fn fair_queuer_times_out() {
-    queuer_times_out(Kind::Fair).await;
-}
-
 /// A live process whose queuing waiter's future is kept but no longer
 /// polled (a `select!` that moved on and will come back to it; a task
 /// starved on a busy thread): it holds the client's one place. Its sibling,
@@ -190,10 +154,13 @@ async fn unpolled_queuer(kind: Kind) {
     let name = unique(&format!("r29b-unpolled-{}", kind.arg()));
     let (conn, holder, a) = (raw(&url).await, client(&url).await, client(&url).await);
     let held = hold(&holder, kind, &name).await;
-    let first = acquire(&a, kind, &name, None, None);
-    tokio::pin!(first);
+    let mut first = Box::pin(acquire(&a, kind, &name, None, None));
     // Polled until it has queued, then left alone (not dropped).
-    assert!(timeout(Duration::from_millis(500), &mut first).await.is_err());
+    assert!(
+        timeout(Duration::from_millis(500), &mut first)
+            .await
+            .is_err()
+    );
     wait_for_members(&conn, &kind.queue(&name), 1, Duration::from_millis(10)).await;
     let second = spawn_acquire(&a, kind, &name);
     wait_for_parked(&a, 2).await;
@@ -202,7 +169,10 @@ async fn unpolled_queuer(kind: Kind) {
     drop(held);
     let what = format!("{kind:?}, the live sibling of an unpolled queuer");
     let _g = got_within(second, released, BOUND, &what).await;
-    eprintln!("{what} got the lock {:?} after the release", released.elapsed());
+    eprintln!(
+        "{what} got the lock {:?} after the release",
+        released.elapsed()
+    );
     drop(first);
 }
 
@@ -232,17 +202,17 @@ async fn two_frozen_pools(kind: Kind, k: usize) {
     // A Mutex queue is ordered by expiry: the pools queue during a shorter
     // lease than the live waiter's (extended below), so they are ahead.
     let first_lease = LEASE - Duration::from_secs(2);
-    let mut held = Vec::new();
-    let n = if let Kind::Semaphore(p) = kind { p } else { 1 };
-    for _ in 0..n {
-        let lease = Some(if let Kind::Mutex = kind { first_lease } else { LEASE });
-        held.push(acquire(&holder, kind, &name, lease, None).await.unwrap());
-    }
-    let mut args = vec![kind.arg().to_owned(), name.clone(), k.to_string()];
-    if let Kind::Semaphore(p) = kind {
-        args.push(p.to_string());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let lease = if let Kind::Mutex = kind {
+        first_lease
+    } else {
+        LEASE
+    };
+    let mut held = vec![
+        acquire(&holder, kind, &name, Some(lease), None)
+            .await
+            .unwrap(),
+    ];
+    let args = [kind.arg(), &name, &k.to_string(), "1"];
     let bin = env!("CARGO_BIN_EXE_pool_waiter").as_ref();
     let mut pools = Vec::new();
     for i in 0..2 {
@@ -267,7 +237,10 @@ async fn two_frozen_pools(kind: Kind, k: usize) {
     drop(held.pop());
     let what = format!("{kind:?}, two frozen pools of {k} ahead: the live waiter");
     let _g = got_within(live, released, BOUND, &what).await;
-    eprintln!("{what} got the lock {:?} after the release", released.elapsed());
+    eprintln!(
+        "{what} got the lock {:?} after the release",
+        released.elapsed()
+    );
     std::mem::forget(held);
 }
 
@@ -350,7 +323,12 @@ async fn fair_timeout_at_grant_time() {
     let (mut worst, mut timeouts) = (Duration::ZERO, 0);
     for offset in -2i64..=10 {
         let name = unique(&format!("r29b-fair-deadline-{offset}"));
-        let held = holder.fair_mutex(&name).with_lease(LEASE).lock().await.unwrap();
+        let held = holder
+            .fair_mutex(&name)
+            .with_lease(LEASE)
+            .lock()
+            .await
+            .unwrap();
         let within = Duration::from_millis(600);
         let start = Instant::now();
         let w1 = {
@@ -361,12 +339,13 @@ async fn fair_timeout_at_grant_time() {
         let w2 = spawn_acquire(&b, Kind::Fair, &name);
         wait_for_members(&conn, &fifo_key(&name), 2, Duration::from_millis(5)).await;
         let deadline = start + within;
-        let at = if offset >= 0 {
-            deadline - Duration::from_millis(offset.unsigned_abs())
+        let off = Duration::from_millis(offset.unsigned_abs());
+        tokio::time::sleep_until(if offset >= 0 {
+            deadline - off
         } else {
-            deadline + Duration::from_millis(offset.unsigned_abs())
-        };
-        tokio::time::sleep_until(at).await;
+            deadline + off
+        })
+        .await;
         let released = Instant::now();
         held.unlock().await.unwrap();
         match w1.await.unwrap() {
@@ -378,7 +357,9 @@ async fn fair_timeout_at_grant_time() {
         let _g = got_within(w2, released, BOUND, &what).await;
         worst = worst.max(released.elapsed());
     }
-    eprintln!("fair deadline at grant: worst hand-off to W2 {worst:?}, W1 timed out {timeouts} of 13");
+    eprintln!(
+        "fair deadline at grant: worst hand-off to W2 {worst:?}, W1 timed out {timeouts} of 13"
+    );
 }
 
 /// Fair: grantee W1's client is partitioned (proxy: its connections stay
@@ -401,7 +382,12 @@ async fn fair_grantee_partitioned_at_grant() {
         .connect()
         .await
         .unwrap();
-    let held = holder.fair_mutex(&name).with_lease(LEASE).lock().await.unwrap();
+    let held = holder
+        .fair_mutex(&name)
+        .with_lease(LEASE)
+        .lock()
+        .await
+        .unwrap();
     let w1 = {
         let (a, name) = (a.clone(), name.clone());
         tokio::spawn(async move {
@@ -421,7 +407,11 @@ async fn fair_grantee_partitioned_at_grant() {
     sleep(Duration::from_secs(3)).await;
     proxy.resume(); // W1's connections answer again (or were replaced)
     sleep(Duration::from_secs(3)).await;
-    assert!(!w1.is_finished(), "W1 got a guard while W2 held: {:?}", w1.await);
+    assert!(
+        !w1.is_finished(),
+        "W1 got a guard while W2 held: {:?}",
+        w1.await
+    );
     let freed = Instant::now();
     drop(g2);
     let (at, g1) = timeout(Duration::from_secs(10), w1).await.unwrap().unwrap();
@@ -447,7 +437,12 @@ async fn fair_grantee_aborted_after_grant() {
     for (yields, ms) in schedule {
         let d = format!("{yields} yields + {ms} ms");
         let name = unique("r29b-fair-abort");
-        let held = holder.fair_mutex(&name).with_lease(LEASE).lock().await.unwrap();
+        let held = holder
+            .fair_mutex(&name)
+            .with_lease(LEASE)
+            .lock()
+            .await
+            .unwrap();
         let w1 = spawn_acquire(&a, Kind::Fair, &name);
         wait_for_members(&conn, &fifo_key(&name), 1, Duration::from_millis(5)).await;
         let w2 = spawn_acquire(&b, Kind::Fair, &name);
@@ -516,8 +511,15 @@ async fn pools_keep_fifo(kind: Kind) {
     let released = Instant::now();
     drop(held);
     redbell_integration_tests::join_within(Duration::from_secs(10), tasks, "all served").await;
-    eprintln!("{kind:?}: 9 waiters of 3 clients served in {:?}", released.elapsed());
-    assert_eq!(*order.lock().unwrap(), (0..9).collect::<Vec<_>>(), "{kind:?}");
+    eprintln!(
+        "{kind:?}: 9 waiters of 3 clients served in {:?}",
+        released.elapsed()
+    );
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..9).collect::<Vec<_>>(),
+        "{kind:?}"
+    );
 }
 
 #[tokio::test]
@@ -528,4 +530,58 @@ async fn fair_pools_of_three_clients_keep_fifo() {
 #[tokio::test]
 async fn semaphore_pools_of_three_clients_keep_fifo() {
     pools_keep_fifo(Kind::Semaphore(1)).await;
+}
+
+/// A Semaphore of 2 permits: a frozen pool (4 tasks, one queue place) and
+/// a live waiter L1 queue while a holder has both permits; the holder
+/// releases both. L1 gets one; the other is owed to the frozen pool's woken
+/// member, whose entry is cut to the reservation. A live newcomer L2 that
+/// arrives `after` L1 got its permit must get the free one within the
+/// bound, not when L1's lease ends.
+async fn semaphore_newcomer_after_frozen_owed(after: Duration) {
+    let url = redis_url();
+    let name = unique("r29b-sem2-newcomer");
+    let kind = Kind::Semaphore(2);
+    let (conn, holder) = (raw(&url).await, client(&url).await);
+    let queue = kind.queue(&name);
+    let held = hold(&holder, kind, &name).await;
+    let mut pool = Stoppable::start(
+        env!("CARGO_BIN_EXE_pool_waiter").as_ref(),
+        &["semaphore", &name, "4", "2"],
+    );
+    pool.wait_for_line("waiting 4");
+    wait_for_members(&conn, &queue, 1, Duration::from_millis(10)).await;
+    let (l1c, l2c) = (client(&url).await, client(&url).await);
+    let l1 = {
+        let (c, name) = (l1c.clone(), name.clone());
+        tokio::spawn(async move { c.semaphore(&name, 2).with_lease(LEASE).acquire().await })
+    };
+    wait_for_members(&conn, &queue, 2, Duration::from_millis(10)).await;
+    sleep(Duration::from_millis(100)).await;
+    pool.stop();
+    let released = Instant::now();
+    drop(held);
+    let _p1 = got_within(l1, released, BOUND, "Semaphore(2), L1").await;
+    let got1 = released.elapsed();
+    sleep(after).await;
+    let arrived = Instant::now();
+    let l2 = spawn_acquire(&l2c, kind, &name);
+    let what = format!("Semaphore(2), a newcomer {after:?} after L1 got its permit");
+    let _p2 = got_within(l2, arrived, BOUND, &what).await;
+    eprintln!(
+        "L1 got a permit {got1:?} after the release; {what} got the other {:?} after arriving",
+        arrived.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn semaphore_newcomer_soon_after_frozen_owed() {
+    semaphore_newcomer_after_frozen_owed(Duration::from_millis(20)).await;
+}
+
+/// The control: once the frozen member's entry lapsed, a newcomer's
+/// attempt prunes it and takes the free permit.
+#[tokio::test]
+async fn semaphore_newcomer_late_after_frozen_owed() {
+    semaphore_newcomer_after_frozen_owed(Duration::from_millis(1000)).await;
 }
