@@ -231,8 +231,12 @@
 //!   and a fair grantee), or dropped by the next attempt that finds the
 //!   lock free (a fair standby that missed its window), so it does not take
 //!   later wake-ups either. One frozen waiter, or two in a row, at the
-//!   head of the queue cost the others one window, not a lease; a longer
-//!   run of frozen waiters falls back to the parks' own bounds.
+//!   head of the queue cost the others one window, not a lease (the
+//!   Semaphore's second one a reservation more: the standby's attempt
+//!   prunes the first, the permit is then owed to the second, which is
+//!   woken and cut to [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS), and
+//!   the standby parks until that lapses: 0.76 s measured, review_29b.rs);
+//!   a longer run of frozen waiters falls back to the parks' own bounds.
 //! - **A frozen process with a pool of waiters** holds one place in the
 //!   queue, whatever its number of waiting tasks (one place per client,
 //!   above): the standbys of the release that woke it reach the next two
@@ -308,6 +312,11 @@
 //! A parked waiter parks until the earliest holder's lease ends at the
 //! latest: that is when a crashed holder's permit comes back, and the first
 //! attempt after it reclaims the permit and wakes whoever it is owed to.
+//! While permits are free but owed to members ahead, it parks no longer
+//! than the earliest owed entry: a frozen owed member's lapses a
+//! reservation after its wake-up, and nobody else would tell the waiter
+//! (a newcomer gets no standby); its attempt then prunes the member and
+//! takes the permit.
 //!
 //! ## The timings
 //!

@@ -50,7 +50,9 @@ use crate::keys::{Kind, Replication};
 ///   each through its own client's wake channel, at O(1) Redis work per
 ///   permit whatever the number of waiters; parked waiters send nothing.
 ///   A woken waiter that froze costs the next in line a short window
-///   (0.5 s), not a lease. Every park ends by the earliest holder's lease
+///   (0.5 s), not a lease, and a newcomer no more than its reservation
+///   (0.25 s: while a permit is free but owed, a park ends when the owed
+///   entry lapses). Every park ends by the earliest holder's lease
 ///   at the latest, so a crashed holder's permit is taken within moments of
 ///   its expiry.
 /// - **One permit per call.** There is no `acquire_many`: under FIFO a

@@ -36,10 +36,15 @@
 --               nothing changes.
 --   {0, park, now_us}  no permit for us: all are held, or the free ones
 --               are owed to waiters ahead. park = ms until the earliest
---               holder's lease ends (park_ms if none). A waiting caller is
---               queued (its arrival kept if it was queued already) with
---               expiry now + park + grace_ms. now_us: the server time of
---               this call (a later turn to queue passes it as arrival_us).
+--               holder's lease ends (park_ms if none), or, with permits
+--               free but owed, until the earliest owed member's entry
+--               lapses if sooner (a frozen woken member's, cut to
+--               reserve_ms: our next attempt prunes it and takes the
+--               permit). A waiting caller is queued (its arrival kept if it
+--               was queued already) with expiry now + park + grace_ms (the
+--               park before that cap: an entry may outlive its park).
+--               now_us: the server time of this call (a later turn to
+--               queue passes it as arrival_us).
 --   error PERMITS <stored>  the semaphore exists with another permit count
 --                           (nothing was written)
 --   error WRONGKIND  the name is in use as a Mutex, FairMutex, RwLock
@@ -129,4 +134,23 @@ if member ~= '' then
   keep_count(KEYS[5], permits, ttl, stored)
 end
 settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
+if free > 0 then
+  -- Free permits owed to the members ahead (ranks 0..free-1, after the
+  -- settle above cut the newly owed ones to the reservation): a live one
+  -- takes its permit at once, a frozen one's entry lapses and the next
+  -- attempt prunes it, which frees the permit for us. Nobody tells us when
+  -- it lapses, so park no longer than the earliest owed entry (else until
+  -- a holder's lease ends: seconds, for a permit free after 250 ms). On
+  -- this losing path only; the uncontended one pays nothing.
+  -- (ZMSCORE in slices: unpack's stack is bounded, a count is not.)
+  local ahead = redis.call('ZRANGE', KEYS[3], 0, free - 1)
+  for i = 1, #ahead, 1000 do
+    local j = math.min(i + 999, #ahead)
+    for _, e in ipairs(redis.call('ZMSCORE', KEYS[4], unpack(ahead, i, j))) do
+      if e then
+        park = math.min(park, math.max(tonumber(e) - now_ms + 1, 1))
+      end
+    end
+  end
+end
 return {0, park, now_us}

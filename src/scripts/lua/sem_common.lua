@@ -34,8 +34,12 @@
 --   open. A client queues one waiter per semaphore at a time (acquire.rs,
 --   "One place per client"), so those two are other processes than the
 --   woken one's, whatever its number of waiting tasks: a live waiter of
---   another process gets a free permit within the window (500 ms). Nothing
---   is published when nobody waits. Returns the number woken.
+--   another process gets a free permit within the window (500 ms); a
+--   caller that finds a permit free but owed parks no longer than the owed
+--   entry (sem_acquire.lua), so a newcomer, which got no standby, waits a
+--   reservation at most, and a standby behind two frozen members a window
+--   and a reservation. Nothing is published when nobody waits. Returns
+--   the number woken.
 local function now()
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
