@@ -372,13 +372,15 @@ impl Entry {
     /// from `first_due` to the deadline if sooner (strictly before the
     /// deadline either way, while `first_due` is before it).
     fn warn_at(&self, lease: Duration) -> Instant {
-        let margin = self
-            .lease
-            .deadline()
-            .saturating_duration_since(self.first_due)
-            / 2;
-        self.first_due + margin.min(lease / 3)
+        warn_at(self.first_due, self.lease.deadline(), lease)
     }
+}
+
+/// [`Entry::warn_at`] of a renewal first due at `first_due` of a lease of
+/// `lease` whose deadline is `deadline`.
+fn warn_at(first_due: Instant, deadline: Instant, lease: Duration) -> Instant {
+    let margin = deadline.saturating_duration_since(first_due) / 2;
+    first_due + margin.min(lease / 3)
 }
 
 impl State {
@@ -637,6 +639,26 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_at_risk_warning_is_after_the_due_and_before_the_deadline() {
+        let lease = Duration::from_secs(3);
+        let sent = Instant::now();
+        // Renewed every third: about a third of the lease after the first
+        // due (a little less: halfway to a deadline the drift moved in).
+        let due = sent + Duration::from_secs(1);
+        let at = warn_at(due, deadline(sent, lease), lease);
+        assert!(
+            at <= due + lease / 3 && at >= due + Duration::from_millis(950),
+            "{:?}",
+            at - due
+        );
+        // Renewed just before the deadline: halfway from the due to it, so
+        // neither before the renewal was tried nor after the loss.
+        let due = sent + Duration::from_millis(2_900);
+        let at = warn_at(due, deadline(sent, lease), lease);
+        assert!(at > due && at < deadline(sent, lease), "{:?}", at - sent);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn lease_deadline_and_lost() {
