@@ -98,8 +98,9 @@ enum Command {
     /// Print the man page (roff) on stdout
     ///
     /// `redbell man > redbell.1 && man ./redbell.1`, or install it as
-    /// /usr/local/share/man/man1/redbell.1. Needs no Redis.
-    Man,
+    /// /usr/local/share/man/man1/redbell.1; `redbell man run` prints
+    /// redbell-run(1), and so on. Needs no Redis.
+    Man(docs::ManArgs),
 
     /// Internal: the guardian `run` and `elect` start beside their command
     #[command(name = process::guardian::SUBCOMMAND, hide = true)]
@@ -114,7 +115,7 @@ fn main() -> ExitCode {
     // Generated from the definition alone: no Redis option is resolved.
     match &cli.command {
         Command::Completions(args) => return docs::completions::<Cli>(args),
-        Command::Man => return docs::man::<Cli>(),
+        Command::Man(args) => return docs::man::<Cli>(args),
         _ => {}
     }
     if let Err(failure) = cli.global.resolve() {
@@ -139,7 +140,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::run(&cli.global, &args).await,
             Command::Elect(args) => elect::run(&cli.global, args).await,
             Command::Leader(args) => leader::run(&cli.global, &args).await,
-            Command::Guard | Command::Completions(_) | Command::Man => Ok(()),
+            Command::Guard | Command::Completions(_) | Command::Man(_) => Ok(()),
         }
     });
     match result {

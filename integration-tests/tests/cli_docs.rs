@@ -1,6 +1,7 @@
 //! `redbell completions SHELL` and `redbell man` (issue 31): the completion
 //! script loads in a real bash and completes the subcommands, and the man
-//! page renders with the system's `man` and `groff` without a warning. Both
+//! pages (redbell(1), redbell-run(1)) render with the system's `man` and
+//! `groff` without a warning, every option with its help. Both
 //! are generated without Redis: the tests point REDIS_URL nowhere.
 
 use std::io::Write;
@@ -86,13 +87,15 @@ fn bash_loads_the_completion_script_and_completes_subcommands() {
     }
 }
 
-#[test]
-fn the_man_page_renders_with_man_and_groff() {
-    let out = offline(&["man"]);
-    let page = scratch().join("redbell.1");
+/// Renders the page `redbell ARGS...` prints with `man -l` (80 columns)
+/// and checks it with `groff -ww` (every warning on; none may be
+/// reported); the text `man` printed.
+fn render(args: &[&str]) -> String {
+    let out = offline(args);
+    let page = scratch().join("page.1");
     std::fs::File::create(&page)
         .and_then(|mut f| f.write_all(&out.stdout))
-        .expect("write redbell.1");
+        .expect("write the page");
     let rendered = Command::new("man")
         .arg("-l")
         .arg(&page)
@@ -100,19 +103,7 @@ fn the_man_page_renders_with_man_and_groff() {
         .env("MANWIDTH", "80")
         .output()
         .expect("man runs");
-    let text = String::from_utf8_lossy(&rendered.stdout);
     assert!(rendered.status.success(), "man -l: {}", rendered.status);
-    for needle in [
-        "NAME",
-        "SYNOPSIS",
-        "DESCRIPTION",
-        "redbell",
-        "status",
-        "REDBELL_URL",
-    ] {
-        assert!(text.contains(needle), "man -l lacks {needle:?}:\n{text}");
-    }
-    // Every roff warning category on (-ww); nothing may be reported.
     let groff = Command::new("groff")
         .args(["-man", "-Tutf8", "-ww", "-z"])
         .arg(&page)
@@ -121,7 +112,51 @@ fn the_man_page_renders_with_man_and_groff() {
     let warnings = String::from_utf8_lossy(&groff.stderr);
     assert!(
         groff.status.success() && warnings.is_empty(),
-        "groff: {}\n{warnings}",
+        "groff on {args:?}: {}\n{warnings}",
         groff.status
     );
+    String::from_utf8_lossy(&rendered.stdout).into_owned()
+}
+
+#[test]
+fn the_man_pages_render_with_man_and_groff() {
+    let text = render(&["man"]);
+    for needle in [
+        "NAME",
+        "SYNOPSIS",
+        "DESCRIPTION",
+        "redbell-run(1)",
+        "REDBELL_URL",
+        // The Redis options (hidden from -h) keep their help.
+        "discovered", // --cluster: "(the rest are discovered)"
+        "--tls-insecure",
+    ] {
+        assert!(
+            text.contains(needle),
+            "redbell(1) lacks {needle:?}:\n{text}"
+        );
+    }
+    // The exit codes stay a table: code and meaning on one line.
+    for (code, meaning) in [
+        ("69", "Redis could not be reached"),
+        ("78", "configuration"),
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(code) && l.contains(meaning)),
+            "exit code {code} not on one line with {meaning:?}:\n{text}"
+        );
+    }
+    let run = render(&["man", "run"]);
+    for needle in ["redbell-run", "--nonblock", "Fail at once", "REDBELL_FENCE"] {
+        assert!(
+            run.contains(needle),
+            "redbell-run(1) lacks {needle:?}:\n{run}"
+        );
+    }
+    let unknown = Command::new(redbell_binary())
+        .args(["man", "nope"])
+        .output()
+        .expect("redbell runs");
+    assert_eq!(unknown.status.code(), Some(2), "man nope");
 }
