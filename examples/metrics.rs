@@ -7,7 +7,16 @@
 //! received + skipped (each wake-up that arrived for one of the client's
 //! waiters found it or was passed on), a hand-off gap sample for the
 //! hand-offs between the client's own tasks, and the counters match
-//! `Client::stats()`. Exits 1 if they do not.
+//! `Client::stats()`; every redbell metric on the page has its `# HELP`
+//! line, and `redbell_wait_seconds` is a histogram with the buckets set
+//! below. Exits 1 if any check fails.
+//!
+//! **Buckets.** `metrics-exporter-prometheus` renders a histogram as a
+//! summary (quantiles) unless given buckets. The example sets them for
+//! `redbell_wait_seconds`: 1 ms to 30 s, covering an uncontended
+//! acquisition (a round trip, under a millisecond on a LAN), hand-offs
+//! (milliseconds) and waits for a long holder or an expired lease (seconds;
+//! the default lease is 30 s). Pick your own to match your leases.
 //!
 //! ```sh
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example metrics --features metrics
@@ -16,8 +25,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The buckets of `redbell_wait_seconds`, in seconds (see above).
+const WAIT_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0,
+];
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,8 +39,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr: SocketAddr = listener.local_addr()?;
     drop(listener); // the exporter binds it again
+    // Installed before the first client connects: building a client
+    // describes redbell's metrics to the recorder installed then.
     PrometheusBuilder::new()
         .with_http_listener(addr)
+        .set_buckets_for_metric(Matcher::Full("redbell_wait_seconds".into()), &WAIT_BUCKETS)?
         .install()?;
 
     let client = redbell::Client::connect(&url).await?;
@@ -72,8 +89,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
          guards {guards}, wait samples {waits}, wake-ups sent {sent} = received {received} + \
          skipped {skipped}, hand-off gap samples {gaps}"
     );
+    // Every redbell metric on the page (a `# TYPE` line) and those of them
+    // without a `# HELP` line.
+    let typed: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|m| m.starts_with("redbell_"))
+        .collect();
+    let undescribed: Vec<&str> = typed
+        .iter()
+        .copied()
+        .filter(|m| !page.lines().any(|l| l.starts_with(&format!("# HELP {m} "))))
+        .collect();
+    println!("redbell metrics on the page: {typed:?}; without # HELP: {undescribed:?}");
+    let wait_buckets = page
+        .lines()
+        .filter(|l| l.starts_with("redbell_wait_seconds_bucket"))
+        .count();
     let stats = client.stats();
     let checks = [
+        (
+            "every redbell metric has a # HELP line",
+            typed.len() >= 8 && undescribed.is_empty(),
+        ),
+        (
+            "redbell_wait_seconds is a histogram with the example's buckets",
+            page.contains("# TYPE redbell_wait_seconds histogram")
+                && wait_buckets == WAIT_BUCKETS.len() + 1,
+        ),
         ("acquired = released + held", acquired == released + guards),
         (
             "the scrape matches Client::stats",

@@ -23,6 +23,18 @@
 //!   once: the holder keeps what the last renewal gave it, and a hung
 //!   holder cannot tell either way.)
 //!
+//! ## The "renewals failing" warning
+//!
+//! A lease whose renewals go unconfirmed for a third of the lease is
+//! logged at `warn` ("lease renewals are failing"), once per failing
+//! spell, before it is lost. The clock starts when the first unconfirmed
+//! renewal fell due; the warning fires a third of the lease later, or
+//! halfway from that due to the deadline if that comes first (with a
+//! `renew_every` near the lease), so always before the deadline. It is
+//! timed by the renewal task's own timer, not by a failed reply: under
+//! `CLIENT PAUSE` or a black-holed connection a renewal gets no reply at
+//! all before the lease runs out (see `Renewer`'s `run`).
+//!
 //! Losing a lease resolves [`MutexGuard::lost`](crate::MutexGuard::lost)
 //! and turns `is_lost()` true; nothing panics and nothing is thrown from a
 //! timer. A lost lease is never renewed again, and `is_lost()` never turns
@@ -223,7 +235,6 @@ impl Lease {
     }
 
     /// The instant after which the key may have expired on the server.
-    #[cfg(test)]
     pub(crate) fn deadline(&self) -> Instant {
         self.times().deadline
     }
@@ -346,8 +357,53 @@ struct Entry {
     /// No renewal falls due at or after this instant (`max_hold` after the
     /// acquire was sent); `None`: renewed as long as the guard lives.
     hold_until: Option<Instant>,
-    /// Set once a warning that the lease is at risk went out.
+    /// When the renewal not yet confirmed first fell due: `sent + every`
+    /// of the last confirmed acquire or renewal (retries move `due`, not
+    /// this). The "renewals failing" clock starts here.
+    first_due: Instant,
+    /// Set once the "renewals failing" warning went out; cleared by a
+    /// confirmed renewal, so each failing spell warns once.
     warned: bool,
+}
+
+impl Entry {
+    /// When the "renewals failing" warning is due if no renewal is
+    /// confirmed before: a third of `lease` past `first_due`, or halfway
+    /// from `first_due` to the deadline if sooner (strictly before the
+    /// deadline either way, while `first_due` is before it).
+    fn warn_at(&self, lease: Duration) -> Instant {
+        warn_at(self.first_due, self.lease.deadline(), lease)
+    }
+}
+
+/// [`Entry::warn_at`] of a renewal first due at `first_due` of a lease of
+/// `lease` whose deadline is `deadline`.
+fn warn_at(first_due: Instant, deadline: Instant, lease: Duration) -> Instant {
+    let margin = deadline.saturating_duration_since(first_due) / 2;
+    first_due + margin.min(lease / 3)
+}
+
+impl State {
+    /// Warns once for every entry whose renewals have gone unconfirmed past
+    /// its [`Entry::warn_at`]; returns the earliest warning still ahead
+    /// (`None`: none), for the task's timer.
+    fn warn_at_risk(&mut self, lease: Duration) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for entry in self.entries.values_mut().filter(|e| !e.warned) {
+            let at = entry.warn_at(lease);
+            if at > now {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            } else if !entry.lease.is_lost() {
+                // A lost lease has its own warning ("lease lost").
+                entry.warned = true;
+                tracing::warn!(lock = %entry.keys.name,
+                    remaining = ?entry.lease.remaining(),
+                    "lease renewals are failing; the lease is at risk");
+            }
+        }
+        next
+    }
 }
 
 impl Shared {
@@ -410,6 +466,7 @@ impl Renewer {
                     due,
                     replication,
                     hold_until,
+                    first_due: due,
                     warned: false,
                 },
             );
@@ -437,12 +494,15 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
     let slack = shared.every / 4;
     let retry = (shared.every / 4).min(Duration::from_millis(250));
     loop {
-        let next = {
+        let (next, mut warn_at) = {
             let mut state = shared.lock();
             let next = state.queue.first().map(|(due, _)| *due);
             state.awake_by = next;
-            next
+            (next, state.warn_at_risk(shared.lease))
         };
+        // An entry at risk was due before its warning, so it is in the
+        // queue or in flight; the warning timer only matters while a
+        // renewal is in flight (below), and costs nothing here.
         match next {
             Some(due) if due > Instant::now() => {
                 tokio::select! {
@@ -504,7 +564,23 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                 .map(|(_, k, t, _)| (&**k, t.as_str()))
                 .collect();
             let length = shared.lease;
-            let outcome = scripts::extend(&conn, &locks, millis(length), chunk[0].3).await;
+            let extend = scripts::extend(&conn, &locks, millis(length), chunk[0].3);
+            tokio::pin!(extend);
+            // A renewal may get no reply before the lease runs out (a
+            // paused server, a black hole): the warning is timed here, not
+            // by the reply, so it still comes before `lost()`.
+            let outcome = loop {
+                let timer = async {
+                    match warn_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    outcome = &mut extend => break outcome,
+                    () = timer => warn_at = shared.lock().warn_at_risk(shared.lease),
+                }
+            };
             let (mut renewed, mut failed) = (0, 0);
             let mut state = shared.lock();
             for (i, (id, _, _, _)) in chunk.iter().enumerate() {
@@ -521,6 +597,8 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                     Some(Owned::Ours) => {
                         renewed += 1;
                         entry.due = sent + shared.every;
+                        entry.first_due = entry.due;
+                        entry.warned = false;
                         None
                     }
                     Some(Owned::Theirs) => Some(LostCause::Taken),
@@ -530,13 +608,6 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                         if entry.lease.is_lost() {
                             Some(LostCause::Deadline)
                         } else {
-                            if entry.lease.remaining() < shared.lease / 3 && !entry.warned {
-                                // Two thirds of the lease gone unconfirmed.
-                                entry.warned = true;
-                                tracing::warn!(lock = %entry.keys.name,
-                                    remaining = ?entry.lease.remaining(),
-                                    "lease renewals are failing; the lease is at risk");
-                            }
                             entry.due = Instant::now() + retry;
                             None
                         }
@@ -553,6 +624,9 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
                     }
                 }
             }
+            // Failed replies warn here, at the latest a retry after the
+            // warning fell due.
+            warn_at = state.warn_at_risk(shared.lease);
             drop(state);
             shared.counters.renewals(renewed, failed);
             if let Some(Err(e)) = outcome.iter().find(|o| o.is_err()) {
@@ -565,6 +639,26 @@ async fn run(shared: Arc<Shared>, conn: Conn) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_at_risk_warning_is_after_the_due_and_before_the_deadline() {
+        let lease = Duration::from_secs(3);
+        let sent = Instant::now();
+        // Renewed every third: about a third of the lease after the first
+        // due (a little less: halfway to a deadline the drift moved in).
+        let due = sent + Duration::from_secs(1);
+        let at = warn_at(due, deadline(sent, lease), lease);
+        assert!(
+            at <= due + lease / 3 && at >= due + Duration::from_millis(950),
+            "{:?}",
+            at - due
+        );
+        // Renewed just before the deadline: halfway from the due to it, so
+        // neither before the renewal was tried nor after the loss.
+        let due = sent + Duration::from_millis(2_900);
+        let at = warn_at(due, deadline(sent, lease), lease);
+        assert!(at > due && at < deadline(sent, lease), "{:?}", at - sent);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn lease_deadline_and_lost() {

@@ -86,7 +86,8 @@
 //! - `tls-rustls`: `rediss://` and `ClientBuilder::tls` through rustls
 //!   (the `ring` provider).
 //! - `tls-native-tls`: the same through the platform's TLS library.
-//! - `metrics`: every counter of [`Stats`] also through the `metrics` facade.
+//! - `metrics`: every counter of [`Stats`] also through the `metrics` facade,
+//!   each metric described (help and unit; see `describe_metrics`).
 //!
 //! # The guide
 //!
@@ -154,6 +155,8 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::{ScriptInfo, scripts};
 pub use semaphore::{Permit, Semaphore};
 pub use stats::Stats;
+#[cfg(feature = "metrics")]
+pub use stats::describe_metrics;
 pub use survey::LockScan;
 
 // The README's and the guide's Rust code blocks are doc tests (`make test`

@@ -25,7 +25,19 @@
 //! | `redbell_guards` | gauge | guards held now |
 //!
 //! Lock names are never labels (millions of one-off names would explode an
-//! exporter's memory).
+//! exporter's memory), unless a client opts in with
+//! [`ClientBuilder::metrics_lock_names`](crate::ClientBuilder::metrics_lock_names).
+//!
+//! Every metric is described (`describe_counter!` and the like: a help text
+//! and a unit, seconds for the histograms) when a client is built, so the
+//! recorder must be installed before the first client connects, or
+//! [`describe_metrics`] called after it is. A Prometheus exporter prints
+//! the help as `# HELP`; the unit is the recorder's to use (the
+//! `metrics-exporter-prometheus` text format has no `# UNIT` line, and the
+//! names already end in `_seconds` and `_total`). The histograms are the
+//! exporter's to bucket: `metrics-exporter-prometheus` renders them as
+//! summaries unless given buckets (`examples/metrics.rs` sets them for
+//! `redbell_wait_seconds`).
 //!
 //! How wake-ups and hand-off gaps are counted is told on [`Stats`].
 //!
@@ -245,6 +257,73 @@ pub(crate) struct Counters {
     lock_names: bool,
 }
 
+/// Describes every redbell metric to the installed `metrics` recorder: its
+/// help text and unit (so a Prometheus scrape has a `# HELP` line for each).
+/// Building a client does it; call this only if the recorder is installed
+/// after the first client was built. Calling it again changes nothing.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "redbell_acquisitions_total",
+        Unit::Count,
+        "Lock acquisitions by kind and outcome (acquired, busy, timeout, cancelled, error)."
+    );
+    describe_counter!(
+        "redbell_releases_total",
+        Unit::Count,
+        "Releases by what they found: ours, gone (expired), theirs (taken over)."
+    );
+    describe_counter!(
+        "redbell_leases_lost_total",
+        Unit::Count,
+        "Leases lost while their guard lived, by cause: gone, taken, deadline."
+    );
+    describe_counter!(
+        "redbell_renewals_total",
+        Unit::Count,
+        "Lease renewals by outcome: ok, failed (retried until the lease's deadline)."
+    );
+    describe_counter!(
+        "redbell_hub_reconnects_total",
+        Unit::Count,
+        "Times the pub/sub connection that carries wake-ups was replaced."
+    );
+    describe_counter!(
+        "redbell_wakeups_sent_total",
+        Unit::Count,
+        "Wake-ups that arrived naming one of this process's waiters."
+    );
+    describe_counter!(
+        "redbell_wakeups_total",
+        Unit::Count,
+        "Wake-ups by outcome: received, skipped (waiter gone), passed_on."
+    );
+    describe_counter!(
+        "redbell_permission_denied_total",
+        Unit::Count,
+        "Commands the server's ACL refused, by command."
+    );
+    describe_histogram!(
+        "redbell_wait_seconds",
+        Unit::Seconds,
+        "Time from a lock call to its guard, by kind."
+    );
+    describe_histogram!(
+        "redbell_hold_seconds",
+        Unit::Seconds,
+        "Time from an acquisition to its release."
+    );
+    describe_histogram!(
+        "redbell_handoff_gap_seconds",
+        Unit::Seconds,
+        "Time from a release to the next holder's acquisition, both in this process."
+    );
+    describe_gauge!("redbell_waiters", Unit::Count, "Waiters parked now.");
+    describe_gauge!("redbell_guards", Unit::Count, "Guards held now.");
+}
+
 fn kind_label(kind: Kind) -> &'static str {
     match kind {
         Kind::Plain => "mutex",
@@ -263,7 +342,11 @@ fn add(counter: &AtomicU64, n: u64) {
 impl Counters {
     /// Counters whose metrics carry the lock's name as a label when
     /// `lock_names` is set.
+    /// Describes the metrics to the recorder installed now (see
+    /// [`describe_metrics`]).
     pub(crate) fn new(lock_names: bool) -> Counters {
+        #[cfg(feature = "metrics")]
+        describe_metrics();
         Counters {
             lock_names,
             ..Counters::default()

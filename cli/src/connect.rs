@@ -113,6 +113,14 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "FILE", hide_short_help = true)]
     pub tls_key: Option<PathBuf>,
 
+    /// TLS: do not verify the server's certificate (like `redis-cli
+    /// --insecure`), for a test server with a self-signed certificate. Prints
+    /// a warning: anyone on the path can then read and change the traffic.
+    /// Needs rediss:// URLs (--url or --cluster); a URL ending in `#insecure`
+    /// does the same. [env: REDBELL_TLS_INSECURE=1]
+    #[arg(long, global = true, hide_short_help = true)]
+    pub tls_insecure: bool,
+
     /// Prefix of every key and channel: the lock N lives at `PREFIX:{N}`.
     /// [env: REDBELL_PREFIX] [default: redbell]
     #[arg(long, global = true, value_name = "P", hide_short_help = true)]
@@ -230,6 +238,20 @@ impl GlobalArgs {
             })?;
             self.db = Some(parsed);
         }
+        if !self.tls_insecure
+            && let Some(value) = env("REDBELL_TLS_INSECURE")
+        {
+            self.tls_insecure = match value.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => {
+                    return Err(Failure::new(
+                        EX_USAGE,
+                        format!("REDBELL_TLS_INSECURE={value}: expected 1 or 0"),
+                    ));
+                }
+            };
+        }
         self.password = secret(self.password_file.as_deref(), "REDBELL_PASSWORD")?;
         self.sentinel_password = secret(
             self.sentinel_password_file.as_deref(),
@@ -274,7 +296,46 @@ impl GlobalArgs {
         if self.db.is_some() && !self.cluster.is_empty() {
             return usage("--db with --cluster: a Redis Cluster has only database 0");
         }
+        if self.tls_insecure {
+            if !self.sentinel.is_empty() {
+                return usage(
+                    "--tls-insecure (REDBELL_TLS_INSECURE) works with --url or --cluster, not \
+                     --sentinel: give the CA with --tls-ca",
+                );
+            }
+            let plain = self.urls().find(|u| !is_tls(u));
+            if let Some(url) = plain {
+                return Err(Failure::new(
+                    EX_USAGE,
+                    format!(
+                        "--tls-insecure (REDBELL_TLS_INSECURE) needs rediss:// URLs; {} is not \
+                         TLS",
+                        crate::fail::redact(url)
+                    ),
+                ));
+            }
+        }
+        // Said once, here: every connection of this run skips the check.
+        if self.tls_insecure || self.urls().any(|u| u.ends_with("#insecure")) {
+            eprintln!(
+                "redbell: warning: TLS without certificate verification (--tls-insecure or \
+                 #insecure): the server's certificate is not verified, so anyone on the path \
+                 can read and change the traffic; use it for test servers only"
+            );
+        }
         Ok(())
+    }
+
+    /// The URLs connected to: the cluster's nodes, the sentinels, or the
+    /// server.
+    fn urls(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        if !self.cluster.is_empty() {
+            Box::new(self.cluster.iter().map(|u| u.trim()))
+        } else if !self.sentinel.is_empty() {
+            Box::new(self.sentinel.iter().map(|u| u.trim()))
+        } else {
+            Box::new(std::iter::once(self.url()))
+        }
     }
 
     /// The key prefix (`--prefix`, `REDBELL_PREFIX`, else `redbell`).
@@ -345,6 +406,7 @@ pub async fn connect_with(
             .map(|u| u.trim())
             .filter(|u| !u.is_empty())
             .map(|u| with_login(u, user, password))
+            .map(|u| insecure(u, global.tls_insecure))
             .collect();
         if urls.is_empty() {
             return Err(Failure::new(EX_USAGE, "no URL given"));
@@ -379,6 +441,7 @@ pub async fn connect_with(
             Some(db) => with_db(&url, db)?,
             None => url,
         };
+        let url = insecure(url, global.tls_insecure);
         Client::builder(url.as_str())
     };
     let builder = match tls(global)? {
@@ -443,6 +506,23 @@ fn with_db(url: &str, db: i64) -> Result<String, Failure> {
     let (authority, tail) = rest.split_at(end);
     let query = tail.find(['?', '#']).map_or("", |at| &tail[at..]);
     Ok(format!("{scheme}://{authority}/{db}{query}"))
+}
+
+/// Whether `url` is a TLS one (`rediss://`, `valkeys://`).
+fn is_tls(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| matches!(scheme, "rediss" | "valkeys"))
+}
+
+/// `url` ending in `#insecure` (redis-rs: no certificate check) when
+/// `--tls-insecure` is on and it has no fragment yet; `url` itself
+/// otherwise (`check` made sure it is a TLS URL).
+fn insecure(url: String, on: bool) -> String {
+    if on && !url.contains('#') {
+        url + "#insecure"
+    } else {
+        url
+    }
 }
 
 /// Every byte but the URL's unreserved characters as `%XX`.

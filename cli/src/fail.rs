@@ -70,7 +70,14 @@ impl Failure {
         } else {
             EX_FAILURE
         };
-        Failure::new(code, format!("{what} ({}): {err}", redact(url)))
+        // What a user can do about a server certificate from an unknown CA.
+        let hint = if text.contains("UnknownIssuer") {
+            " (give the CA that signed it with --tls-ca, or for a test server \
+             skip the check with --tls-insecure)"
+        } else {
+            ""
+        };
+        Failure::new(code, format!("{what} ({}): {err}{hint}", redact(url)))
     }
 
     /// A redbell error met while talking to `url`, doing `what`.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod connect;
+mod docs;
 mod elect;
 mod fail;
 mod leader;
@@ -88,6 +89,19 @@ enum Command {
     /// Show the leader of an election; --watch prints each change
     Leader(leader::LeaderArgs),
 
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    ///
+    /// For bash: `source <(redbell completions bash)` in ~/.bashrc, or save
+    /// it as /usr/share/bash-completion/completions/redbell. Needs no Redis.
+    Completions(docs::CompletionsArgs),
+
+    /// Print the man page (roff) on stdout
+    ///
+    /// `redbell man > redbell.1 && man ./redbell.1`, or install it as
+    /// /usr/local/share/man/man1/redbell.1; `redbell man run` prints
+    /// redbell-run(1), and so on. Needs no Redis.
+    Man(docs::ManArgs),
+
     /// Internal: the guardian `run` and `elect` start beside their command
     #[command(name = process::guardian::SUBCOMMAND, hide = true)]
     Guard,
@@ -97,6 +111,12 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse();
     if let Command::Guard = cli.command {
         return process::guardian::serve(); // no runtime: one thread, one socket
+    }
+    // Generated from the definition alone: no Redis option is resolved.
+    match &cli.command {
+        Command::Completions(args) => return docs::completions::<Cli>(args),
+        Command::Man(args) => return docs::man::<Cli>(args),
+        _ => {}
     }
     if let Err(failure) = cli.global.resolve() {
         eprintln!("redbell: {failure}");
@@ -120,7 +140,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::run(&cli.global, &args).await,
             Command::Elect(args) => elect::run(&cli.global, args).await,
             Command::Leader(args) => leader::run(&cli.global, &args).await,
-            Command::Guard => Ok(()),
+            Command::Guard | Command::Completions(_) | Command::Man(_) => Ok(()),
         }
     });
     match result {

@@ -332,7 +332,7 @@ fn a_lease_below_the_floor_is_refused_and_durations_print_rounded() {
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_certificate_authority_is_a_configuration_error() {
-    use redbell_integration_tests::{free_base, redis_script, run_redis_script};
+    use redbell_integration_tests::{free_base, run_redis_script};
     let port = free_base(2, &[0, 1], "two TLS servers");
     let urls = run_redis_script("tls.sh", "start", port).await;
     let _stop = Stop(port);
@@ -351,14 +351,62 @@ async fn an_unknown_certificate_authority_is_a_configuration_error() {
         &name,
     ]);
     assert_exit(&out, 0, "with --tls-ca");
+}
 
-    /// Stops the servers on drop.
-    struct Stop(u16);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = redis_script("tls.sh", "stop", self.0)
-                .stdout(std::process::Stdio::null())
-                .status();
-        }
+/// Stops the servers of `scripts/redis/tls.sh` at this port base on drop.
+#[cfg(feature = "tls")]
+struct Stop(u16);
+
+#[cfg(feature = "tls")]
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = redbell_integration_tests::redis_script("tls.sh", "stop", self.0)
+            .stdout(std::process::Stdio::null())
+            .status();
     }
+}
+
+/// `--tls-insecure` (like `redis-cli --insecure`) reaches the TLS server
+/// whose CA is unknown, with a warning on stderr; so does a URL ending in
+/// `#insecure`, which before gave a redis-rs message about a build feature
+/// that a CLI user cannot act on. On a `redis://` URL the flag is a usage
+/// error.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_insecure_skips_the_certificate_check_with_a_warning() {
+    use redbell_integration_tests::{free_base, run_redis_script};
+    let port = free_base(2, &[0, 1], "two TLS servers");
+    let urls = run_redis_script("tls.sh", "start", port).await;
+    let _stop = Stop(port);
+    let url = urls.lines().next().expect("tls.sh printed URLs").to_owned();
+    let name = unique("tls-insecure");
+    let out = run(&["--url", &url, "status", &name]);
+    assert_exit(&out, 78, "no flag");
+    assert!(
+        stderr(&out).contains("--tls-insecure"),
+        "no hint: {}",
+        stderr(&out)
+    );
+    let warned = |out: &Output| {
+        let err = stderr(out);
+        assert!(
+            err.contains("warning") && err.contains("not verified"),
+            "no warning: {err}"
+        );
+    };
+    let out = run(&["--url", &url, "--tls-insecure", "status", &name]);
+    assert_exit(&out, 0, "--tls-insecure");
+    warned(&out);
+    let out = run_env(
+        &["status", &name],
+        &[("REDBELL_URL", &url), ("REDBELL_TLS_INSECURE", "1")],
+    );
+    assert_exit(&out, 0, "REDBELL_TLS_INSECURE=1");
+    warned(&out);
+    let out = run(&["--url", &format!("{url}#insecure"), "status", &name]);
+    assert_exit(&out, 0, "a #insecure URL");
+    warned(&out);
+    let plain = run(&["--tls-insecure", "status", &name]); // REDIS_URL: redis://
+    assert_exit(&plain, 2, "--tls-insecure on a redis:// URL");
+    assert!(stderr(&plain).contains("rediss://"), "{}", stderr(&plain));
 }

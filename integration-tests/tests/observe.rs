@@ -1,9 +1,9 @@
 //! What an operator sees: `Client::stats()` adds up after a contended run
 //! (acquired = released + held; wake-ups sent = received + skipped; local
 //! hand-offs timed), and each warning fires in its fault (a lease lost by
-//! DEL, a lease lost by its deadline under `CLIENT PAUSE`, a pub/sub
-//! reconnect storm, a missing ACL right: once per right) and stays silent
-//! on a healthy contended run.
+//! DEL, a lease lost by its deadline under `CLIENT PAUSE` and the "renewals
+//! failing" warning before it, a pub/sub reconnect storm, a missing ACL
+//! right: once per right) and stays silent on a healthy contended run.
 //!
 //! The warnings are captured by a process-wide `tracing` subscriber; each
 //! test looks only at the lines naming its own lock (the storm warning names
@@ -170,6 +170,44 @@ async fn a_lease_lost_by_its_deadline_under_client_pause_is_counted_and_warned()
     drop(guard);
 }
 
+/// Issue 31: under `CLIENT PAUSE` a renewal gets no reply at all, so a
+/// warning that waits for a failed reply never comes before the loss. With
+/// a 3 s lease renewed every second, renewals unconfirmed for a third of the
+/// lease must warn before `lost()` resolves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_renewals_warn_before_the_lease_is_lost() {
+    let _serial = SERIAL.lock().await;
+    log();
+    let url = redis_url();
+    let name = unique("observe-at-risk");
+    let c = renewing_client(&url, Duration::from_secs(3), Duration::from_secs(1)).await;
+    let guard = c.mutex(&name).lock().await.unwrap();
+    let mut conn = raw(&url).await;
+    // Writes pause past the lease: every renewal waits, none fails.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4_500)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let paused = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(8), guard.lost())
+        .await
+        .expect("the lease was reported lost at its deadline");
+    let lost_after = paused.elapsed();
+    // Taken the moment `lost()` resolved: what was warned before the loss.
+    let at_risk = warnings(&["renewals are failing", &name]);
+    assert_eq!(
+        at_risk.len(),
+        1,
+        "one 'renewals failing' warning before the loss ({lost_after:?} into the pause): {:?}",
+        warnings(&[&name])
+    );
+    println!("lost {lost_after:?} into the pause; warned: {at_risk:?}");
+    drop(guard);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_storm_is_warned() {
     let _serial = SERIAL.lock().await;
@@ -264,6 +302,8 @@ async fn a_script_command_refused_past_connect_is_warned_once() {
 /// debug level, printing each span as it closes.)
 #[test]
 fn a_release_is_a_debug_span_with_its_outcome() {
+    // Not during another test's pause: the release would time out.
+    let _serial = SERIAL.blocking_lock();
     let lines: Arc<Mutex<Vec<String>>> = Arc::default();
     let sink = lines.clone();
     let subscriber = tracing_subscriber::fmt()
