@@ -27,6 +27,7 @@ build:
 	cargo build --workspace --all-targets
 
 test:
+	scripts/install-tools.sh
 	$(WITH_REDIS) bash -c '\
 	  cargo build --workspace --bins --examples && \
 	  cargo test --workspace --all-targets --no-fail-fast $(TEST_FEATURES) && \
