@@ -509,6 +509,9 @@ impl Acquirer {
             if queuing.is_some() {
                 registration.queued();
             }
+            // Whatever it was asked to attempt for, it does now: a sibling
+            // backing it up sees it live and stays parked.
+            waiter.attempting();
             let pttl = match self.attempt(&keys, &token, lease_ms, queuing).await? {
                 Ok(held) => {
                     registration.acquired();
@@ -536,11 +539,24 @@ impl Acquirer {
             // Capped so a foreign key with an absurd expiry cannot overflow
             // the clock; a day-long park still costs nothing.
             let park = pttl.unwrap_or(config.max_park).min(MAX_PARK);
-            let mut until = Instant::now() + park;
+            let bound = Instant::now() + park;
+            let mut until = bound;
+            // A backup window runs: the client's queuer was asked to
+            // attempt (see "One place per client").
+            let mut backup = false;
             loop {
                 tokio::select! {
                     _ = &mut notified => {}
-                    _ = tokio::time::sleep_until(until) => break,
+                    _ = tokio::time::sleep_until(until) => {
+                        if backup && !registration.take_over() {
+                            // The queuer attempted: it is live, and this
+                            // waiter parks on as before, no call sent.
+                            backup = false;
+                            until = bound;
+                            continue;
+                        }
+                        break;
+                    }
                 }
                 if waiter.take_grant() {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -552,6 +568,13 @@ impl Acquirer {
                     // attempt finds our token and sets our lease (the
                     // confirm), or queues us again if the claim lapsed.
                     break;
+                }
+                if let Some(window) = waiter.take_backup() {
+                    backup = true;
+                    until = until.min(Instant::now() + window);
+                    notified.set(waiter.notify.notified());
+                    notified.as_mut().enable();
+                    continue;
                 }
                 let Some(window) = waiter.take_standby() else {
                     break;
