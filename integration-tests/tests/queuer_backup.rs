@@ -65,6 +65,13 @@ async fn live_queuer_keeps_its_turn(kind: Kind) {
     let held = acquire(&holder, kind, &name).await.unwrap();
     let b_waiter = spawn_acquire(&b, kind, &name);
     wait_for_members(&conn, &queue, 1, Duration::from_millis(10)).await;
+    if let Kind::Mutex = kind {
+        // A Mutex queue is ordered by expiry (the holder's, when each
+        // queued): extended, the holder puts Q behind B.
+        sleep(Duration::from_millis(50)).await;
+        let g = held.downcast_ref::<redbell::MutexGuard>().unwrap();
+        g.extend(LEASE).await.unwrap();
+    }
     let q = spawn_acquire(&a, kind, &name);
     wait_for_members(&conn, &queue, 2, Duration::from_millis(10)).await;
     let s = spawn_acquire(&a, kind, &name);
