@@ -536,6 +536,14 @@ impl Acquirer {
             // And a client queues one waiter per lock at a time (see "One
             // place per client"): the others attempt without queuing, and
             // park until their turn comes (the hub notifies them).
+            //
+            // Whatever it was asked to attempt for, it does now. The mark is
+            // cleared first, then `may_queue` takes the registry's lock,
+            // which a sibling's `take_over` holds while it reads the mark
+            // and moves the turn. So either the sibling sees the mark cleared
+            // (and parks on), or this waiter sees the turn gone (and does
+            // not queue): never both queuing, never neither attempting.
+            waiter.attempting();
             let turn = registration.may_queue();
             let queuing = (turn
                 && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)))
@@ -543,9 +551,6 @@ impl Acquirer {
             if queuing.is_some() {
                 registration.queued();
             }
-            // Whatever it was asked to attempt for, it does now: a sibling
-            // backing it up sees it live and stays parked.
-            waiter.attempting();
             let pttl = match self.attempt(&keys, &token, lease_ms, queuing).await? {
                 Ok(held) => {
                     registration.acquired();

@@ -99,13 +99,12 @@ impl Registration {
             };
             match entry.queuer {
                 Some(q) if q != self.id => {
-                    // Read under the registry lock, as the queuer's turn
-                    // is: the queuer clears `owed` before it attempts, so
-                    // a queuer that attempted (or is attempting) since it
-                    // was asked is seen live here and keeps its turn. One
-                    // that did not, attempts after this with the turn
-                    // gone (`may_queue` is false): it cannot queue a
-                    // second member of this client.
+                    // Read under the registry's lock, which the queuer's
+                    // `may_queue` takes right after it clears `owed`: a
+                    // queuer that cleared it is seen live here and keeps
+                    // its turn; one that did not yet, finds the turn gone
+                    // when it reads it, and attempts without queuing (no
+                    // second member of this client).
                     if let Some((w, _)) = entry.waiters.get(&q).filter(|(w, _)| w.owes()) {
                         entry.queuer = Some(self.id);
                         w.member.clone()

@@ -82,9 +82,11 @@ pub(crate) struct Waiter {
     grant: AtomicBool,
     /// Set when a notification asks this waiter, as its client's queuer of
     /// the lock, to attempt (a wake-up, grant or standby naming it; its
-    /// turn to queue); cleared by the waiter just before each attempt. Set
-    /// at the end of a sibling's backup window: the queuer has not been
-    /// polled since (see "One place per client" in `acquire.rs`).
+    /// turn to queue); cleared by the waiter before each attempt (before
+    /// it reads its turn). Still set when a sibling's backup window ends:
+    /// the queuer has not attempted since (its future is not polled), and
+    /// the sibling takes over its turn (see "One place per client" in
+    /// `acquire.rs`).
     owed: AtomicBool,
     /// Set with a notification that the client's queuer of the lock was
     /// just asked to attempt: the window in ms after which this waiter
