@@ -96,6 +96,35 @@
 //! was just served attempts once more, to queue (one script call per
 //! acquisition, only in a client with several waiters of one lock).
 //!
+//! **A queuer kept but not polled.** The place is the queuing waiter's,
+//! and what its member is sent (a wake-up, a fair grant, a standby; its
+//! turn) reaches only it. Its `lock()` future may be alive but not polled
+//! (a `select!` arm left pending, a task starved on a busy thread): its
+//! process is live, so the standbys of the release went elsewhere, and its
+//! polled siblings would sleep out the holder's PTTL. So whenever the hub
+//! hands the queuer something to attempt for, it also gives the oldest
+//! other local waiter a **backup** window, the kind's standby window (plus
+//! the standby's own, if the queuer was given one): 2 x
+//! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) for the Mutex,
+//! [`CLAIM_MS`](crate::keys::CLAIM_MS) + 100 ms for the FairMutex, 2 x
+//! [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS) for the Semaphore; by
+//! then what the queuer was given (a reservation, a claim, a reserved
+//! place) has lapsed. The queuer clears its mark (`owed`) just before each
+//! attempt. When the window ends, the sibling reads the mark under the
+//! registry's lock
+//! ([`Registration::take_over`](crate::hub::Registration::take_over)):
+//! cleared, the queuer is live and the sibling parks on, no call sent (a
+//! live queuer costs no Redis command); still set, the sibling takes over
+//! the turn, attempts (a free lock is anyone's) and queues, and the old
+//! queuer's member is passed on. The old queuer, if ever polled, attempts
+//! without queuing and waits for its turn like any sibling, so the client
+//! still holds one place, and a frozen process still holds one (its
+//! siblings are frozen too). Measured, one release with the queuer
+//! unpolled: the sibling has the lock after the window plus a round trip
+//! (0.20 s, 0.60 s, 0.50 s; `review_29b.rs`), instead of the holder's
+//! PTTL (7.4 s); a live queuer's sibling sends nothing
+//! (`queuer_backup.rs`).
+//!
 //! ## The hand-off reservation, and the lean paths
 //!
 //! While a plain release's wake-up travels, the lock key itself holds the
@@ -252,6 +281,11 @@
 //!   with 32 waiting tasks: 0.20 s, 0.61 s and 0.51 s
 //!   (`integration-tests/tests/pool_freeze.rs`). RwLock writers never
 //!   depended on it: a writer's release is broadcast to every client.
+//! - **A live process whose queuing waiter is not polled** (its future
+//!   kept, not dropped) holds its place with nobody attempting for it: its
+//!   oldest sibling's backup window (the same window as the standby's)
+//!   ends, and the sibling takes over the turn and attempts ("One place
+//!   per client", above).
 //! - **A waiting writer of a read-write lock that froze** keeps its intent,
 //!   which holds new readers back: the release that woke it (a writer's, or
 //!   the last reader's) cuts every waiting writer's intent to
@@ -511,6 +545,14 @@ impl Acquirer {
             // And a client queues one waiter per lock at a time (see "One
             // place per client"): the others attempt without queuing, and
             // park until their turn comes (the hub notifies them).
+            //
+            // Whatever it was asked to attempt for, it does now. The mark is
+            // cleared first, then `may_queue` takes the registry's lock,
+            // which a sibling's `take_over` holds while it reads the mark
+            // and moves the turn. So either the sibling sees the mark cleared
+            // (and parks on), or this waiter sees the turn gone (and does
+            // not queue): never both queuing, never neither attempting.
+            waiter.attempting();
             let turn = registration.may_queue();
             let queuing = (turn
                 && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)))
@@ -545,11 +587,24 @@ impl Acquirer {
             // Capped so a foreign key with an absurd expiry cannot overflow
             // the clock; a day-long park still costs nothing.
             let park = pttl.unwrap_or(config.max_park).min(MAX_PARK);
-            let mut until = Instant::now() + park;
+            let bound = Instant::now() + park;
+            let mut until = bound;
+            // A backup window runs: the client's queuer was asked to
+            // attempt (see "One place per client").
+            let mut backup = false;
             loop {
                 tokio::select! {
                     _ = &mut notified => {}
-                    _ = tokio::time::sleep_until(until) => break,
+                    _ = tokio::time::sleep_until(until) => {
+                        if backup && !registration.take_over() {
+                            // The queuer attempted: it is live, and this
+                            // waiter parks on as before, no call sent.
+                            backup = false;
+                            until = bound;
+                            continue;
+                        }
+                        break;
+                    }
                 }
                 if waiter.take_grant() {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -561,6 +616,13 @@ impl Acquirer {
                     // attempt finds our token and sets our lease (the
                     // confirm), or queues us again if the claim lapsed.
                     break;
+                }
+                if let Some(window) = waiter.take_backup() {
+                    backup = true;
+                    until = until.min(Instant::now() + window);
+                    notified.set(waiter.notify.notified());
+                    notified.as_mut().enable();
+                    continue;
                 }
                 let Some(window) = waiter.take_standby() else {
                     break;

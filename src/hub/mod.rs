@@ -83,6 +83,51 @@ impl Registration {
             .is_none_or(|entry| entry.queuer == Some(self.id))
     }
 
+    /// At the end of a backup window (the client's queuer was asked to
+    /// attempt): whether this waiter must attempt now. No, when the queuer
+    /// attempted since (it is live: nothing to do, no Redis call). Yes,
+    /// when it did not (its future is kept unpolled, or it is starved):
+    /// this waiter takes over its turn, so it queues with its attempt, and
+    /// the old queuer's member is passed on (it takes the turn again only
+    /// when its turn comes round, if ever polled). Yes too when this
+    /// waiter already has the turn, or nobody has.
+    pub(crate) fn take_over(&self) -> bool {
+        let old = {
+            let mut channels = self.shared.lock();
+            let Some(entry) = channels.get_mut(&self.keys.channel) else {
+                return true;
+            };
+            match entry.queuer {
+                Some(q) if q != self.id => {
+                    // Read under the registry's lock, which the queuer's
+                    // `may_queue` takes right after it clears `owed`: a
+                    // queuer that cleared it is seen live here and keeps
+                    // its turn; one that did not yet, finds the turn gone
+                    // when it reads it, and attempts without queuing (no
+                    // second member of this client).
+                    if let Some((w, _)) = entry.waiters.get(&q).filter(|(w, _)| w.owes()) {
+                        entry.queuer = Some(self.id);
+                        w.member.clone()
+                    } else {
+                        return false;
+                    }
+                }
+                _ => return true,
+            }
+        };
+        // Its member, if still queued (a Semaphore's lapsed entry), must
+        // not hold this client's place beside ours. Safe for a fair grant:
+        // the window outlasted its claim, so `fair_pass` finds the lock
+        // free (or another's), never the old queuer's confirmed hold (it
+        // has not attempted). Plain: `pass` never deletes a lock.
+        self.shared.counters.passed_on();
+        self.shared.background.send(Work::PassOn {
+            keys: self.keys.clone(),
+            member: old,
+        });
+        true
+    }
+
     /// Marks the waiter as done with the lock: the acquire that succeeded
     /// also took it out of the queue, so there is nothing to pass on.
     pub(crate) fn acquired(mut self) {
@@ -104,10 +149,11 @@ impl Drop for Registration {
                 if entry.queuer == Some(self.id) {
                     // Our turn to queue ends: the oldest local waiter left
                     // takes it, and attempts (so queues) at once.
-                    entry.queuer = entry.waiters.first_key_value().map(|(id, (waiter, _))| {
-                        waiter.notify.notify_one();
-                        *id
-                    });
+                    // It may be kept unpolled in its turn: backed up.
+                    entry.queuer = entry.waiters.first_key_value().map(|(id, _)| *id);
+                    if let Some(id) = entry.queuer {
+                        entry.prod_queuer(id, 0);
+                    }
                 }
                 if entry.waiters.is_empty() {
                     if entry.subscribed {
@@ -198,7 +244,11 @@ impl Hub {
     /// `":<token>"` for a fair lock (whose release writes that token).
     pub(crate) fn join(&self, keys: &Arc<LockKeys>, token: &str) -> (Registration, bool) {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let waiter = Arc::new(Waiter::default());
+        let member = match keys.kind {
+            Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
+            _ => format!("{}:{id}", self.shared.client_id),
+        };
+        let waiter = Arc::new(Waiter::new(member.clone()));
         let subscribed = {
             let mut channels = self.shared.lock();
             // Looked up first: the channel's name is cloned only for a new
@@ -232,10 +282,7 @@ impl Hub {
             shared: self.shared.clone(),
             keys: keys.clone(),
             id,
-            member: match keys.kind {
-                Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
-                _ => format!("{}:{id}", self.shared.client_id),
-            },
+            member,
             waiter,
             queued: false,
             acquired: false,

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::background::{self, Work};
-use crate::keys::{Kind, LockKeys};
+use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS};
 use crate::stats::{Counters, Wakeup};
 
 /// State shared by the hub's tasks and the waiters.
@@ -65,6 +65,9 @@ pub(super) struct Entry {
 /// What one waiter parks on.
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
+    /// Its member in the lock's queue (as its `Registration`'s): what a
+    /// sibling that takes over its turn passes on.
+    pub(super) member: String,
     /// Notified (`notify_one`, so a wake-up between two parks is kept) when
     /// a wake-up names this waiter, and on reconnects.
     pub(crate) notify: Notify,
@@ -77,9 +80,30 @@ pub(crate) struct Waiter {
     /// holds this waiter's token on a claim, until its own attempt sets its
     /// lease); read and cleared by the waiter.
     grant: AtomicBool,
+    /// Set when a notification asks this waiter, as its client's queuer of
+    /// the lock, to attempt (a wake-up, grant or standby naming it; its
+    /// turn to queue); cleared by the waiter before each attempt (before
+    /// it reads its turn). Still set when a sibling's backup window ends:
+    /// the queuer has not attempted since (its future is not polled), and
+    /// the sibling takes over its turn (see "One place per client" in
+    /// `acquire.rs`).
+    owed: AtomicBool,
+    /// Set with a notification that the client's queuer of the lock was
+    /// just asked to attempt: the window in ms after which this waiter
+    /// checks that it did (`owed` cleared), 0 for none. Read and cleared by
+    /// the waiter.
+    backup: AtomicU64,
 }
 
 impl Waiter {
+    /// A waiter whose queue member is `member`.
+    pub(super) fn new(member: String) -> Waiter {
+        Waiter {
+            member,
+            ..Waiter::default()
+        }
+    }
+
     /// The window of the standby just received, if the notification was
     /// one (and clears it).
     pub(crate) fn take_standby(&self) -> Option<Duration> {
@@ -93,6 +117,63 @@ impl Waiter {
     /// clears it).
     pub(crate) fn take_grant(&self) -> bool {
         self.grant.swap(false, Ordering::AcqRel)
+    }
+
+    /// The backup window just received, if the notification was one (and
+    /// clears it): the client's queuer was asked to attempt.
+    pub(crate) fn take_backup(&self) -> Option<Duration> {
+        match self.backup.swap(0, Ordering::AcqRel) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// Notes that this waiter is about to attempt: whatever it was asked
+    /// to do, it does now.
+    pub(crate) fn attempting(&self) {
+        self.owed.store(false, Ordering::Release);
+    }
+
+    /// Whether this waiter was asked to attempt and has not since.
+    pub(super) fn owes(&self) -> bool {
+        self.owed.load(Ordering::Acquire)
+    }
+}
+
+impl Entry {
+    /// Asks the queuer `id` to attempt (its wake-up, grant or standby, or
+    /// its turn, is already stored) and gives the oldest other local waiter
+    /// a backup: after the kind's window, plus `after_ms` (the window of a
+    /// standby the queuer was given: it parks that long first), it checks
+    /// that the queuer did (see "One place per client" in `acquire.rs`).
+    /// Costs no Redis call.
+    pub(super) fn prod_queuer(&self, id: u64, after_ms: u64) {
+        let Some((queuer, _)) = self.waiters.get(&id) else {
+            return;
+        };
+        // Set before the notify: the queuer clears it before its attempt,
+        // so an attempt that follows this notification always clears it.
+        queuer.owed.store(true, Ordering::Release);
+        queuer.notify.notify_one();
+        if let Some((sibling, _)) = self.waiters.iter().find(|(i, _)| **i != id).map(|(_, w)| w) {
+            sibling
+                .backup
+                .store(after_ms + backup_ms(self.keys.kind), Ordering::Release);
+            sibling.notify.notify_one();
+        }
+    }
+}
+
+/// How long a sibling waits for its client's queuer to attempt after it
+/// was asked to, before taking over its turn: the window of the kind's
+/// standby, which outlasts what the queuer was given (the plain
+/// reservation, the fair claim, the semaphore's reserved place), so the
+/// lock is free to anyone by then if the queuer did not take it.
+fn backup_ms(kind: Kind) -> u64 {
+    match kind {
+        Kind::Fair => CLAIM_MS + 100,
+        Kind::Semaphore => 2 * SEM_RESERVE_MS,
+        _ => 2 * HANDOFF_MS,
     }
 }
 
@@ -232,7 +313,14 @@ impl Shared {
                     .standby
                     .store(standby.unwrap_or(0), Ordering::Release);
                 waiter.grant.store(grant, Ordering::Release);
-                waiter.notify.notify_one();
+                match id {
+                    // Our queuer: its future may be kept but not polled, so
+                    // a sibling backs it up.
+                    Some(id) if entry.queuer == Some(id) => {
+                        entry.prod_queuer(id, standby.unwrap_or(0));
+                    }
+                    _ => waiter.notify.notify_one(),
+                }
             }
             None if standby.is_some() => {} // nothing was granted to the gone waiter
             // A fair grant to a waiter this client no longer has: either it
