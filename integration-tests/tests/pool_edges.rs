@@ -1,8 +1,11 @@
-//! Adversarial review of issue 29, items 2 (one place per client: a frozen
-//! pool of waiters) and 5 (a fair guard holds its full lease from the
-//! start). Each test injects a fault the fix's own tests do not, on real
-//! servers, and asserts the issue's bound (with slack for a noisy 2-core
-//! machine: [`BOUND`] for the issue's 1 s); what each measured is printed.
+//! The edges of one place per client (a frozen pool of waiters) and of the
+//! fair guard's full lease: a queuing waiter aborted at every await point
+//! or kept but not polled, two frozen pools in a row, a pub/sub connection
+//! killed while a pool waits, several pools keeping FIFO order, a
+//! semaphore newcomer behind a permit owed to a frozen waiter, and a fair
+//! grantee timed out, aborted or partitioned at its grant. Each injects its
+//! fault on real servers and asserts the 1 s bound (with slack for a noisy
+//! 2-core machine: [`BOUND`]); what each measured is printed.
 
 use std::time::Duration;
 
