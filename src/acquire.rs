@@ -121,7 +121,7 @@
 //! still holds one place, and a frozen process still holds one (its
 //! siblings are frozen too). Measured, one release with the queuer
 //! unpolled: the sibling has the lock after the window plus a round trip
-//! (0.20 s, 0.60 s, 0.50 s; `review_29b.rs`), instead of the holder's
+//! (0.20 s, 0.60 s, 0.50 s; `pool_edges.rs`), instead of the holder's
 //! PTTL (7.4 s); a live queuer's sibling sends nothing
 //! (`queuer_backup.rs`).
 //!
@@ -264,7 +264,7 @@
 //!   Semaphore's second one a reservation more: the standby's attempt
 //!   prunes the first, the permit is then owed to the second, which is
 //!   woken and cut to [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS), and
-//!   the standby parks until that lapses: 0.76 s measured, review_29b.rs);
+//!   the standby parks until that lapses: 0.76 s measured, pool_edges.rs);
 //!   a longer run of frozen waiters falls back to the parks' own bounds.
 //! - **A frozen process with a pool of waiters** holds one place in the
 //!   queue, whatever its number of waiting tasks (one place per client,

@@ -1,7 +1,7 @@
 //! The backup of a client's queuing waiter (see "One place per client" in
 //! `src/acquire.rs`): a live queuer keeps its turn, and its sibling sends
 //! nothing when its backup window ends. (The unpolled queuer, whose sibling
-//! must take over, is `review_29b.rs`'s `*_unpolled_queuer_sibling`.)
+//! must take over, is `pool_edges.rs`'s `*_unpolled_queuer_sibling`.)
 
 use std::time::Duration;
 
