@@ -51,6 +51,7 @@ const COMMANDS: &[&[&str]] = &[
     &["PING"],
     // Inside the scripts.
     &["GET", "{k}"],
+    &["MGET", "{k}"],
     &["SET", "{k}", "v", "PX", "1"],
     &["DEL", "{k}"],
     &["EXISTS", "{k}"],
@@ -66,6 +67,7 @@ const COMMANDS: &[&[&str]] = &[
     &["ZCARD", "{k}"],
     &["ZSCORE", "{k}", "m"],
     &["ZRANK", "{k}", "m"],
+    &["ZMSCORE", "{k}", "m"],
     &["PUBLISH", "{c}", "m"],
 ];
 

@@ -21,8 +21,8 @@ use tokio::time::{Instant, sleep};
 /// (the `on >password` part and the user name are added).
 const MINIMAL_RULE: &str = "resetchannels ~redbell:* &redbell:* -@all \
     +evalsha +eval +type +ping +subscribe +unsubscribe +publish \
-    +get +set +del +exists +pttl +pexpire +time \
-    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zrank \
+    +get +mget +set +del +exists +pttl +pexpire +time \
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zmscore +zrank \
     +zpopmin";
 
 /// The minimal rule of earlier releases, without `ZPOPMIN`: the fair
@@ -30,8 +30,8 @@ const MINIMAL_RULE: &str = "resetchannels ~redbell:* &redbell:* -@all \
 /// instead.
 const RULE_WITHOUT_ZPOPMIN: &str = "resetchannels ~redbell:* &redbell:* -@all \
     +evalsha +eval +type +ping +subscribe +unsubscribe +publish \
-    +get +set +del +exists +pttl +pexpire +time \
-    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zrank";
+    +get +mget +set +del +exists +pttl +pexpire +time \
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zmscore +zrank";
 
 /// Redis 7's default for a new user: every command but the dangerous ones,
 /// the keys under the prefix, and no channel (`resetchannels`, which

@@ -268,10 +268,12 @@ const LOOK_BACK_US: u64 = 30_000_000;
 /// lease after one.
 pub const FREE_WAIT_BOUND_US: u64 = 1_000_000;
 
-/// How soon after a release a waiting worker's stop may still meet its
-/// woken attempt in flight (the wake-up, the attempt's round trip and its
+/// How close to a release a waiting worker's stop may still meet one of
+/// its attempts in flight (written before the stop and run by the server
+/// after the release, or the woken waiter's attempt, its round trip and its
 /// log line, on a busy machine): such a stop is a fault of the holder the
-/// attempt became. Later stops find the attempt answered and logged.
+/// attempt became. Stops further from the release find the attempt
+/// answered and logged, or not yet sent.
 const IN_FLIGHT_US: u64 = 20_000;
 
 /// A broken bound: what, and the first offending interval.
@@ -763,19 +765,21 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                             && !stopped_in(&w.worker, w.start.max(gap_start.saturating_sub(lease_us)), gap_end)
                                 .is_empty()
                     })
-                    // Or it was stopped just after the release that opened
-                    // the gap, its wait still open: the woken waiter's attempt
-                    // may have reached the server, taken the hand-off with a
-                    // full lease, and its reply met the stop. Once continued,
-                    // the call timed out and was sent again, and the wait
-                    // logged only the later grant (a higher fence), so
-                    // neither rule above sees the first: a lease bounds it.
+                    // Or it was stopped just as the release that opened the
+                    // gap ran, its wait still open: an attempt it had written
+                    // (the kernel sends it though the process is stopped) or
+                    // the woken waiter's attempt may have reached the server
+                    // after the release, taken the lock with a full lease, and
+                    // its reply met the stop. Once continued, the call timed
+                    // out and was sent again, and the wait logged only the
+                    // later grant (a higher fence), so neither rule above sees
+                    // the first: a lease bounds it.
                     || by_worker.values().flatten().any(|w| {
                         w.start <= gap_start
                             && w.end.is_none_or(|e| e >= gap_end)
-                            && stopped_in(&w.worker, gap_start, gap_end).iter().any(|&(s, _)| {
-                                s >= gap_start && s <= gap_start + IN_FLIGHT_US
-                            })
+                            && stopped_in(&w.worker, gap_start.saturating_sub(IN_FLIGHT_US), gap_end)
+                                .iter()
+                                .any(|&(s, _)| s.abs_diff(gap_start) <= IN_FLIGHT_US)
                     });
                 // The servers' faults: their downtime on top.
                 let down = servers

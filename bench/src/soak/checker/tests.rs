@@ -657,6 +657,10 @@ fn a_pool_stopped_as_the_release_wakes_it_is_a_holder_fault() {
     );
     assert!(v.violations.is_empty(), "{:?}", v.violations);
     assert_eq!(v.longest_free_wait_after_fault_us, 1_399_000);
+    // Stopped 1 ms before the release: an attempt it wrote before the stop
+    // may still run after the release.
+    let v = check(&r, &[stop(FaultKind::FreezePool, "p", 0, 2_300_000)], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
     let v = check(
         &r,
         &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
