@@ -564,37 +564,8 @@ fn a_stopped_command_must_end_soon_after_sigterm() {
 
 #[test]
 fn a_frozen_pool_excuses_no_free_wait_of_another_worker() {
-    // Pool p's tasks wait from 0; p frozen at 100 ms for 2.2 s; a lets go
-    // at 1 ms; live waiter b (waiting from 0) gets the lock at 1.4 s.
-    // (Its task p/0 held the lock just before: let go, not a holder hit.)
-    let mut r = section("p/0", 0, 9, 0, 1, 5, "accepted");
-    r.extend(section("a", 1, 10, 0, 10, 1_000, "accepted"));
-    for t in 0..3 {
-        r.push(rec(&format!("p/{t}"), Event::Wait, 1, None, 0, None, None));
-    }
-    r.extend(section("b", 1, 11, 0, 1_400_000, 1_401_000, "accepted"));
-    // (The pool's tasks get it after it is continued.)
-    for t in 0..3u64 {
-        let at = 2_400_000 + t * 10_000;
-        r.push(rec(
-            &format!("p/{t}"),
-            Event::Acquired,
-            1,
-            Some(12 + t),
-            0,
-            Some(at),
-            None,
-        ));
-        r.push(rec(
-            &format!("p/{t}"),
-            Event::Hold,
-            1,
-            Some(12 + t),
-            at,
-            Some(at + 5_000),
-            None,
-        ));
-    }
+    // p frozen at 100 ms for 2.2 s; b gets the lock at 1.4 s.
+    let r = frozen_pool_records(1_400_000);
     let v = check(
         &r,
         &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
@@ -607,8 +578,7 @@ fn a_frozen_pool_excuses_no_free_wait_of_another_worker() {
         "lock free while a live waiter waited <= 1000 ms"
     );
     // The frozen tasks' own waits do not count: b got it in time.
-    let mut r2: Vec<Record> = r.iter().filter(|x| x.worker != "b").cloned().collect();
-    r2.extend(section("b", 1, 11, 0, 500_000, 501_000, "accepted"));
+    let r2 = frozen_pool_records(500_000);
     let v = check(
         &r2,
         &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
@@ -623,12 +593,33 @@ fn a_pool_stopped_as_the_release_wakes_it_is_a_holder_fault() {
     // attempt may have taken the hand-off with a full lease, its reply
     // unread, and its wait logs only a later grant. A lease bounds that
     // gap, not the 1 s; a stop 100 ms later still gets the 1 s.
+    let r = frozen_pool_records(1_400_000);
+    let v = check(
+        &r,
+        &[stop(FaultKind::FreezePool, "p", 1_250, 2_300_000)],
+        LEASE,
+    );
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 1_399_000);
+    let v = check(
+        &r,
+        &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
+        LEASE,
+    );
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+}
+
+/// Pool p's tasks wait from 0; a lets go at 1 ms; live waiter b (waiting
+/// from 0) gets the lock at `b_at`; the pool's tasks get it once continued
+/// (2.4 s on). Its task p/0 held the lock just before: let go, not a
+/// holder hit.
+fn frozen_pool_records(b_at: u64) -> Vec<Record> {
     let mut r = section("p/0", 0, 9, 0, 1, 5, "accepted");
     r.extend(section("a", 1, 10, 0, 10, 1_000, "accepted"));
     for t in 0..3 {
         r.push(rec(&format!("p/{t}"), Event::Wait, 1, None, 0, None, None));
     }
-    r.extend(section("b", 1, 11, 0, 1_400_000, 1_401_000, "accepted"));
+    r.extend(section("b", 1, 11, 0, b_at, b_at + 1_000, "accepted"));
     for t in 0..3u64 {
         let at = 2_400_000 + t * 10_000;
         r.push(rec(
@@ -650,21 +641,5 @@ fn a_pool_stopped_as_the_release_wakes_it_is_a_holder_fault() {
             None,
         ));
     }
-    let v = check(
-        &r,
-        &[stop(FaultKind::FreezePool, "p", 1_250, 2_300_000)],
-        LEASE,
-    );
-    assert!(v.violations.is_empty(), "{:?}", v.violations);
-    assert_eq!(v.longest_free_wait_after_fault_us, 1_399_000);
-    // Stopped 1 ms before the release: an attempt it wrote before the stop
-    // may still run after the release.
-    let v = check(&r, &[stop(FaultKind::FreezePool, "p", 0, 2_300_000)], LEASE);
-    assert!(v.violations.is_empty(), "{:?}", v.violations);
-    let v = check(
-        &r,
-        &[stop(FaultKind::FreezePool, "p", 100_000, 2_300_000)],
-        LEASE,
-    );
-    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+    r
 }
