@@ -46,8 +46,8 @@
 //!    `everysec`, `server.rs`) a SIGKILL and restart; on `sentinel`
 //!    `SENTINEL FAILOVER` or a SIGKILL of the primary; on `cluster` `CLUSTER
 //!    FAILOVER` of a lock's shard or a migration of a lock's slot
-//!    (`topology.rs`). Each is printed with its time. `redbell run` workers
-//!    and the proxy faults need one server's URL: `single` only.
+//!    (`topology.rs`). Each is printed with its time. The proxy faults
+//!    need one server's URL: `single` only.
 //!    `SOAK_FAULTS=black_hole` (a comma-separated list of the names in
 //!    report.json) runs only those faults, `SOAK_KINDS` only those
 //!    workers: with a seed, the replay of one fault.
@@ -62,8 +62,9 @@
 //!
 //! # Not covered yet
 //!
-//! `redbell run` workers and network faults on `sentinel` and `cluster`;
-//! faults of the sentinels themselves; two faults at once.
+//! Network faults on `sentinel` and `cluster` (a proxy per node, with the
+//! addresses the nodes announce rewritten); faults of the sentinels
+//! themselves; two faults at once.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -168,10 +169,8 @@ async fn soak(
     let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.lock_part());
     let (url, proxy_to) = topo.worker_url();
     let mut pool = Pool::new(&url, proxy_to, topo.worker_args(), dir, args.hold_ms)?;
-    // `redbell run` takes one server's URL.
     let kinds: Vec<WorkerKind> = WorkerKind::ALL
         .into_iter()
-        .filter(|&k| k != WorkerKind::Run || proxy_to.is_some())
         .filter(|k| args.kinds.is_empty() || args.kinds.contains(k))
         .collect();
     let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();

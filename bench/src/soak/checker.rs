@@ -773,13 +773,20 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                     // its reply met the stop. Once continued, the call timed
                     // out and was sent again, and the wait logged only the
                     // later grant (a higher fence), so neither rule above sees
-                    // the first: a lease bounds it.
+                    // the first: a lease bounds it. Such a grant is dated by
+                    // its lease: it ran out by `gap_end`, so it was made by
+                    // `gap_end - lease` at the latest, and the stop came no
+                    // earlier than `IN_FLIGHT_US` before the release nor later
+                    // than that after the grant.
                     || by_worker.values().flatten().any(|w| {
+                        let last_grant = gap_end.saturating_sub(lease_us).max(gap_start);
                         w.start <= gap_start
                             && w.end.is_none_or(|e| e >= gap_end)
                             && stopped_in(&w.worker, gap_start.saturating_sub(IN_FLIGHT_US), gap_end)
                                 .iter()
-                                .any(|&(s, _)| s.abs_diff(gap_start) <= IN_FLIGHT_US)
+                                .any(|&(s, _)| {
+                                    s + IN_FLIGHT_US >= gap_start && s <= last_grant + IN_FLIGHT_US
+                                })
                     });
                 // The servers' faults: their downtime on top.
                 let down = servers

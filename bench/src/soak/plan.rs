@@ -189,9 +189,12 @@ fn worker_faults(topology: &str) -> &'static [FaultKind] {
         ],
         _ => &[
             FaultKind::Sigkill,
+            FaultKind::SigkillRun,
             FaultKind::Sigstop,
             FaultKind::SigstopWaiter,
             FaultKind::FreezePool,
+            FaultKind::SigstopRun,
+            FaultKind::SigstopCommand,
         ],
     }
 }

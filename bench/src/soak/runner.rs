@@ -146,6 +146,7 @@ pub async fn drive(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot find my own executable: {e}")))?;
     let mut log = Log::open(&args.log, &args.id, args.kind, &args.lock)?;
     let store_url = args.target.store_url(url).to_owned();
+    let target = args.target.cli_args(url);
     let ttl = format!("{}ms", LEASE.as_millis());
     let grace = format!("{}ms", KILL_GRACE.as_millis());
     let unfenced = unfenced_log(&args.log, &args.lock);
@@ -156,8 +157,7 @@ pub async fn drive(url: &str, args: WorkerArgs) -> Result<(), Failure> {
         let wait = now_us();
         log.put(Event::Wait, seq, None, (wait, None), None);
         let status = tokio::process::Command::new(&redbell)
-            .arg("--url")
-            .arg(url)
+            .args(&target)
             .args([
                 "run",
                 "--ttl",

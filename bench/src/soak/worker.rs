@@ -80,6 +80,22 @@ impl Target {
             .map_err(|e| Failure::lock(url, "soak worker cannot connect", &e))
     }
 
+    /// The `redbell` CLI's Redis options for the same target.
+    pub fn cli_args(&self, url: &str) -> Vec<String> {
+        if let Some(s) = &self.sentinels {
+            vec![
+                "--sentinel".into(),
+                s.clone(),
+                "--master".into(),
+                "mymaster".into(),
+            ]
+        } else if let Some(c) = &self.cluster {
+            vec!["--cluster".into(), c.clone()]
+        } else {
+            vec!["--url".into(), url.to_owned()]
+        }
+    }
+
     pub fn store_url<'a>(&'a self, url: &'a str) -> &'a str {
         self.store_url.as_deref().unwrap_or(url)
     }

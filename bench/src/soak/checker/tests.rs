@@ -609,6 +609,26 @@ fn a_pool_stopped_as_the_release_wakes_it_is_a_holder_fault() {
     assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
 }
 
+#[test]
+fn a_grant_is_dated_by_the_lease_that_ended_the_gap() {
+    // p is stopped 40 ms after a lets go, and b gets the lock 1.56 s
+    // after the release: a lease that ran out then was granted by 60 ms,
+    // so p's stop may have met that grant's reply. With b in at 1.4 s no
+    // lease ran out in the gap, and a stop 40 ms on excuses nothing.
+    let v = check(
+        &frozen_pool_records(1_561_000),
+        &[stop(FaultKind::FreezePool, "p", 41_000, 2_300_000)],
+        LEASE,
+    );
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    let v = check(
+        &frozen_pool_records(1_400_000),
+        &[stop(FaultKind::FreezePool, "p", 41_000, 2_300_000)],
+        LEASE,
+    );
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+}
+
 /// Pool p's tasks wait from 0; a lets go at 1 ms; live waiter b (waiting
 /// from 0) gets the lock at `b_at`; the pool's tasks get it once continued
 /// (2.4 s on). Its task p/0 held the lock just before: let go, not a
