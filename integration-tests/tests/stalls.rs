@@ -264,6 +264,76 @@ async fn a_re_sent_acquire_finds_its_own_token_and_reports_it_acquired() {
     }
 }
 
+/// A read hold whose reply was lost (a partition healed, its connection
+/// replaced) and whose attempt is re-sent after a writer queued: before
+/// the fix the re-sent run answered "a writer waits" (`{0, park}`), so the
+/// reader parked on its own hold, unrenewed, and the writer waited out
+/// the whole read lease (seen in a 10-minute soak: a 1.5 s gap).
+#[tokio::test]
+async fn a_re_sent_read_acquire_behind_a_queued_writer_finds_its_hold() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let source = |name: &str| {
+        redbell::scripts()
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .source
+    };
+    let lock = lock_key(&unique("resent-read"));
+    let mut read = redis::cmd("EVAL");
+    read.arg(source("rw_read_acquire"))
+        .arg(6)
+        .arg(&lock)
+        .arg(format!("{lock}:readers"))
+        .arg(format!("{lock}:writers"))
+        .arg(format!("{lock}:fence"))
+        .arg(format!("{lock}:permits"))
+        .arg(format!("{lock}:holders"))
+        .arg("rtok")
+        .arg(30_000)
+        .arg(1_000);
+    let first: (i64, i64) = read.query_async(&mut conn).await.unwrap();
+    assert_eq!(first.0, 1, "the first run takes the read hold");
+    // A writer queues behind the hold (its intent blocks new readers).
+    let writer: (i64, i64) = redis::cmd("EVAL")
+        .arg(source("rw_write_acquire"))
+        .arg(5)
+        .arg(&lock)
+        .arg(format!("{lock}:readers"))
+        .arg(format!("{lock}:writers"))
+        .arg(format!("{lock}:fence"))
+        .arg(format!("{lock}:rw"))
+        .arg("wtok")
+        .arg(30_000)
+        .arg(60_000)
+        .arg("client:2")
+        .arg(2_000)
+        .arg(1_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(writer.0, 0, "the writer waits for the reader");
+    let again: (i64, i64) = read.query_async(&mut conn).await.unwrap();
+    assert_eq!(
+        again, first,
+        "the re-sent read acquire reports the hold it already has"
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{lock}:readers"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 20_000, "the readers set outlives the hold: {ttl} ms");
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{lock}:readers"))
+        .arg(format!("{lock}:writers"))
+        .arg(format!("{lock}:fence"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 /// Before the fix, `WAIT` on lock A ran on the client's one multiplexed
 /// connection, so an unrelated lock B's try_lock + unlock took as long as
 /// A's WAIT timeout (about 500 ms).

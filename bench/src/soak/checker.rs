@@ -777,16 +777,21 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                     // its lease: it ran out by `gap_end`, so it was made by
                     // `gap_end - lease` at the latest, and the stop came no
                     // earlier than `IN_FLIGHT_US` before the release nor later
-                    // than that after the grant.
+                    // than that after the grant. A SIGKILL there is the
+                    // same: the grant dies unlogged with its process.
                     || by_worker.values().flatten().any(|w| {
                         let last_grant = gap_end.saturating_sub(lease_us).max(gap_start);
+                        let near = |s: u64| {
+                            s + IN_FLIGHT_US >= gap_start && s <= last_grant + IN_FLIGHT_US
+                        };
+                        let kill = killed.get(process_of(&w.worker)).copied();
                         w.start <= gap_start
-                            && w.end.is_none_or(|e| e >= gap_end)
-                            && stopped_in(&w.worker, gap_start.saturating_sub(IN_FLIGHT_US), gap_end)
-                                .iter()
-                                .any(|&(s, _)| {
-                                    s + IN_FLIGHT_US >= gap_start && s <= last_grant + IN_FLIGHT_US
-                                })
+                            && (w.end.is_none_or(|e| e >= gap_end)
+                                && stopped_in(&w.worker, gap_start.saturating_sub(IN_FLIGHT_US), gap_end)
+                                    .iter()
+                                    .any(|&(s, _)| near(s))
+                                // (A killed worker's wait ends at its kill.)
+                                || kill.is_some_and(|k| near(k) && w.end == Some(k)))
                     });
                 // The servers' faults: their downtime on top.
                 let down = servers

@@ -629,6 +629,23 @@ fn a_grant_is_dated_by_the_lease_that_ended_the_gap() {
     assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
 }
 
+#[test]
+fn a_waiter_killed_as_the_release_woke_it_is_a_holder_fault() {
+    // k waits from 0 and is SIGKILLed 10 ms after a lets go (at 1 ms): its
+    // attempt may have taken the lock with a full lease, unlogged. b gets
+    // the lock when that lease ran out; a kill 300 ms on excuses nothing.
+    let records = |b_at: u64| {
+        let mut r = section("a", 1, 10, 0, 0, 1_000, "accepted");
+        r.push(rec("k", Event::Wait, 1, None, 0, None, None));
+        r.extend(section("b", 1, 11, 0, b_at, b_at + 1_000, "accepted"));
+        r
+    };
+    let v = check(&records(1_520_000), &[kill("k", 11_000)], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    let v = check(&records(1_520_000), &[kill("k", 300_000)], LEASE);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+}
+
 /// Pool p's tasks wait from 0; a lets go at 1 ms; live waiter b (waiting
 /// from 0) gets the lock at `b_at`; the pool's tasks get it once continued
 /// (2.4 s on). Its task p/0 held the lock just before: let go, not a
