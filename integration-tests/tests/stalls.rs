@@ -292,6 +292,7 @@ async fn a_re_sent_read_acquire_behind_a_queued_writer_finds_its_hold() {
         .arg(format!("{lock}:fence"))
         .arg(format!("{lock}:permits"))
         .arg(format!("{lock}:holders"))
+        .arg(redbell::PROTOCOL_VERSION)
         .arg("rtok")
         .arg(30_000)
         .arg(1_000);
@@ -306,6 +307,7 @@ async fn a_re_sent_read_acquire_behind_a_queued_writer_finds_its_hold() {
         .arg(format!("{lock}:writers"))
         .arg(format!("{lock}:fence"))
         .arg(format!("{lock}:rw"))
+        .arg(redbell::PROTOCOL_VERSION)
         .arg("wtok")
         .arg(30_000)
         .arg(60_000)

@@ -73,7 +73,7 @@ if first[2] then
   -- A re-sent attempt whose first run took the hold (its reply lost) finds
   -- its own live token: held, renewed below. Refused, the reader would
   -- park on its own unrenewed hold and the writer wait out its lease.
-  local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  local mine = redis.call('ZSCORE', KEYS[2], ARGV[2])
   if not (mine and tonumber(mine) > now_ms) then
     return {0, math.max(tonumber(first[2]) - now_ms, 1)}
   end
