@@ -7,7 +7,8 @@
 //! forward SIGINT, SIGTERM, SIGHUP and SIGQUIT to the group (each followed
 //! by SIGCONT; SIGTERM and SIGINT by SIGKILL after `--kill-grace`), and
 //! resign once the command and its group are gone. With `--requeue`,
-//! campaign again and run it anew in the next term.
+//! campaign again and run it anew in the next term. The terminal is handed
+//! to the group while it runs, as `run` does.
 //!
 //! The library renews the leadership's lease. The command runs in the
 //! frame `run` uses (`process/supervise.rs`): the guardian is fed the
@@ -49,9 +50,10 @@ Exit codes:
   69       Redis could not be reached
   75       the leadership was lost while the command ran: its group got
            SIGTERM, then SIGKILL after --kill-grace; or its lease could not
-           be confirmed in time (redbell was stopped or starved, or Redis
-           did not answer) and the guardian stopped the group before the
-           lease could expire; or the guardian died and the group got SIGKILL
+           be renewed in time (redbell was stopped or starved, or Redis did
+           not answer) and redbell or its guardian stopped the group before
+           the lease could expire; or the guardian died and the group got
+           SIGKILL
   77       the login was refused, or the ACL denied a command, key or channel
   78       configuration: a database the server does not have, a TLS
            certificate that does not verify, an unreadable password or TLS file
@@ -81,8 +83,9 @@ pub struct ElectArgs {
 
     /// When the leadership is lost, redbell gets SIGTERM or SIGINT, or the
     /// command leaves processes behind in its group: time between SIGTERM
-    /// and SIGKILL to the group. When the lease cannot be confirmed in
-    /// time, the guardian stops the group with at most a third of --ttl.
+    /// and SIGKILL to the group. At most a third of --ttl: when the lease
+    /// cannot be renewed in time, SIGTERM goes out this long plus a margin
+    /// (a tenth of --ttl, at most 1s) before the lease can expire.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
 

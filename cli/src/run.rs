@@ -15,13 +15,14 @@
 //!
 //! The group must be dead before the lease can expire on the server, when
 //! another host may take the lock: a lease that could not be renewed in time
-//! stops the group early enough for that (see `run/supervise.rs`).
+//! stops the group early enough for that (see `process/supervise.rs`, the
+//! frame `elect` shares; `run/lease.rs` renews the lease).
 //!
 //! Should `redbell` die first (SIGKILL, the OOM killer), or stop running
 //! (SIGSTOP, a starved runtime) while the lease runs out, a guardian process
 //! stops the command's group: a dead-man timer that `redbell` feeds each
 //! confirmed lease deadline (see `process/guardian.rs`). Should the guardian
-//! die alone, `redbell` kills the group at once (see `run/supervise.rs`).
+//! die alone, `redbell` kills the group at once (see `process/supervise.rs`).
 //!
 //! A forwarded signal is followed by SIGCONT, so a command that stopped
 //! itself gets it; a SIGTERM or SIGINT to `redbell` is followed by SIGKILL
