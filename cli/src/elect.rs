@@ -29,6 +29,7 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use crate::connect::{GlobalArgs, connect_with};
+use crate::duration;
 use crate::fail::Failure;
 use crate::process::child::Program;
 use crate::process::exit::{self, finish, signal_exit_code};
@@ -37,7 +38,6 @@ use crate::process::guardian::Guardian;
 use crate::process::schedule::Schedule;
 use crate::process::signals::Signals;
 use crate::process::supervise::{Frame, Lease};
-use crate::run::duration;
 
 /// Options of `redbell elect`.
 #[derive(Debug, clap::Args)]

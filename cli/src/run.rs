@@ -44,6 +44,7 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use crate::connect::{GlobalArgs, connect};
+use crate::duration;
 use crate::fail::Failure;
 use crate::process::child::Program;
 use crate::process::exit::{self, finish, signal_exit_code};
@@ -52,7 +53,6 @@ use crate::process::schedule::Schedule;
 use crate::process::signals::Signals;
 use crate::process::supervise::Frame;
 
-pub(crate) mod duration;
 mod hold;
 mod lease;
 
@@ -243,7 +243,7 @@ async fn hold_and_run(
         let message = match args.wait {
             Some(wait) if !args.nonblock => format!(
                 "timed out after {} waiting for {what} {name:?}",
-                crate::run::duration::human(wait)
+                crate::duration::human(wait)
             ),
             _ => format!("{what} {name:?} is held elsewhere"),
         };
@@ -265,7 +265,7 @@ async fn hold_and_run(
     if args.verbose && schedule.grace < args.kill_grace {
         eprintln!(
             "redbell: --kill-grace cut to {}, a third of the lease",
-            crate::run::duration::human(schedule.grace)
+            crate::duration::human(schedule.grace)
         );
     }
 

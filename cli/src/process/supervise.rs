@@ -222,7 +222,7 @@ impl<L: Lease> Supervisor<'_, L> {
                         eprintln!(
                             "redbell: the command left processes in its process group: sending \
                              them SIGTERM (SIGKILL after {})",
-                            crate::run::duration::human(grace)
+                            crate::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -260,7 +260,7 @@ impl<L: Lease> Supervisor<'_, L> {
                         eprintln!(
                             "redbell: lost {what}: sending SIGTERM to the command's process \
                              group (SIGKILL after {})",
-                            crate::run::duration::human(grace)
+                            crate::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -274,7 +274,7 @@ impl<L: Lease> Supervisor<'_, L> {
                              before the lease can expire: SIGTERM to its process group, SIGKILL \
                              after {}",
                             why.unwrap_or_default(),
-                            crate::run::duration::human(grace)
+                            crate::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -284,7 +284,7 @@ impl<L: Lease> Supervisor<'_, L> {
                     eprintln!(
                         "redbell: held {what} for --max-hold: stopping the command as for a \
                          lost lease: SIGTERM to its process group, SIGKILL after {}",
-                        crate::run::duration::human(grace)
+                        crate::duration::human(grace)
                     );
                     stop = Some(self.terminate());
                 }

@@ -73,7 +73,7 @@ impl Lease for Renewed<'_> {
                 }
                 Ok(Err(redbell::Error::NotHeld)) => return,
                 Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {}", crate::run::duration::human(attempt)),
+                Err(_) => format!("no answer within {}", crate::duration::human(attempt)),
             };
             self.failure.replace(Some(failure));
             due = Instant::now() + retry;
