@@ -329,6 +329,18 @@ impl Leadership {
         self.guard.as_ref().is_none_or(MutexGuard::is_lost)
     }
 
+    /// The local instant until which the leadership is known held, which
+    /// comes before anyone else can be elected: the lock guard's
+    /// [`deadline`](MutexGuard::deadline) (the latest confirmed renewal's
+    /// send instant, plus the lease, minus the drift margin). The client's
+    /// renewals move it on; [`lost`](Leadership::lost) fires at it
+    /// otherwise. Once the leadership is lost it says nothing more.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        self.guard
+            .as_ref()
+            .map_or_else(tokio::time::Instant::now, MutexGuard::deadline)
+    }
+
     /// Changes the value observers see to `value`, if this client still
     /// leads; observers are told at once.
     ///

@@ -146,6 +146,7 @@ pub use client::{Client, ClientBuilder};
 pub use election::{Election, Leader, Leadership, Observer};
 pub use error::Error;
 pub use fair::FairMutex;
+pub use guard::AnyGuard;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MIN_LEASE};
 pub use mutex::{Mutex, MutexGuard};
 /// The redis-rs crate redbell is built on, whose error type

@@ -5,7 +5,10 @@
 //!
 //! All three start worker processes that are copies of this executable,
 //! with the hidden `bench-worker`, `demo-worker` and `soak-worker`
-//! subcommands. See `fail.rs` for the exit codes.
+//! subcommands. Failures are the CLI's type and exit codes: `fail` is
+//! `cli/src/fail.rs` itself, compiled in here by path (one copy, and no
+//! dependency on the CLI crate, which would bring its whole build for one
+//! file).
 
 use std::process::ExitCode;
 
@@ -14,13 +17,18 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod commandstats;
 mod demo;
+// The CLI's `--help` table and the codes only its subcommands use
+// (`EX_TEMPFAIL`, `Failure::input`) are not needed here.
+#[allow(dead_code)]
+#[path = "../../cli/src/fail.rs"]
 mod fail;
 mod soak;
 
 /// redbell's benchmark report and ticket-sale demo.
 ///
 /// Exit codes: 0 success, 1 failure (e.g. a demo invariant broke), 2 usage
-/// error, 69 Redis unreachable. Environment: REDIS_URL when --url is
+/// error, 69 Redis unreachable, 77 login refused or ACL denial, 78
+/// configuration (a bad database). Environment: REDIS_URL when --url is
 /// absent.
 #[derive(Debug, Parser)]
 #[command(name = "redbell-bench", version)]

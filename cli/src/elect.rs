@@ -7,56 +7,37 @@
 //! forward SIGINT, SIGTERM, SIGHUP and SIGQUIT to the group (each followed
 //! by SIGCONT; SIGTERM and SIGINT by SIGKILL after `--kill-grace`), and
 //! resign once the command and its group are gone. With `--requeue`,
-//! campaign again and run it anew in the next term.
+//! campaign again and run it anew in the next term. The terminal is handed
+//! to the group while it runs, as `run` does.
 //!
-//! The library renews the leadership's lease. Should it be lost (renewals
-//! not confirmed by the lease's local deadline, which comes before anyone
-//! else can be elected), the group gets SIGTERM, then SIGKILL after
-//! `--kill-grace`, and `redbell` exits 75. What the command writes should
-//! carry `REDBELL_TERM`, the fence, so that a stale leader's writes can be
+//! The library renews the leadership's lease. The command runs in the
+//! frame `run` uses (`process/supervise.rs`): the guardian is fed the
+//! leadership's [`deadline`](redbell::Leadership::deadline) (read every
+//! twentieth of the lease, so a renewal a third of it apart reaches the
+//! guardian long before its SIGTERM, a grace and a margin ahead of the
+//! deadline), and the group is stopped on the same schedule should the
+//! lease not be renewed in time: SIGTERM at the deadline − the grace − the
+//! margin, SIGKILL at the deadline − the margin, before anyone else can be
+//! elected; `redbell` then exits 75. Should the library find the
+//! leadership lost before that (taken or gone), the group gets SIGTERM at
+//! once. The guardian kills the group should `redbell` die, and keeps the
+//! schedule should it be frozen. What the command writes should carry
+//! `REDBELL_TERM`, the fence, so that a stale leader's writes can be
 //! rejected.
-//!
-//! The guardian process (`process/guardian.rs`, as for `run`) kills the
-//! command's group should `redbell` die, and stops it before the lease can
-//! expire should the lease not be confirmed in time (`redbell` stopped or
-//! starved, or cut off from Redis): the command never outlives the
-//! leadership, nor the process that leads. Its dead-man timer is fed
-//! from Redis, as the library does not tell when its lease can expire:
-//! every twentieth of the lease, `redbell` reads the lock's holder, fence
-//! and remaining lease in one script ([`redbell::Client::status`]); while
-//! the holder's fence is this term (a later acquisition would have raised
-//! it), the key lives at least the remaining lease past the instant the
-//! reading was *sent*, less the drift margin. Readings are sent a
-//! twentieth of the lease apart and answered within another (or dropped);
-//! with the library renewing every third, each shows about two thirds of
-//! the lease left or more, so the guardian's SIGTERM (the grace, at most a
-//! third, and the margin, at most a tenth, before that deadline: over a
-//! fifth of the lease after the reading) never comes while Redis answers
-//! and the renewals keep time. The first reading is made before the
-//! command starts.
-//!
-//! Each grace `redbell` starts (SIGTERM or SIGINT to it, a lost
-//! leadership, processes left behind) is ordered to the guardian too
-//! ([`Guardian::kill_by`]): the SIGKILL at its end comes even if `redbell`
-//! stops running in it. Should the guardian die on its own, `redbell`
-//! SIGKILLs the group at once and exits 75 ([`Guardian::lost`]; why not a
-//! new guardian: `run/supervise.rs`).
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
-
 use crate::connect::{GlobalArgs, connect_with};
-use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
-use crate::process::group::{
-    adopt_orphans, exit_code, finish, forward, group_alive, reap_adopted, signal_exit_code,
-    signal_group, start,
-};
+use crate::duration;
+use crate::fail::Failure;
+use crate::process::child::Program;
+use crate::process::exit::{self, finish, signal_exit_code};
+use crate::process::group::adopt_orphans;
 use crate::process::guardian::Guardian;
-use crate::process::schedule::{Schedule, drift};
+use crate::process::schedule::Schedule;
 use crate::process::signals::Signals;
-use crate::run::duration;
+use crate::process::supervise::{Frame, Lease};
 
 /// Options of `redbell elect`.
 #[derive(Debug, clap::Args)]
@@ -69,9 +50,10 @@ Exit codes:
   69       Redis could not be reached
   75       the leadership was lost while the command ran: its group got
            SIGTERM, then SIGKILL after --kill-grace; or its lease could not
-           be confirmed in time (redbell was stopped or starved, or Redis
-           did not answer) and the guardian stopped the group before the
-           lease could expire; or the guardian died and the group got SIGKILL
+           be renewed in time (redbell was stopped or starved, or Redis did
+           not answer) and redbell or its guardian stopped the group before
+           the lease could expire; or the guardian died and the group got
+           SIGKILL
   77       the login was refused, or the ACL denied a command, key or channel
   78       configuration: a database the server does not have, a TLS
            certificate that does not verify, an unreadable password or TLS file
@@ -101,8 +83,9 @@ pub struct ElectArgs {
 
     /// When the leadership is lost, redbell gets SIGTERM or SIGINT, or the
     /// command leaves processes behind in its group: time between SIGTERM
-    /// and SIGKILL to the group. When the lease cannot be confirmed in
-    /// time, the guardian stops the group with at most a third of --ttl.
+    /// and SIGKILL to the group. At most a third of --ttl: when the lease
+    /// cannot be renewed in time, SIGTERM goes out this long plus a margin
+    /// (a tenth of --ttl, at most 1s) before the lease can expire.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_grace: Duration,
 
@@ -159,94 +142,33 @@ async fn lead(
         if args.verbose {
             eprintln!("redbell: leading {name:?} in term {term}");
         }
-        // The guardian stops the command's group should redbell die first,
-        // or not confirm the lease in time; it has the deadline before the
-        // command starts.
-        let guardian = Guardian::start(schedule)?;
-        match confirmed_deadline(client, name, term, args.ttl / 3).await {
-            Ok(deadline) => guardian.feed(deadline),
-            Err(why) => {
-                let _ = guardian.dismiss();
-                let _ = leadership.resign().await;
-                return Err(Failure::new(
-                    EX_TEMPFAIL,
-                    format!(
-                        "cannot confirm the lease of the leadership of {name:?} ({why}); the \
-                         command was not run"
-                    ),
-                ));
-            }
-        }
-        let (mut child, group) = match spawn(args, term, &value, &guardian) {
-            Ok(spawned) => spawned,
+        let what = format!("the leadership of {name:?} (term {term})");
+        let frame = Frame {
+            what: &what,
+            schedule,
+            max_hold_end: None,
+            verbose: args.verbose,
+        };
+        let lease = Leading {
+            leadership: &leadership,
+            ttl: args.ttl,
+        };
+        let env = [
+            ("REDBELL_NAME", args.name.clone()),
+            ("REDBELL_TERM", term.to_string()),
+            ("REDBELL_VALUE", value.clone()),
+        ];
+        let ended = match frame
+            .run(&lease, Program::Argv(&args.argv), &env, signals)
+            .await
+        {
+            Ok(ended) => ended,
             Err(failure) => {
-                let _ = guardian.dismiss();
                 let _ = leadership.resign().await;
                 return Err(failure);
             }
         };
-        let mut lost = false;
-        let mut signalled = false;
-        let mut kill_at: Option<tokio::time::Instant> = None;
-        // The guardian is alive (as far as we know).
-        let mut guarded = true;
-        let status = {
-            let feeding = keep_fed(client, name, term, args.ttl, &guardian);
-            tokio::pin!(feeding);
-            loop {
-                tokio::select! {
-                    status = child.wait() => break status,
-                    sig = signals.recv() => {
-                        signalled = true;
-                        forward(group, sig);
-                        // A command that does not end on it (it ignores it,
-                        // or is stopped) must not lead for ever.
-                        if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {
-                            kill_at = Some(grace_started(&guardian, args.kill_grace));
-                        }
-                    }
-                    () = guardian.lost(), if guarded => {
-                        guarded = false;
-                        lost = true;
-                        eprintln!(
-                            "redbell: the guardian of the command died: sending SIGKILL to the \
-                             command's process group, which nothing would stop should redbell \
-                             die"
-                        );
-                        signal_group(group, Signal::SIGKILL);
-                        kill_at = None;
-                    }
-                    () = leadership.lost(), if !lost => {
-                        lost = true;
-                        eprintln!(
-                            "redbell: lost the leadership of {name:?} (term {term}): sending \
-                             SIGTERM to the command's process group (SIGKILL after {})",
-                            crate::run::duration::human(args.kill_grace)
-                        );
-                        forward(group, Signal::SIGTERM);
-                        kill_at = Some(grace_started(&guardian, args.kill_grace));
-                    }
-                    () = sleep_until(kill_at) => {
-                        eprintln!(
-                            "redbell: the command's process group outlived the grace: sending \
-                             it SIGKILL"
-                        );
-                        signal_group(group, Signal::SIGKILL);
-                        kill_at = None;
-                    }
-                    () = &mut feeding => {}
-                }
-            }
-        };
-        end_group(group, args.kill_grace, &guardian).await;
-        if guardian.dismiss() && !lost {
-            lost = true;
-            eprintln!(
-                "redbell: the guardian stopped the command: the lease of the leadership of \
-                 {name:?} (term {term}) was not confirmed in time (redbell was stopped or \
-                 starved, or Redis did not answer)"
-            );
-        }
+        let mut lost = ended.lost;
         match leadership.resign().await {
             Ok(()) => {
                 if args.verbose {
@@ -265,72 +187,40 @@ async fn lead(
                 "redbell: could not resign {name:?} ({e}); the lease frees it within --ttl"
             ),
         }
-        if lost {
-            return Ok(EX_TEMPFAIL);
-        }
-        let code = match status {
-            Ok(status) => exit_code(status),
-            Err(e) => {
-                eprintln!("redbell: could not wait for the command: {e}");
-                EX_FAILURE
-            }
-        };
-        if !args.requeue || signalled {
+        let code = exit::code(lost, ended.status);
+        if lost || !args.requeue || ended.signalled {
             return Ok(code);
         }
     }
 }
 
-/// Starts the command in a process group of its own, which `guardian`
-/// learns of before the command runs.
-fn spawn(
-    args: &ElectArgs,
-    term: u64,
-    value: &str,
-    guardian: &Guardian,
-) -> Result<(tokio::process::Child, nix::unistd::Pid), Failure> {
-    let program = args.argv.first().cloned().unwrap_or_default();
-    let mut command = tokio::process::Command::new(&program);
-    command
-        .args(args.argv.get(1..).unwrap_or_default())
-        .env("REDBELL_NAME", &args.name)
-        .env("REDBELL_TERM", term.to_string())
-        .env("REDBELL_VALUE", value);
-    crate::connect::strip_secrets(&mut command);
-    start(command, &program, guardian)
+/// The leadership as the frame sees it: renewed by the library.
+struct Leading<'a> {
+    leadership: &'a redbell::Leadership,
+    ttl: Duration,
 }
 
-/// The group got SIGTERM now: returns when its grace ends, and has
-/// `guardian` SIGKILL the group then, should `redbell` not run then.
-fn grace_started(guardian: &Guardian, grace: Duration) -> tokio::time::Instant {
-    let now = Instant::now();
-    guardian.kill_by(now + grace);
-    tokio::time::Instant::from_std(now + grace)
-}
-
-/// Stops what the command left in its group: SIGTERM, SIGKILL after the
-/// grace (by `guardian` too); returns once the group is gone (or could not
-/// be reaped).
-async fn end_group(group: nix::unistd::Pid, grace: Duration, guardian: &Guardian) {
-    reap_adopted(None);
-    if !group_alive(group) {
-        return;
+impl Lease for Leading<'_> {
+    fn deadline(&self) -> Instant {
+        self.leadership.deadline().into_std()
     }
-    eprintln!("redbell: the command left processes in its process group: sending them SIGTERM");
-    forward(group, Signal::SIGTERM);
-    let started = tokio::time::Instant::now();
-    guardian.kill_by(started.into_std() + grace);
-    let mut killed = false;
-    while group_alive(group) {
-        if !killed && started.elapsed() >= grace {
-            signal_group(group, Signal::SIGKILL);
-            killed = true;
+
+    fn failure(&self) -> Option<String> {
+        None // the library's renewal task keeps its reasons (logged at debug)
+    }
+
+    /// Feeds `guardian` the leadership's deadline every twentieth of the
+    /// lease; resolves when the library reports it lost.
+    async fn keep(&self, guardian: &Guardian) {
+        let every = self.ttl / 20;
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = self.leadership.lost() => return,
+                _ = ticks.tick() => guardian.feed(self.deadline()),
+            }
         }
-        if started.elapsed() >= grace + Duration::from_secs(2) {
-            eprintln!("redbell: processes of the command's group could not be reaped");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -339,61 +229,4 @@ fn default_value() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
     format!("{}@{host}", std::process::id())
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The earliest instant at which the leadership's lock key can expire, read
-/// from Redis (see the module doc): the holder's remaining lease from when
-/// the reading was sent, less the drift margin. An error when the lock is no
-/// longer this term's, or Redis does not answer within `within`.
-async fn confirmed_deadline(
-    client: &redbell::Client,
-    name: &str,
-    term: u64,
-    within: Duration,
-) -> Result<Instant, String> {
-    let sent = Instant::now();
-    let status = match tokio::time::timeout(within, client.status(name)).await {
-        Ok(Ok(status)) => status,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => {
-            return Err(format!(
-                "no answer within {}",
-                crate::run::duration::human(within)
-            ));
-        }
-    };
-    match (status.holder, status.fence, status.ttl) {
-        (Some(_), Some(fence), Some(left)) if fence == term => {
-            Ok((sent + left).checked_sub(drift(left)).unwrap_or(sent))
-        }
-        _ => Err(format!("the lock is no longer held in term {term}")),
-    }
-}
-
-/// Feeds `guardian` a confirmed deadline every twentieth of `ttl` (a
-/// reading that fails feeds nothing: the guardian keeps the earlier
-/// deadline). Never resolves; drop it to stop.
-async fn keep_fed(
-    client: &redbell::Client,
-    name: &str,
-    term: u64,
-    ttl: Duration,
-    guardian: &Guardian,
-) {
-    let every = ttl / 20;
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        if let Ok(deadline) = confirmed_deadline(client, name, term, every).await {
-            guardian.feed(deadline);
-        }
-    }
 }

@@ -15,6 +15,9 @@
 //! - `1`: anything else (for `run`, including a lock held elsewhere; see
 //!   `run.rs` for its other codes).
 //! - `75` (`EX_TEMPFAIL`): `run` lost its lease while the command ran.
+//!
+//! `redbell-bench` (`bench/`) compiles this very file in by path for its
+//! own failures: it uses only `std`, `redis` and `redbell`, and must stay so.
 
 use std::fmt;
 

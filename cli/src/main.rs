@@ -1,6 +1,8 @@
-//! `redbell`: the command-line tool. One file per subcommand; see
-//! `fail.rs` for the exit codes. The bench and the demo are not part of it:
-//! they are the `redbell-bench` binary (the workspace's `bench/` crate).
+//! `redbell`: the command-line tool. One file per subcommand; `process/`
+//! is the frame `run` and `elect` run their command in, `duration.rs` the
+//! durations options take; see `fail.rs` for the exit codes. The bench and
+//! the demo are not part of it: they are the `redbell-bench` binary (the
+//! workspace's `bench/` crate).
 
 use std::process::ExitCode;
 
@@ -8,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod connect;
 mod docs;
+mod duration;
 mod elect;
 mod fail;
 mod leader;

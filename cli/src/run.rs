@@ -15,13 +15,14 @@
 //!
 //! The group must be dead before the lease can expire on the server, when
 //! another host may take the lock: a lease that could not be renewed in time
-//! stops the group early enough for that (see `run/supervise.rs`).
+//! stops the group early enough for that (see `process/supervise.rs`, the
+//! frame `elect` shares; `run/lease.rs` renews the lease).
 //!
 //! Should `redbell` die first (SIGKILL, the OOM killer), or stop running
 //! (SIGSTOP, a starved runtime) while the lease runs out, a guardian process
 //! stops the command's group: a dead-man timer that `redbell` feeds each
 //! confirmed lease deadline (see `process/guardian.rs`). Should the guardian
-//! die alone, `redbell` kills the group at once (see `run/supervise.rs`).
+//! die alone, `redbell` kills the group at once (see `process/supervise.rs`).
 //!
 //! A forwarded signal is followed by SIGCONT, so a command that stopped
 //! itself gets it; a SIGTERM or SIGINT to `redbell` is followed by SIGKILL
@@ -38,26 +39,24 @@
 //! so an interactive command can read it and Ctrl-C reaches it directly; it
 //! is taken back before `redbell` exits.
 
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use crate::connect::{GlobalArgs, connect};
-use crate::fail::{EX_FAILURE, EX_TEMPFAIL, Failure};
-use crate::process::group::{adopt_orphans, exit_code, finish, signal_exit_code};
-use crate::process::guardian::Guardian;
+use crate::duration;
+use crate::fail::Failure;
+use crate::process::child::Program;
+use crate::process::exit::{self, finish, signal_exit_code};
+use crate::process::group::adopt_orphans;
 use crate::process::schedule::Schedule;
 use crate::process::signals::Signals;
+use crate::process::supervise::Frame;
 
-mod child;
-pub(crate) mod duration;
 mod hold;
 mod lease;
-mod supervise;
-mod terminal;
 
-use lease::Lease;
-use supervise::Supervisor;
-use terminal::Terminal;
+use lease::Renewed;
 
 /// The guarantees, exit codes and environment of `redbell run`, shown by
 /// `redbell run --help`.
@@ -223,14 +222,14 @@ async fn hold_and_run(
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
     let name = args.name.as_str();
-    // Acquire, with a fixed lease: `Lease` renews it (and knows its deadline).
+    // Acquire, with a fixed lease: `lease.rs` renews it.
     let what = hold::what(args);
     let started = Instant::now();
     if args.verbose && !args.nonblock {
         eprintln!("redbell: waiting for {what} {name:?}");
     }
     let acquire = hold::acquire(client, args);
-    let guard = tokio::select! {
+    let hold = tokio::select! {
         acquired = acquire => acquired
             .map_err(|e| Failure::input(url, &format!("cannot take {what} {name:?}"), &e))?,
         sig = signals.recv() => {
@@ -240,11 +239,11 @@ async fn hold_and_run(
             ));
         }
     };
-    let Some(guard) = guard else {
+    let Some(hold) = hold else {
         let message = match args.wait {
             Some(wait) if !args.nonblock => format!(
                 "timed out after {} waiting for {what} {name:?}",
-                crate::run::duration::human(wait)
+                crate::duration::human(wait)
             ),
             _ => format!("{what} {name:?} is held elsewhere"),
         };
@@ -255,85 +254,58 @@ async fn hold_and_run(
         eprintln!(
             "redbell: acquired {what} {name:?} after {:.3}s (fence {}, token {})",
             (acquired - started).as_secs_f64(),
-            guard.fence(),
-            guard.token()
+            hold.guard.fence(),
+            hold.guard.token()
         );
     }
 
-    // The lease counts from a confirmed renewal, before the command runs.
-    let lease = match Lease::confirm(&guard, args.ttl, url).await {
-        Ok(lease) => lease,
-        Err(failure) => {
-            let _ = guard.unlock().await;
-            return Err(failure);
-        }
-    };
     // Who holds it, for `redbell status`: `host:pid`, as long as the lease.
-    guard.note_owner(args.ttl).await;
+    hold.note_owner(args.ttl).await;
     let schedule = Schedule::new(args.ttl, args.kill_grace);
     if args.verbose && schedule.grace < args.kill_grace {
         eprintln!(
             "redbell: --kill-grace cut to {}, a third of the lease",
-            crate::run::duration::human(schedule.grace)
+            crate::duration::human(schedule.grace)
         );
     }
 
-    // The guardian stops the command's group should redbell die first, or
-    // not renew the lease in time. It has the deadline before the command
-    // starts.
-    let guardian = match Guardian::start(schedule) {
-        Ok(guardian) => guardian,
-        Err(failure) => {
-            let _ = guard.unlock().await;
-            return Err(failure);
-        }
-    };
-    guardian.feed(lease.deadline());
-    let terminal = Terminal::foreground();
-    let spawned = child::spawn(args, guard.token(), guard.fence(), &guardian);
-    let (mut child, group) = match spawned {
-        Ok(spawned) => spawned,
-        Err(failure) => {
-            let _ = guardian.dismiss();
-            let _ = guard.unlock().await;
-            return Err(failure);
-        }
-    };
-    let terminal = terminal.map(|t| t.hand_to(group));
-
-    let supervisor = Supervisor {
-        name,
-        group,
-        lease: &lease,
-        guardian: &guardian,
+    let what_held = format!("the lease on {what} {name:?}");
+    let frame = Frame {
+        what: &what_held,
         schedule,
         max_hold_end: args.max_hold.map(|d| acquired + d),
         verbose: args.verbose,
     };
-    let outcome = supervisor
-        .supervise(&mut child, &guard, signals, terminal.as_ref())
-        .await;
-    // The command and its whole group are gone, and renewal has stopped.
-    let stopped_by_guardian = guardian.dismiss();
-    if let Some(terminal) = terminal {
-        terminal.take_back();
-    }
+    let lease = Renewed {
+        held: &hold,
+        ttl: args.ttl,
+        failure: RefCell::new(None),
+    };
+    let program = match &args.shell {
+        Some(script) => Program::Shell(script),
+        None => Program::Argv(&args.argv),
+    };
+    let env = [
+        ("REDBELL_NAME", args.name.clone()),
+        ("REDBELL_TOKEN", hold.guard.token().to_owned()),
+        ("REDBELL_FENCE", hold.guard.fence().to_string()),
+    ];
+    let ended = match frame.run(&lease, program, &env, signals).await {
+        Ok(ended) => ended,
+        Err(failure) => {
+            let _ = hold.unlock().await;
+            return Err(failure);
+        }
+    };
 
-    let mut lost = outcome.lost;
-    if stopped_by_guardian && !lost {
-        lost = true;
-        eprintln!(
-            "redbell: the guardian stopped the command: the lease on lock {name:?} was not \
-             renewed in time (redbell was stopped or starved)"
-        );
-    }
-    let held = acquired.elapsed();
-    match guard.unlock().await {
+    let mut lost = ended.lost;
+    let held_for = acquired.elapsed();
+    match hold.unlock().await {
         Ok(()) => {
             if args.verbose {
                 eprintln!(
-                    "redbell: released lock {name:?} after holding it {:.3}s",
-                    held.as_secs_f64()
+                    "redbell: released {what} {name:?} after holding it {:.3}s",
+                    held_for.as_secs_f64()
                 );
             }
         }
@@ -341,24 +313,13 @@ async fn hold_and_run(
         Err(redbell::Error::NotHeld) => {
             lost = true;
             eprintln!(
-                "redbell: lock {name:?} was no longer held when the command ended \
+                "redbell: {what} {name:?} was no longer held when the command ended \
                  (its lease expired or it was broken)"
             );
         }
         Err(e) => eprintln!(
-            "redbell: could not release lock {name:?} ({e}); it frees itself within --ttl"
+            "redbell: could not release {what} {name:?} ({e}); it frees itself within --ttl"
         ),
     }
-
-    Ok(if lost {
-        EX_TEMPFAIL
-    } else {
-        match outcome.status {
-            Ok(status) => exit_code(status),
-            Err(e) => {
-                eprintln!("redbell: could not wait for the command: {e}");
-                EX_FAILURE
-            }
-        }
-    })
+    Ok(exit::code(lost, ended.status))
 }

@@ -667,7 +667,7 @@ impl Frame<'_> {
              cost {} SCAN + {} EVALSHA\n",
             crate::fail::redact(target),
             self.refresh,
-            crate::run::duration::human(args.interval),
+            crate::duration::human(args.interval),
             self.known,
             self.inspected,
             self.scans,

@@ -300,7 +300,7 @@ fn a_forwarded_sigterm_continues_a_stopped_elect_command() {
 
 /// The dead-man timer is moved on while redbell runs: a command that runs
 /// through several leases (5 s under a 2 s lease) is not stopped, for `run`
-/// (fed each renewal) and for `elect` (fed each reading of the lease).
+/// (fed each renewal) and for `elect` (fed the leadership's deadline).
 fn a_long_command_is_not_stopped(args: &[&str]) {
     let dir = scratch();
     let file = dir.join("out");

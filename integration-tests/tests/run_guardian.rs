@@ -5,7 +5,11 @@
 //!   then `redbell`: the command must still not run past the lease;
 //! - `redbell elect` stopped (SIGSTOP) in the grace after a SIGTERM: the
 //!   SIGKILL at the grace's end must still come (for `run`, the reviewer's
-//!   test in `fault_edges.rs`).
+//!   test in `fault_edges.rs`);
+//! - the guardian frozen (SIGSTOP) while `redbell` runs on, cut off from
+//!   Redis: `redbell` itself must stop the command before the lease can
+//!   expire, on the guardian's schedule, not only once it sees the lease
+//!   lost.
 //!
 //! Each test failed on the code before its fix; the failures are in the
 //! tests' comments. Needs `REDIS_URL` and the built binary, as `cli.rs`.
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 use redbell_integration_tests::cli::{
     code, delete_lock, finish, kill, redbell, scratch, stderr, wait_for_file,
 };
+use redbell_integration_tests::{Proxy, redis_url};
 
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("run-guardian-{what}"))
@@ -225,4 +230,100 @@ fn an_elect_stopped_during_the_grace_still_ends_its_command() {
         "the command still ran {ran_on:?} after the SIGTERM to a redbell elect stopped in its \
          2 s grace (bound: grace + 2 s = 4 s)"
     );
+}
+
+/// The port of the test Redis (`redis://[auth@]host:port[/db]`).
+fn redis_port() -> u16 {
+    let url = redis_url();
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    let port = host_port.rsplit_once(':').map_or("6379", |(_, p)| p);
+    port.parse().expect("a port in REDIS_URL")
+}
+
+/// `redbell SUBCOMMAND --ttl 3s NAME -- LOOP_A` through a proxy; its
+/// guardian is frozen (SIGSTOP), then the proxy stops forwarding (every
+/// socket open): `redbell` runs on, cut off from Redis, with nobody else to
+/// stop its command. A second `redbell SUBCOMMAND NAME -- LINES_B` gets the
+/// lock (or the leadership) once the lease expires on the server. No line
+/// of the first command may come after the second's first.
+fn frozen_guardian_and_partition(subcommand: &str) {
+    let name = unique(&format!("frozen-guardian-{subcommand}"));
+    let dir = scratch();
+    let file = dir.join("lines");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let proxy = runtime.block_on(Proxy::start(0, redis_port()));
+    let first = redbell(&[
+        "--url",
+        &proxy.url(),
+        subcommand,
+        "--ttl",
+        "3s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        LOOP_A,
+    ])
+    .env("OUT", &file)
+    .spawn()
+    .expect("redbell starts");
+    wait_for_file(&file, Duration::from_secs(20));
+    let guardian = guardian_of(first.id()).expect("redbell's guardian");
+    kill("STOP", guardian);
+    runtime.block_on(proxy.partition());
+    let cut = Instant::now();
+
+    let second = redbell(&[subcommand, "--ttl", "3s", &name, "--", "sh", "-c", LINES_B])
+        .env("OUT", &file)
+        .spawn()
+        .expect("redbell starts");
+    let second = finish(second, Duration::from_secs(30), "the second holder");
+    let second_ran = cut.elapsed();
+    kill("CONT", guardian);
+    let first = finish(first, Duration::from_secs(30), "the first holder");
+    assert_eq!(code(&second), 0, "{}", stderr(&second));
+
+    let text = std::fs::read_to_string(&file).expect("the lines");
+    let a = stamps(&text, "A ");
+    let b = stamps(&text, "B ");
+    let (Some(&last_a), Some(&first_b)) = (a.iter().max(), b.first()) else {
+        panic!("both commands must have written: {text}");
+    };
+    let during = a.iter().filter(|&&t| t >= first_b).count();
+    let gap_ms = (first_b - last_a) as f64 / 1e6;
+    eprintln!(
+        "{subcommand}, guardian frozen, cut off: the second holder ended {second_ran:?} after \
+         the cut; the first command's last line came {gap_ms:.1} ms before the second's first"
+    );
+    assert!(
+        last_a < first_b,
+        "{subcommand}: with its guardian frozen, a redbell cut off from Redis let its command \
+         run beside the next one's: {during} of its lines came after the second's first \
+         ({:.3} s of overlap)",
+        -gap_ms / 1e3
+    );
+    assert_eq!(code(&first), 75, "{subcommand}: {}", stderr(&first));
+    if subcommand == "run" {
+        delete_lock(&name);
+    }
+}
+
+/// `run` stopped its command by the lease's deadline before this test (its
+/// supervisor keeps the guardian's schedule); it guards the shared frame.
+#[test]
+fn a_partitioned_run_with_a_frozen_guardian_stops_its_command_in_time() {
+    frozen_guardian_and_partition("run");
+}
+
+/// Before the fix (elect's own loop acted only on the library's lost
+/// leadership, at the lease's local deadline, then gave --kill-grace; the
+/// overlap ended only when the test continued the guardian): "elect: with
+/// its guardian frozen, a redbell cut off from Redis let its command run
+/// beside the next one's: 10 of its lines came after the second's first
+/// (0.510 s of overlap)".
+#[test]
+fn a_partitioned_elect_with_a_frozen_guardian_stops_its_command_in_time() {
+    frozen_guardian_and_partition("elect");
 }

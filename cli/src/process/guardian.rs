@@ -14,9 +14,10 @@
 //!   before the command runs any code of its own: there is no moment at
 //!   which the command runs unguarded.
 //! - **Dead-man timer.** `redbell` feeds it each confirmed lease deadline,
-//!   the first before the command starts (`run`: each renewal its
-//!   [`Lease`](crate::run) confirms; `elect`: each reading of the
-//!   leadership's remaining lease). A deadline travels as the two instants
+//!   the first before the command starts: the guard's own `deadline()`,
+//!   fed by the frame's [`Lease`](super::supervise::Lease) (`run`: after
+//!   each renewal it confirms; `elect`: every twentieth of the lease, as
+//!   the library renews it). A deadline travels as the two instants
 //!   of its [`Schedule`], SIGTERM and SIGKILL, on [`CLOCK`]
 //!   (`CLOCK_BOOTTIME`: unlike `CLOCK_MONOTONIC`, it runs on while the host
 //!   is suspended, as Redis's clock and so the lease do), which both
@@ -30,7 +31,7 @@
 //!   lease; margin: a tenth of it, at most 1 s), the same `redbell run`'s
 //!   supervisor keeps when Redis cannot be reached, so the group is dead
 //!   before the key can expire on the server. The deadline itself is the
-//!   one the lease code computes, drift already taken off (`schedule.rs`).
+//!   library's, drift already taken off (`schedule.rs`).
 //!   Once it has sent SIGTERM, the guardian goes through with the stop: a
 //!   deadline fed later does not call it off. It looks at the clock at
 //!   least every [`NAP`] (its sleep does not count suspended time), so a

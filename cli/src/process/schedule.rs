@@ -1,17 +1,11 @@
 //! When a command's group is stopped ahead of its lease's deadline, the
 //! earliest instant at which the lease's key can expire on the server (and
 //! another host take the lock): SIGTERM at the deadline − the grace − a
-//! margin, SIGKILL at the deadline − the margin at the latest. `redbell
-//! run`'s supervisor and the guardian (of `run` and `elect`) keep to it.
+//! margin, SIGKILL at the deadline − the margin at the latest. The deadline
+//! is the library's (`deadline()` on a guard), drift already taken off; the
+//! supervisor (`supervise.rs`) and the guardian keep to this schedule.
 
 use std::time::{Duration, Instant};
-
-/// The margin kept off a lease for clock drift between us and the server
-/// (as the library does): a key given `lease` at our instant `sent` lives
-/// at least until `sent + lease − drift(lease)` on our clock.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
 
 /// When the group gets SIGTERM and SIGKILL, relative to a lease deadline.
 #[derive(Debug, Clone, Copy)]

@@ -1,40 +1,19 @@
 //! What `redbell run` holds: the Mutex (by default), the FairMutex
 //! (`--fair`), a read (`-s`) or write (`-x`) hold of the RwLock, or one
-//! permit of a semaphore (`--permits N`); and the owner note (`host:pid`)
-//! that `redbell status` shows beside it. All are renewed, released and
-//! reported the same way.
+//! permit of a semaphore (`--permits N`), as the library's
+//! [`AnyGuard`]; and the owner note (`host:pid`) that `redbell status`
+//! shows beside it. All are renewed, released and reported the same way.
 
 use std::time::Duration;
 
-use redbell::{Client, MutexGuard, Permit, ReadGuard, WriteGuard};
+use redbell::{AnyGuard, Client};
 
 use super::RunArgs;
-
-/// The guard of one acquisition, whatever its kind.
-#[derive(Debug)]
-enum Guard {
-    Mutex(MutexGuard),
-    Read(ReadGuard),
-    Write(WriteGuard),
-    Permit(Permit),
-}
-
-/// Calls `$method` on whichever guard `$guard` holds.
-macro_rules! each {
-    ($guard:expr, $g:ident => $call:expr) => {
-        match $guard {
-            Guard::Mutex($g) => $call,
-            Guard::Read($g) => $call,
-            Guard::Write($g) => $call,
-            Guard::Permit($g) => $call,
-        }
-    };
-}
 
 /// One acquisition and its owner note.
 #[derive(Debug)]
 pub(super) struct Held {
-    guard: Guard,
+    pub(super) guard: AnyGuard,
     client: Client,
     /// `host:pid` of this `redbell run`.
     note: String,
@@ -55,58 +34,78 @@ pub(super) fn what(args: &RunArgs) -> &'static str {
     }
 }
 
-/// Acquires the lock `args` asks for, with a fixed lease of `--ttl`,
-/// waiting as `-n` and `-w` say; `None` when it was held (`-n`) or the wait
-/// timed out (`-w`).
+/// Acquires the lock `args` asks for, with a fixed lease of `--ttl` (the
+/// lease `lease.rs` renews), waiting as `-n` and `-w` say; `None` when it
+/// was held (`-n`) or the wait timed out (`-w`).
 pub(super) async fn acquire(
     client: &Client,
     args: &RunArgs,
 ) -> Result<Option<Held>, redbell::Error> {
-    let name = args.name.as_str();
-    macro_rules! take {
-        ($handle:expr, $lock:ident, $timeout:ident, $try:ident, $variant:path) => {{
-            let handle = $handle;
-            let guard = if args.nonblock {
-                handle.$try().await?
-            } else if let Some(wait) = args.wait {
-                match handle.$timeout(wait).await {
-                    Ok(guard) => Some(guard),
-                    Err(redbell::Error::Timeout) => None,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                Some(handle.$lock().await?)
-            };
-            guard.map($variant)
-        }};
-    }
+    let (name, ttl) = (args.name.as_str(), args.ttl);
+    // Only the future `args` asks for is awaited; the others never run.
+    let within = args.wait.unwrap_or_default();
     let guard = if let Some(permits) = args.permits {
-        let semaphore = client.semaphore(name, permits).with_lease(args.ttl);
-        take!(
-            semaphore,
-            acquire,
-            acquire_timeout,
-            try_acquire,
-            Guard::Permit
+        let s = client.semaphore(name, permits).with_lease(ttl);
+        take(
+            args,
+            s.try_acquire(),
+            s.acquire_timeout(within),
+            s.acquire(),
         )
+        .await
     } else if args.shared {
-        let rw = client.rwlock(name).with_lease(args.ttl);
-        take!(rw, read, read_timeout, try_read, Guard::Read)
+        let rw = client.rwlock(name).with_lease(ttl);
+        take(args, rw.try_read(), rw.read_timeout(within), rw.read()).await
     } else if args.exclusive {
-        let rw = client.rwlock(name).with_lease(args.ttl);
-        take!(rw, write, write_timeout, try_write, Guard::Write)
+        let rw = client.rwlock(name).with_lease(ttl);
+        take(args, rw.try_write(), rw.write_timeout(within), rw.write()).await
     } else if args.fair {
-        let fair = client.fair_mutex(name).with_lease(args.ttl);
-        take!(fair, lock, lock_timeout, try_lock, Guard::Mutex)
+        let fair = client.fair_mutex(name).with_lease(ttl);
+        take(
+            args,
+            fair.try_lock(),
+            fair.lock_timeout(within),
+            fair.lock(),
+        )
+        .await
     } else {
-        let mutex = client.mutex(name).with_lease(args.ttl);
-        take!(mutex, lock, lock_timeout, try_lock, Guard::Mutex)
-    };
+        let mutex = client.mutex(name).with_lease(ttl);
+        take(
+            args,
+            mutex.try_lock(),
+            mutex.lock_timeout(within),
+            mutex.lock(),
+        )
+        .await
+    }?;
     Ok(guard.map(|guard| Held {
         guard,
         client: client.clone(),
         note: owner_note(),
     }))
+}
+
+/// Awaits `now` (`-n`), `within` (`-w`) or `wait` (neither), as `args`
+/// says, into an [`AnyGuard`]: `None` when the lock was held or the wait
+/// timed out.
+async fn take<G: Into<AnyGuard>>(
+    args: &RunArgs,
+    now: impl Future<Output = Result<Option<G>, redbell::Error>>,
+    within: impl Future<Output = Result<G, redbell::Error>>,
+    wait: impl Future<Output = Result<G, redbell::Error>>,
+) -> Result<Option<AnyGuard>, redbell::Error> {
+    let guard = if args.nonblock {
+        now.await?
+    } else if args.wait.is_some() {
+        match within.await {
+            Ok(guard) => Some(guard),
+            Err(redbell::Error::Timeout) => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        Some(wait.await?)
+    };
+    Ok(guard.map(Into::into))
 }
 
 /// `host:pid` of this process.
@@ -119,29 +118,12 @@ fn owner_note() -> String {
 }
 
 impl Held {
-    pub(super) fn name(&self) -> &str {
-        each!(&self.guard, g => g.name())
-    }
-
-    pub(super) fn token(&self) -> &str {
-        each!(&self.guard, g => g.token())
-    }
-
-    pub(super) fn fence(&self) -> u64 {
-        each!(&self.guard, g => g.fence())
-    }
-
-    /// Resets the lease to `lease` from now, if the hold is still ours.
-    pub(super) async fn extend(&self, lease: Duration) -> Result<(), redbell::Error> {
-        each!(&self.guard, g => g.extend(lease).await)
-    }
-
     /// Records (or refreshes) the owner note for `ttl`, for `redbell status`:
     /// best effort, as it only informs. One round trip.
     pub(super) async fn note_owner(&self, ttl: Duration) {
-        let write = self
-            .client
-            .set_owner_note(self.name(), self.token(), &self.note, ttl);
+        let write =
+            self.client
+                .set_owner_note(self.guard.name(), self.guard.token(), &self.note, ttl);
         let _ = tokio::time::timeout(ttl / 6, write).await;
     }
 
@@ -153,9 +135,8 @@ impl Held {
             client,
             note: _,
         } = self;
-        let name = each!(&guard, g => g.name().to_owned());
-        let token = each!(&guard, g => g.token().to_owned());
-        let released = each!(guard, g => g.unlock().await);
+        let (name, token) = (guard.name().to_owned(), guard.token().to_owned());
+        let released = guard.unlock().await;
         // Not while Redis fails: the note expires with the lease anyway.
         if !matches!(released, Err(redbell::Error::Redis(_))) {
             let _ = tokio::time::timeout(

@@ -1,21 +1,22 @@
-//! Handing the terminal to the command's group, as a shell does for a job.
+//! Handing the terminal to the command's group, as a shell does for a job
+//! (`run` and `elect` alike).
 
 use std::io::IsTerminal;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::Pid;
 
-use crate::process::group::signal_group;
+use super::group::signal_group;
 
 /// The controlling terminal on stdin, while `redbell` is its foreground.
-pub(super) struct Terminal {
+pub(crate) struct Terminal {
     /// Our own process group, which gets the terminal back.
     ours: Pid,
 }
 
 impl Terminal {
     /// `Some` when stdin is a terminal whose foreground group is ours.
-    pub(super) fn foreground() -> Option<Terminal> {
+    pub(crate) fn foreground() -> Option<Terminal> {
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
             return None;
@@ -26,7 +27,7 @@ impl Terminal {
 
     /// Makes `group` the terminal's foreground, and continues it in case it
     /// tried to read the terminal before (and was stopped by SIGTTIN).
-    pub(super) fn hand_to(self, group: Pid) -> Terminal {
+    pub(crate) fn hand_to(self, group: Pid) -> Terminal {
         if nix::unistd::tcsetpgrp(std::io::stdin(), group).is_ok() {
             signal_group(group, Signal::SIGCONT);
         }
@@ -35,7 +36,7 @@ impl Terminal {
 
     /// Job control is not proxied: a command stopped with Ctrl-Z would
     /// leave the terminal hung while the lock stays held, so continue it.
-    pub(super) fn resume_if_stopped(&self, group: Pid) {
+    pub(crate) fn resume_if_stopped(&self, group: Pid) {
         let stat = std::fs::read_to_string(format!("/proc/{group}/stat")).unwrap_or_default();
         let state = stat
             .rsplit_once(") ")
@@ -51,7 +52,7 @@ impl Terminal {
 
     /// Gives the terminal back to our group. We are a background group at
     /// this point, so SIGTTOU is blocked (on this thread) for the call.
-    pub(super) fn take_back(self) {
+    pub(crate) fn take_back(self) {
         let stdin = std::io::stdin();
         if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.ours) {
             return;

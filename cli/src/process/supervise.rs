@@ -1,12 +1,19 @@
-//! While the command runs: wait for it and for the rest of its group,
-//! forward signals, keep the lease renewed, and stop the group in time.
+//! The frame `run` and `elect` run their command in ([`Frame::run`]):
+//! start the guardian and feed it the lease's deadline, start the command
+//! (`child.rs`), hand it the terminal (`terminal.rs`), then, until the
+//! command and the rest of its group are gone, forward signals, keep the
+//! lease (a [`Lease`]: `run` renews its lock, `elect` watches the library
+//! renew the leadership) and stop the group in time; dismiss the guardian.
 //!
 //! The group must be dead before the lock's key can expire on the server,
-//! because another host may take the lock from then on. So a lease that was
-//! not renewed in time is treated as lost *before* its deadline: the group
-//! gets SIGTERM at the deadline − the grace − a margin, and SIGKILL at the
-//! deadline − the margin at the latest (`process/schedule.rs`). The
-//! guardian keeps to the same schedule should this loop not run.
+//! because another host may take the lock (or be elected) from then on. So
+//! a lease that was not renewed in time is treated as lost *before* its
+//! deadline: the group gets SIGTERM at the deadline − the grace − a margin,
+//! and SIGKILL at the deadline − the margin at the latest (`schedule.rs`).
+//! The deadline is the library's own (`deadline()` on the guard: the last
+//! confirmed renewal's send instant, plus the lease, minus the drift
+//! margin). The guardian keeps to the same schedule should this loop not
+//! run; this loop keeps to it should the guardian not run.
 //!
 //! A forwarded signal is followed by SIGCONT; a SIGTERM or SIGINT starts
 //! the grace as a lost lease does: SIGKILL once it is over (or at the
@@ -34,46 +41,53 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::hold::Held;
-use super::lease::Lease;
+use super::child::{self, Program};
+use super::group::{forward, group_alive, reap_adopted, signal_group};
+use super::guardian::Guardian;
+use super::schedule::Schedule;
+use super::signals::Signals;
 use super::terminal::Terminal;
-use crate::process::group::{forward, group_alive, reap_adopted, signal_group};
-use crate::process::guardian::Guardian;
-use crate::process::schedule::Schedule;
-use crate::process::signals::Signals;
+use crate::fail::{EX_TEMPFAIL, Failure};
 
-/// When an unrenewed lease must have its group stopped.
-fn stop_due(plan: Schedule, lease: &Lease) -> Instant {
-    plan.term_at(lease.deadline())
+/// The lease a command runs under, as the frame sees it.
+pub(crate) trait Lease {
+    /// The local instant until which the lease is known held (the guard's
+    /// `deadline()`): the lock's key cannot have expired on the server
+    /// before then.
+    fn deadline(&self) -> Instant;
+
+    /// Why the latest renewal failed, if it did and the lease knows: for
+    /// the message when the command is stopped for it.
+    fn failure(&self) -> Option<String>;
+
+    /// Keeps the lease renewed (or watches it renewed), feeding `guardian`
+    /// each deadline confirmed, soon enough for the guardian's schedule.
+    /// Resolves only when the lease is known lost; dropping it stops it.
+    async fn keep(&self, guardian: &Guardian);
 }
 
-/// When a group being stopped gets SIGKILL.
-fn kill_due(plan: Schedule, lease: &Lease, stop: Stop) -> Instant {
-    (stop.since + plan.grace).min(plan.kill_at(lease.deadline()))
+/// What the frame needs to know besides the lease.
+#[derive(Debug)]
+pub(crate) struct Frame<'a> {
+    /// What is held, for messages: `the lease on lock "x"`, `the leadership
+    /// of "x" (term 7)`.
+    pub(crate) what: &'a str,
+    pub(crate) schedule: Schedule,
+    /// `--max-hold` after the acquisition (`run` only).
+    pub(crate) max_hold_end: Option<Instant>,
+    pub(crate) verbose: bool,
 }
 
 /// How the command ended.
 #[derive(Debug)]
-pub(super) struct Outcome {
-    pub(super) status: io::Result<ExitStatus>,
+pub(crate) struct Ended {
+    pub(crate) status: io::Result<ExitStatus>,
     /// The lease was lost, could not be renewed in time, or outlived
-    /// `--max-hold`: the group was stopped for it.
-    pub(super) lost: bool,
-}
-
-/// What `supervise` needs to know.
-#[derive(Debug)]
-pub(super) struct Supervisor<'a> {
-    pub(super) name: &'a str,
-    /// The command's process group (its pid).
-    pub(super) group: Pid,
-    pub(super) lease: &'a Lease,
-    /// Fed each renewed deadline.
-    pub(super) guardian: &'a Guardian,
-    pub(super) schedule: Schedule,
-    /// `--max-hold` after the acquisition.
-    pub(super) max_hold_end: Option<Instant>,
-    pub(super) verbose: bool,
+    /// `--max-hold`, or the guardian died or acted: the group was stopped
+    /// for it (and it was reported on stderr).
+    pub(crate) lost: bool,
+    /// `redbell` got a signal and forwarded it.
+    pub(crate) signalled: bool,
 }
 
 /// The group is being stopped: SIGTERM was sent at `since`.
@@ -83,24 +97,112 @@ struct Stop {
     killed: Option<Instant>,
 }
 
-impl Supervisor<'_> {
+impl Frame<'_> {
+    /// Runs `program` (with `env`) under `lease`, and returns once it and
+    /// every process of its group are gone. An error means the command did
+    /// not run (the guardian could not start, the lease ran short before
+    /// the command could, or the program could not be started); the caller
+    /// still holds, and releases, the lease.
+    pub(crate) async fn run(
+        &self,
+        lease: &impl Lease,
+        program: Program<'_>,
+        env: &[(&str, String)],
+        signals: &mut Signals,
+    ) -> Result<Ended, Failure> {
+        // The guardian stops the command's group should redbell die first,
+        // or not renew the lease in time. It has the deadline before the
+        // command starts.
+        let guardian = Guardian::start(self.schedule)?;
+        let deadline = lease.deadline();
+        guardian.feed(deadline);
+        if Instant::now() >= self.schedule.term_at(deadline) {
+            // The acquisition's lease ran short before the command could
+            // start (a starved machine, a slow guardian): it would be
+            // stopped at once.
+            let _ = guardian.dismiss();
+            return Err(Failure::new(
+                EX_TEMPFAIL,
+                format!(
+                    "{} ran short before the command could start; the command was not run",
+                    self.what
+                ),
+            ));
+        }
+        let terminal = Terminal::foreground();
+        let (mut child, group) = match child::spawn(program, env, &guardian) {
+            Ok(spawned) => spawned,
+            Err(failure) => {
+                let _ = guardian.dismiss();
+                return Err(failure);
+            }
+        };
+        let terminal = terminal.map(|t| t.hand_to(group));
+        let supervisor = Supervisor {
+            frame: self,
+            group,
+            lease,
+            guardian: &guardian,
+        };
+        let mut ended = supervisor
+            .supervise(&mut child, signals, terminal.as_ref())
+            .await;
+        // The command and its whole group are gone; the lease is no longer
+        // kept by this frame.
+        let stopped_by_guardian = guardian.dismiss();
+        if let Some(terminal) = terminal {
+            terminal.take_back();
+        }
+        if stopped_by_guardian && !ended.lost {
+            ended.lost = true;
+            eprintln!(
+                "redbell: the guardian stopped the command: {} was not renewed in time \
+                 (redbell was stopped or starved)",
+                self.what
+            );
+        }
+        Ok(ended)
+    }
+}
+
+/// One command's supervision.
+struct Supervisor<'a, L> {
+    frame: &'a Frame<'a>,
+    /// The command's process group (its pid).
+    group: Pid,
+    lease: &'a L,
+    guardian: &'a Guardian,
+}
+
+/// When an unrenewed lease must have its group stopped.
+fn stop_due(plan: Schedule, lease: &impl Lease) -> Instant {
+    plan.term_at(lease.deadline())
+}
+
+/// When a group being stopped gets SIGKILL.
+fn kill_due(plan: Schedule, lease: &impl Lease, stop: Stop) -> Instant {
+    (stop.since + plan.grace).min(plan.kill_at(lease.deadline()))
+}
+
+impl<L: Lease> Supervisor<'_, L> {
     /// Runs until the command and every process of its group are gone.
-    /// Renewal stops when this returns.
-    pub(super) async fn supervise(
+    /// The lease is no longer kept when this returns.
+    async fn supervise(
         &self,
         child: &mut tokio::process::Child,
-        guard: &Held,
         signals: &mut Signals,
         terminal: Option<&Terminal>,
-    ) -> Outcome {
-        let plan = self.schedule;
+    ) -> Ended {
+        let plan = self.frame.schedule;
         let grace = plan.grace;
-        let renewal = self.lease.keep_renewed(guard, self.guardian);
+        let (what, verbose) = (self.frame.what, self.frame.verbose);
+        let renewal = self.lease.keep(self.guardian);
         tokio::pin!(renewal);
         let mut renewing = true;
         let mut status = None;
         let mut stop: Option<Stop> = None;
         let mut lost = false;
+        let mut signalled = false;
         // The guardian is alive (as far as we know).
         let mut guarded = true;
         let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -120,13 +222,14 @@ impl Supervisor<'_> {
                         eprintln!(
                             "redbell: the command left processes in its process group: sending \
                              them SIGTERM (SIGKILL after {})",
-                            crate::run::duration::human(grace)
+                            crate::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
                 }
                 sig = signals.recv() => {
-                    if self.verbose {
+                    signalled = true;
+                    if verbose {
                         eprintln!("redbell: forwarding {sig} to the command's process group");
                     }
                     forward(self.group, sig);
@@ -155,10 +258,9 @@ impl Supervisor<'_> {
                     lost = true;
                     if stop.is_none() {
                         eprintln!(
-                            "redbell: lost the lease on lock {:?}: sending SIGTERM to the \
-                             command's process group (SIGKILL after {})",
-                            self.name,
-                            crate::run::duration::human(grace)
+                            "redbell: lost {what}: sending SIGTERM to the command's process \
+                             group (SIGKILL after {})",
+                            crate::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
@@ -166,24 +268,23 @@ impl Supervisor<'_> {
                 () = sleep_until(Some(stop_at)), if stop.is_none() => {
                     if Instant::now() >= stop_due(plan, self.lease) {
                         lost = true;
+                        let why = self.lease.failure().map(|f| format!(" ({f})"));
                         eprintln!(
-                            "redbell: could not renew the lease on lock {:?} ({}): stopping the \
-                             command before the lease can expire: SIGTERM to its process group, \
-                             SIGKILL after {}",
-                            self.name,
-                            self.lease.failure().unwrap_or_else(|| "no answer".into()),
-                            crate::run::duration::human(grace)
+                            "redbell: could not renew {what} in time{}: stopping the command \
+                             before the lease can expire: SIGTERM to its process group, SIGKILL \
+                             after {}",
+                            why.unwrap_or_default(),
+                            crate::duration::human(grace)
                         );
                         stop = Some(self.terminate());
                     }
                 }
-                () = sleep_until(self.max_hold_end), if stop.is_none() => {
+                () = sleep_until(self.frame.max_hold_end), if stop.is_none() => {
                     lost = true;
                     eprintln!(
-                        "redbell: held lock {:?} for --max-hold: stopping the command as for a \
+                        "redbell: held {what} for --max-hold: stopping the command as for a \
                          lost lease: SIGTERM to its process group, SIGKILL after {}",
-                        self.name,
-                        crate::run::duration::human(grace)
+                        crate::duration::human(grace)
                     );
                     stop = Some(self.terminate());
                 }
@@ -221,11 +322,12 @@ impl Supervisor<'_> {
             }
         }
         reap_adopted(None);
-        Outcome {
+        Ended {
             // The loop only ends once the command was waited for.
             status: status
                 .unwrap_or_else(|| Err(io::Error::other("the command was not waited for"))),
             lost,
+            signalled,
         }
     }
 
@@ -239,7 +341,7 @@ impl Supervisor<'_> {
     /// told to SIGKILL the group at its end, should this loop not run then.
     fn grace_started(&self) -> Stop {
         let since = Instant::now();
-        self.guardian.kill_by(since + self.schedule.grace);
+        self.guardian.kill_by(since + self.frame.schedule.grace);
         Stop {
             since,
             killed: None,
