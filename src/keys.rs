@@ -1,9 +1,10 @@
 //! The shared vocabulary every other module may use, and which uses none of
 //! them but [`Error`]: lock kinds, key and channel naming, name and duration
 //! validation and their limits, the cluster hash slot, the replication
-//! setting, and the timings of the wait protocol (explained where the loop
+//! setting, the owner tokens, and the timings of the wait protocol (explained where the loop
 //! runs, in `acquire.rs`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::Error;
@@ -280,6 +281,47 @@ fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
+/// Where a client's owner tokens come from: the kind's tag letter (see
+/// [`Kind::token_tag`]), then 32 hex digits, unique across processes and
+/// clients.
+///
+/// The first 16 digits are random, drawn once per client; the last 16 are
+/// the client's counter through a bijection (so two distinct counts never
+/// give the same digits). A forked child cannot go on using its parent's
+/// client (its runtime and connections stay with the parent), so a client
+/// it builds draws a seed of its own. A token only has to be unique, not
+/// secret (`status` shows it to anyone who can read the key), and this
+/// costs no system call per acquisition: a random UUID each time did
+/// (`getrandom`), and so did mixing in the process id (`getpid`).
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    seed: u64,
+    count: AtomicU64,
+}
+
+impl Tokens {
+    pub(crate) fn new() -> Tokens {
+        Tokens {
+            seed: uuid::Uuid::new_v4().as_u64_pair().0,
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh owner token for a lock of this kind.
+    pub(crate) fn next(&self, kind: Kind) -> String {
+        let count = self.count.fetch_add(1, Ordering::Relaxed);
+        format!("{}{:016x}{:016x}", kind.token_tag(), self.seed, mix(count))
+    }
+}
+
+/// The splitmix64 finalizer: a bijection on `u64` that scatters nearby
+/// inputs.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,5 +398,24 @@ mod tests {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }
+    }
+
+    #[test]
+    fn tokens_are_unique_and_tagged_with_their_kind() {
+        let tokens = Tokens::new();
+        let (a, b) = (tokens.next(Kind::Plain), tokens.next(Kind::Plain));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 33);
+        assert!(a.starts_with('m'));
+        assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()));
+        for kind in [Kind::Fair, Kind::Read, Kind::Write] {
+            assert!(tokens.next(kind).starts_with(kind.token_tag()));
+        }
+        let many: std::collections::HashSet<String> =
+            (0..10_000).map(|_| tokens.next(Kind::Plain)).collect();
+        assert_eq!(many.len(), 10_000);
+        // Another client draws another seed (the 16 digits after the tag).
+        let other = Tokens::new().next(Kind::Plain);
+        assert_ne!(other[..17], a[..17]);
     }
 }

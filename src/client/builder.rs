@@ -407,7 +407,7 @@ impl ClientBuilder {
             renewer,
             background,
             id,
-            tokens: crate::acquire::Tokens::new(),
+            tokens: crate::keys::Tokens::new(),
             config,
             counters,
         })))

@@ -84,7 +84,7 @@ pub(crate) struct Inner {
     /// This client's id in waiter queues and wake channel names.
     pub(crate) id: String,
     /// This client's owner tokens.
-    pub(crate) tokens: crate::acquire::Tokens,
+    pub(crate) tokens: crate::keys::Tokens,
     pub(crate) config: Config,
     /// What the client did, for [`Client::stats`] (and the `metrics`
     /// feature); shared with the hub, the renewer and the worker.
