@@ -373,7 +373,8 @@ use crate::Error;
 use crate::client::Client;
 use crate::guard::Held;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
-use crate::lease::{Lease, Renewal};
+use crate::lease::Lease;
+use crate::renewer::Renewal;
 use crate::scripts::{self, Acquire, Queue};
 use crate::stats::{Counters, Outcome};
 

@@ -13,7 +13,8 @@ use crate::Error;
 use crate::background;
 use crate::client::Client;
 use crate::keys::{LockKeys, Replication, lease_ms};
-use crate::lease::{Lease, Renewal};
+use crate::lease::Lease;
+use crate::renewer::Renewal;
 use crate::scripts::{self, Owned};
 use crate::stats::LostCause;
 

@@ -125,6 +125,7 @@ mod access;
 mod background;
 mod hub;
 mod lease;
+mod renewer;
 // The client.
 mod client;
 // What a guard is made of.

@@ -18,7 +18,8 @@ use crate::background;
 use crate::conn::{self, Conn, Sentinels, Tls};
 use crate::hub::Hub;
 use crate::keys::{Replication, lease_ms, validate_name};
-use crate::lease::{Renewer, drift};
+use crate::lease::drift;
+use crate::renewer::Renewer;
 use crate::stats::Counters;
 
 /// Where a client's server is, and how to reach it.

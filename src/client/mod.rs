@@ -19,7 +19,7 @@ use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication};
-use crate::lease::Renewer;
+use crate::renewer::Renewer;
 use crate::stats::{Counters, Stats};
 
 /// A connection to one Redis server, shared by every lock made from it.
