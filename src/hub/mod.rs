@@ -1,9 +1,10 @@
-//! The pub/sub hub of one client: a [registry] of the local
+//! The pub/sub hub of one client: a [registry] (routing the [message]s) of the local
 //! waiters per wake channel, and the [connection task](connection) that
 //! keeps those channels subscribed. How waiters use it is the wait protocol,
 //! explained where its loop runs, in `acquire.rs`.
 
 mod connection;
+mod message;
 /// Also used by the election's observers, which subscribe on their own.
 pub(crate) mod pubsub;
 mod registry;
