@@ -111,6 +111,7 @@
 // The modules from the bottom up: each uses only those above it. (The
 // comments keep rustfmt from sorting them.)
 // The vocabulary everyone shares.
+mod backoff;
 mod error;
 mod keys;
 mod task;

@@ -21,6 +21,7 @@ use redis::RedisResult;
 use tokio_stream::{Stream, StreamExt};
 
 use super::{Conn, Inner, Source};
+use crate::backoff::Backoff;
 
 /// One sentinel's `+switch-master` announcements, from a subscription.
 pub(super) type Switches = Pin<Box<dyn Stream<Item = redis::Msg> + Send>>;
@@ -51,7 +52,7 @@ pub(super) async fn subscribe_switches(
 /// later); a client left on it would keep granting locks that the new
 /// primary knows nothing of. `first` is the subscription made before the
 /// client first asked for the primary. Reconnects with a backoff while the
-/// sentinel is unreachable, and after each new subscription re-resolves
+/// sentinel is unreachable (100 ms to 5 s, jittered), and after each new subscription re-resolves
 /// once (what was announced while nobody listened is missed); ends when the
 /// `Conn` is gone.
 pub(super) async fn follow_switches(
@@ -59,7 +60,7 @@ pub(super) async fn follow_switches(
     sentinel: redis::Client,
     mut first: Option<Switches>,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let (switches, fresh) = match first.take() {
             Some(switches) => (Some(switches), false),
@@ -72,7 +73,7 @@ pub(super) async fn follow_switches(
             }
         };
         if let Some(mut messages) = switches {
-            backoff = Duration::from_millis(100);
+            backoff.reset();
             if fresh {
                 let Some(inner) = conn.upgrade() else { return };
                 if let Err(e) = Conn(inner).resolve().await {
@@ -103,7 +104,6 @@ pub(super) async fn follow_switches(
         if conn.strong_count() == 0 {
             return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }

@@ -61,6 +61,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::oneshot;
 
 use crate::Error;
+use crate::backoff::Backoff;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -72,7 +73,8 @@ use crate::keys::hash_slot;
 /// again (see the module docs): by then the cluster has settled.
 pub(super) const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
 
-/// The first retry of a failed or lost subscription, doubled per failure.
+/// The shortest delay before retrying a failed or lost subscription (the
+/// delays grow with jitter, `backoff.rs`).
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 
 /// The longest wait between two retries of one channel.
@@ -102,8 +104,10 @@ pub(super) struct Shards {
 }
 
 struct Retry {
+    /// When to subscribe again.
     at: Instant,
-    backoff: Duration,
+    /// The delays between attempts.
+    backoff: Backoff,
 }
 
 /// What a finished subscription task reports.
@@ -278,13 +282,13 @@ impl Shards {
                 None
             }
             Err(error) => {
-                let retry = self.retry.entry(channel.clone()).or_insert(Retry {
+                let retry = self.retry.entry(channel.clone()).or_insert_with(|| Retry {
                     at: Instant::now(),
-                    backoff: FIRST_RETRY / 2,
+                    backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
                 });
-                retry.backoff = (retry.backoff * 2).min(MAX_RETRY);
-                retry.at = Instant::now() + retry.backoff;
-                tracing::debug!(%channel, %error, retry_in = ?retry.backoff, "SSUBSCRIBE failed");
+                let delay = retry.backoff.next_delay();
+                retry.at = Instant::now() + delay;
+                tracing::debug!(%channel, %error, retry_in = ?delay, "SSUBSCRIBE failed");
                 if let Some(entry) = self.shared.lock().get_mut(&channel) {
                     entry.subscribed = false;
                 }
@@ -311,9 +315,9 @@ impl Shards {
         }
         for channel in channels {
             self.recheck.remove(channel);
-            self.retry.entry(channel.clone()).or_insert(Retry {
+            self.retry.entry(channel.clone()).or_insert_with(|| Retry {
                 at: now,
-                backoff: FIRST_RETRY / 2,
+                backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
             });
         }
     }
