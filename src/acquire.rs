@@ -371,11 +371,11 @@ use tracing::Instrument;
 
 use crate::Error;
 use crate::client::Client;
-use crate::guard::Held;
+use crate::guard::Acquisition;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::Lease;
 use crate::renewer::Renewal;
-use crate::scripts::{self, Acquire, Queue};
+use crate::scripts::{self, Attempt, Queue};
 use crate::stats::{Counters, Outcome};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
@@ -476,7 +476,7 @@ impl Acquirer {
     }
 
     /// Waits until acquired: the loop of the module docs.
-    pub(crate) async fn lock(&self) -> Result<Held, Error> {
+    pub(crate) async fn lock(&self) -> Result<Acquisition, Error> {
         self.observed(self.wait(None)).await
     }
 
@@ -486,8 +486,8 @@ impl Acquirer {
     /// wait in µs).
     async fn observed(
         &self,
-        acquisition: impl Future<Output = Result<Held, Error>>,
-    ) -> Result<Held, Error> {
+        acquisition: impl Future<Output = Result<Acquisition, Error>>,
+    ) -> Result<Acquisition, Error> {
         let span = tracing::debug_span!(
             "redbell.acquire",
             lock = %self.name(),
@@ -514,7 +514,7 @@ impl Acquirer {
 
     /// The wait loop itself; `deadline` is `lock_timeout`'s (a fair grant
     /// read after it is not taken).
-    async fn wait(&self, deadline: Option<Instant>) -> Result<Held, Error> {
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Acquisition, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -638,7 +638,7 @@ impl Acquirer {
 
     /// As [`lock`](Self::lock), with [`Error::Timeout`] at the deadline; a
     /// zero timeout makes exactly one attempt.
-    pub(crate) async fn lock_timeout(&self, timeout: Duration) -> Result<Held, Error> {
+    pub(crate) async fn lock_timeout(&self, timeout: Duration) -> Result<Acquisition, Error> {
         if timeout.is_zero() {
             return self.try_lock().await?.ok_or(Error::Timeout);
         }
@@ -656,7 +656,7 @@ impl Acquirer {
     }
 
     /// One attempt that never waits, queues or subscribes.
-    pub(crate) async fn try_lock(&self) -> Result<Option<Held>, Error> {
+    pub(crate) async fn try_lock(&self) -> Result<Option<Acquisition>, Error> {
         let mut tally = Tally::new(self, tracing::Span::none());
         let result = self.try_once().await;
         tally.end(match &result {
@@ -670,7 +670,7 @@ impl Acquirer {
         result
     }
 
-    async fn try_once(&self) -> Result<Option<Held>, Error> {
+    async fn try_once(&self) -> Result<Option<Acquisition>, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -690,7 +690,7 @@ impl Acquirer {
         token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
-    ) -> Result<Result<Held, (Option<Duration>, Option<u64>)>, Error> {
+    ) -> Result<Result<Acquisition, (Option<Duration>, Option<u64>)>, Error> {
         let inner = &self.client.0;
         let sent = Instant::now();
         let mut in_flight = InFlight {
@@ -717,7 +717,7 @@ impl Acquirer {
                 scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
         }
         match result {
-            Ok((Acquire::Acquired { .. }, Some(acked)))
+            Ok((Attempt::Acquired { .. }, Some(acked)))
                 if self.replication.is_some_and(|r| acked < r.replicas) =>
             {
                 // Not known to survive a failover: give it back, and say so.
@@ -729,7 +729,7 @@ impl Acquirer {
                     wanted: self.replication.map_or(0, |r| r.replicas),
                 })
             }
-            Ok((Acquire::Acquired { fence }, _)) => {
+            Ok((Attempt::Acquired { fence }, _)) => {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
@@ -745,7 +745,7 @@ impl Acquirer {
                 });
                 Ok(Ok(self.held(keys, token, fence, lease, renewal)))
             }
-            Ok((Acquire::Held { pttl_ms, server_us }, _)) => {
+            Ok((Attempt::Held { pttl_ms, server_us }, _)) => {
                 in_flight.token = None;
                 Ok(Err((pttl_ms.map(Duration::from_millis), server_us)))
             }
@@ -771,11 +771,11 @@ impl Acquirer {
         fence: u64,
         lease: Arc<Lease>,
         renewal: Option<Renewal>,
-    ) -> Held {
+    ) -> Acquisition {
         let counters = &self.client.0.counters;
         lease.observe(counters.clone(), keys.clone());
         counters.guards(1);
-        Held {
+        Acquisition {
             client: self.client.clone(),
             keys: keys.clone(),
             token: token.to_owned(),

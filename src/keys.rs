@@ -91,10 +91,10 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     /// The protocol, which picks the scripts.
     pub(crate) kind: Kind,
-    /// Where the guard's token lives: `P:{N}` (the owner's token, with the
-    /// lease as its expiry), `P:{N}:readers` for a reader, or
+    /// Where the guard's token lives, by kind: `P:{N}` (the owner's token,
+    /// with the lease as its expiry), `P:{N}:readers` for a reader, or
     /// `P:{N}:holders` for a semaphore permit (token -> expiry ms).
-    pub(crate) lock: String,
+    pub(crate) token_key: String,
     /// `P:{N}`: a read-write lock's writer key.
     pub(crate) writer: String,
     /// `P:{N}:readers`: a read-write lock's readers (token -> expiry ms).
@@ -103,15 +103,15 @@ pub(crate) struct LockKeys {
     pub(crate) fence: String,
     /// Expiry of the fence key, in ms.
     pub(crate) fence_ttl_ms: u64,
-    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry),
+    /// The waiter queue, by kind: `P:{N}:waiters` (plain: member -> expiry),
     /// `P:{N}:fifo` (fair: member -> arrival), `P:{N}:queue` (semaphore:
     /// member -> arrival) or `P:{N}:writers` (read-write: waiting writers'
     /// intents, member -> expiry).
-    pub(crate) waiters: String,
+    pub(crate) queue: String,
     /// The queue's expiries, member -> expiry: `P:{N}:queue:expiry`
     /// (semaphore); the fair queue has none (`P:{N}:fifo:expiry`, written
     /// by older clients, is only deleted).
-    pub(crate) expiry: String,
+    pub(crate) queue_expiry: String,
     /// `P:{N}:permits`: a semaphore's permit count; it lives while any
     /// permit does, so the RwLock's acquires, reading it with the fence,
     /// look for live permits only when it exists (one kind per name).
@@ -146,7 +146,7 @@ impl LockKeys {
         validate_name(name)?;
         let base = format!("{prefix}:{{{name}}}");
         let wake_prefix = format!("{base}:wake:");
-        let waiters = match kind {
+        let queue = match kind {
             Kind::Plain | Kind::Election => format!("{base}:waiters"),
             Kind::Fair => format!("{base}:fifo"),
             Kind::Semaphore => format!("{base}:queue"),
@@ -159,8 +159,8 @@ impl LockKeys {
             kind,
             fence: format!("{base}:fence"),
             fence_ttl_ms: millis(fence_ttl),
-            expiry: format!("{waiters}:expiry"),
-            waiters,
+            queue_expiry: format!("{queue}:expiry"),
+            queue,
             count: format!("{base}:permits"),
             holders: holders.clone(),
             permits: 0,
@@ -173,7 +173,7 @@ impl LockKeys {
                 }
             },
             wake_prefix,
-            lock: match kind {
+            token_key: match kind {
                 Kind::Read => readers.clone(),
                 Kind::Semaphore => holders,
                 _ => base.clone(),
@@ -390,10 +390,17 @@ mod tests {
             Kind::Election,
         ] {
             let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
-            let slot = hash_slot(&k.lock);
+            let slot = hash_slot(&k.token_key);
             for key in [
-                &k.writer, &k.readers, &k.fence, &k.waiters, &k.expiry, &k.handoff, &k.channel,
-                &k.count, &k.holders,
+                &k.writer,
+                &k.readers,
+                &k.fence,
+                &k.queue,
+                &k.queue_expiry,
+                &k.handoff,
+                &k.channel,
+                &k.count,
+                &k.holders,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

@@ -143,7 +143,7 @@ mod fair;
 mod rwlock;
 mod survey;
 
-pub use admin::{Hold, LockInfo, LockKind, LockStatus, SemaphoreStatus};
+pub use admin::{BrokenLock, Holder, LockInfo, LockKind, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
 pub use election::{Election, Leader, Leadership, Observer};
 pub use error::Error;

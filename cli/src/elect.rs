@@ -359,8 +359,8 @@ async fn confirmed_deadline(
     within: Duration,
 ) -> Result<Instant, String> {
     let sent = Instant::now();
-    let status = match tokio::time::timeout(within, client.status(name)).await {
-        Ok(Ok(status)) => status,
+    let info = match tokio::time::timeout(within, client.inspect(name)).await {
+        Ok(Ok(info)) => info,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => {
             return Err(format!(
@@ -369,8 +369,8 @@ async fn confirmed_deadline(
             ));
         }
     };
-    match (status.holder, status.fence, status.ttl) {
-        (Some(_), Some(fence), Some(left)) if fence == term => {
+    match (info.holder.and_then(|holder| holder.ttl), info.fence) {
+        (Some(left), Some(fence)) if fence == term => {
             Ok((sent + left).checked_sub(drift(left)).unwrap_or(sent))
         }
         _ => Err(format!("the lock is no longer held in term {term}")),

@@ -252,7 +252,7 @@ async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_asked_of_a_replica_reports_readonly_not_a_wrong_type() {
     let topo = Topology::start().await;
-    let on_replica = Client::connect(&topo.replica_url())
+    let on_replica = Client::connect(topo.replica_url())
         .await
         .expect("a client of the replica");
     let name = unique("on-replica");
@@ -388,7 +388,7 @@ async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
 
     works_again(&a, Duration::from_secs(15)).await;
     let released = Instant::now();
-    first.release().await.expect("release on the new primary");
+    first.unlock().await.expect("release on the new primary");
     let fence = timeout(Duration::from_secs(10), permit_waiter)
         .await
         .expect("the permit waiter was not served within 10 s of the release")
@@ -404,7 +404,7 @@ async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
         .expect("task")
         .expect("b's leadership");
     assert!(next > term, "term {next} after term {term}");
-    second.release().await.expect("release");
+    second.unlock().await.expect("release");
     eprintln!("semaphore waiter served {served:?} after the release; next term {next} > {term}");
 }
 

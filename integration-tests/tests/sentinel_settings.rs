@@ -68,7 +68,7 @@ async fn primary_credentials_and_db_are_kept_across_a_failover() {
 
     let connect = || {
         Client::sentinel_builder(&sentinels, MASTER)
-            .primary_auth(None, PW)
+            .primary_password(PW)
             .primary_db(DB)
             .connect()
     };

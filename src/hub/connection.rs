@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::pubsub::{self, Event, Sink, Stream};
-use super::registry::Shared;
+use super::registry::Registry;
 use super::shards::Shards;
 use crate::Error;
 use crate::backoff::Backoff;
@@ -89,7 +89,7 @@ struct Connection {
 pub(super) struct Control {
     /// Where the primary is; re-resolved before each reconnect.
     primary: Conn,
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     /// Lets dispatchers report a disconnect without keeping the hub alive.
     ops_tx: mpsc::WeakUnboundedSender<Op>,
     connect_timeout: Duration,
@@ -119,7 +119,7 @@ pub(super) struct Control {
 impl Control {
     pub(super) fn new(
         primary: Conn,
-        shared: Arc<Shared>,
+        shared: Arc<Registry>,
         ops_tx: mpsc::WeakUnboundedSender<Op>,
         connect_timeout: Duration,
         linger: Duration,
@@ -498,7 +498,7 @@ impl Control {
 /// disconnect when the stream ends.
 async fn dispatch(
     mut stream: Stream,
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     ops: mpsc::WeakUnboundedSender<Op>,
     generation: u64,
 ) {

@@ -14,8 +14,9 @@ use crate::background::{self, Work};
 use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS};
 use crate::stats::{Counters, Wakeup};
 
-/// State shared by the hub's tasks and the waiters.
-pub(super) struct Shared {
+/// The waiter registry: per wake channel, the local waiters; shared by the
+/// hub's tasks and the waiters.
+pub(super) struct Registry {
     /// Channel name -> local waiters. Only touched with the lock held, and
     /// the lock is never held across an `.await`.
     pub(super) channels: StdMutex<HashMap<String, Entry>>,
@@ -178,7 +179,7 @@ fn backup_ms(kind: Kind) -> u64 {
     }
 }
 
-impl Shared {
+impl Registry {
     pub(super) fn lock(&self) -> StdMutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert, remove or field write), so

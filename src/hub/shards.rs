@@ -66,7 +66,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::pubsub;
-use super::registry::Shared;
+use super::registry::Registry;
 use crate::keys::hash_slot;
 
 /// How long after a subscription made to recover from a loss it is checked
@@ -82,7 +82,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 
 /// The per-shard state of a cluster's subscriptions.
 pub(super) struct Shards {
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     connect_timeout: Duration,
     probe: Duration,
     /// Channels whose subscription failed or was lost: when to try again,
@@ -132,7 +132,7 @@ enum Why {
 }
 
 impl Shards {
-    pub(super) fn new(shared: Arc<Shared>, connect_timeout: Duration, probe: Duration) -> Shards {
+    pub(super) fn new(shared: Arc<Registry>, connect_timeout: Duration, probe: Duration) -> Shards {
         Shards {
             shared,
             connect_timeout,
