@@ -23,7 +23,7 @@
 //! leadership, nor the process that leads. Its dead-man timer is fed
 //! from Redis, as the library does not tell when its lease can expire:
 //! every twentieth of the lease, `redbell` reads the lock's holder, fence
-//! and remaining lease in one script ([`redbell::Client::status`]); while
+//! and remaining lease in one script ([`redbell::Client::inspect`]); while
 //! the holder's fence is this term (a later acquisition would have raised
 //! it), the key lives at least the remaining lease past the instant the
 //! reading was *sent*, less the drift margin. Readings are sent a

@@ -17,8 +17,7 @@ const PASS_LUA: &str = concat!(
     include_str!("lua/pass.lua")
 );
 
-/// Every kind of lock (`Client::status` and `force_unlock` are views of
-/// these two).
+/// Every kind of lock (`Client::inspect` and `break_lock`).
 const INSPECT_LUA: &str = include_str!("lua/inspect.lua");
 const BREAK_LOCK_LUA: &str = concat!(
     include_str!("lua/wake_next.lua"),
