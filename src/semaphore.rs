@@ -138,17 +138,13 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidName`], [`Error::InvalidPermits`],
-    ///   [`Error::InvalidLease`] for bad input.
+    /// As [`Mutex::lock`](crate::Mutex::lock) (bad input, a name in use as
+    /// another kind, foreign data, too few replicas, Redis failing; its
+    /// "While Redis is unreachable" holds here too), and:
+    ///
+    /// - [`Error::InvalidPermits`] for zero permits.
     /// - [`Error::PermitsMismatch`] when the semaphore exists with another
     ///   permit count.
-    /// - [`Error::KindConflict`] when the name is in use as another kind of
-    ///   lock; nothing was written.
-    /// - [`Error::WrongType`] when one of its keys holds foreign data.
-    /// - [`Error::NotReplicated`] with `min_replica_acks`, when too few
-    ///   replicas acknowledged (the permit was given back).
-    /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
-    ///   held (a possibly applied attempt is released in the background).
     ///
     /// # Cancel safety
     ///
