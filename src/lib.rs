@@ -108,8 +108,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-// The modules from the bottom up: each uses only those above it. (The
-// comments keep rustfmt from sorting them.)
+// The modules from the bottom up: each uses only those above it, which
+// `make lint` checks (scripts/check-layers.py). (The comments keep rustfmt
+// from sorting them across groups.)
 // The vocabulary everyone shares.
 mod backoff;
 mod error;
