@@ -43,11 +43,12 @@
 //! # Connecting
 //!
 //! [`Client::connect`] takes a URL (`redis://`, `rediss://` with a TLS
-//! feature, `redis+unix://`); [`Client::builder`] takes anything redis-rs
-//! takes for one server and the options of [`ClientBuilder`] (lease,
-//! renewal, prefix, TLS certificates with a TLS feature, replica
-//! acknowledgements). [`Client::sentinel`] follows a primary across
-//! failovers; [`Client::cluster`] uses sharded pub/sub on a Redis Cluster.
+//! feature, `redis+unix://`) or anything else redis-rs takes for one
+//! server; [`Client::builder`] takes the same, and the options of
+//! [`ClientBuilder`] (lease, renewal, prefix, TLS certificates with a TLS
+//! feature, replica acknowledgements). [`Client::sentinel`] follows a
+//! primary across failovers; [`Client::cluster`] uses sharded pub/sub on a
+//! Redis Cluster. Both take their URLs as any iterator of strings.
 //! The server must be Redis 7.0 or newer (or Valkey 7.2+), and allow Lua
 //! scripts and pub/sub to the client's user.
 //!
