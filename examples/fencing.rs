@@ -27,7 +27,7 @@ impl Storage {
 #[tokio::main]
 async fn main() -> Result<(), redbell::Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redbell::Client::connect(&url).await?;
+    let client = redbell::Client::connect(url.as_str()).await?;
     let name = format!("fencing-example-{}", std::process::id());
     let mut storage = Storage::default();
 

@@ -12,8 +12,8 @@ async fn main() -> Result<(), redbell::Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let name = format!("leader-example-{}", std::process::id());
     // Two candidates, as two services would be.
-    let a = redbell::Client::connect(&url).await?;
-    let b = redbell::Client::connect(&url).await?;
+    let a = redbell::Client::connect(url.as_str()).await?;
+    let b = redbell::Client::connect(url.as_str()).await?;
 
     // The observer: first the current leader (none yet), then each change.
     let mut changes = a.election(&name).observe();

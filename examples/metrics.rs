@@ -46,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .set_buckets_for_metric(Matcher::Full("redbell_wait_seconds".into()), &WAIT_BUCKETS)?
         .install()?;
 
-    let client = redbell::Client::connect(&url).await?;
+    let client = redbell::Client::connect(url.as_str()).await?;
     let name = format!("metrics-example-{}", std::process::id());
     let mut tasks = Vec::new();
     for _ in 0..8 {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 #[tokio::main]
 async fn main() -> Result<(), redbell::Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redbell::Client::connect(&url).await?;
+    let client = redbell::Client::connect(url.as_str()).await?;
     let name = format!("quickstart-{}", std::process::id());
 
     let guard = client.mutex(&name).lock().await?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 #[tokio::main]
 async fn main() -> Result<(), redbell::Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redbell::Client::connect(&url).await?;
+    let client = redbell::Client::connect(url.as_str()).await?;
     let lock = client.rwlock(&format!("rwlock-example-{}", std::process::id()));
 
     // Readers at once: 0 = free, >0 = readers inside, -1 = a writer inside.

@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .renew_every(Duration::from_millis(333))
         .connect()
         .await?;
-    let rival = redbell::Client::connect(&url).await?;
+    let rival = redbell::Client::connect(url.as_str()).await?;
     let name = format!("watchdog-example-{}", std::process::id());
 
     // 1. A long job under a short, renewed lease.

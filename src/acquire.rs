@@ -83,7 +83,6 @@
 //! is sent once more on the fresh one (argued in `attempt`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -91,10 +90,11 @@ use tracing::Instrument;
 
 use crate::Error;
 use crate::client::Client;
-use crate::guard::Held;
+use crate::guard::Acquisition;
 use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
-use crate::lease::{Lease, Renewal};
-use crate::scripts::{self, Acquire, Queue};
+use crate::lease::Lease;
+use crate::renewer::Renewal;
+use crate::scripts::{self, Attempt, Queue};
 use crate::stats::{Counters, Outcome};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
@@ -195,7 +195,7 @@ impl Acquirer {
     }
 
     /// Waits until acquired: the loop of the module docs.
-    pub(crate) async fn lock(&self) -> Result<Held, Error> {
+    pub(crate) async fn lock(&self) -> Result<Acquisition, Error> {
         self.observed(self.wait(None)).await
     }
 
@@ -205,8 +205,8 @@ impl Acquirer {
     /// wait in µs).
     async fn observed(
         &self,
-        acquisition: impl Future<Output = Result<Held, Error>>,
-    ) -> Result<Held, Error> {
+        acquisition: impl Future<Output = Result<Acquisition, Error>>,
+    ) -> Result<Acquisition, Error> {
         let span = tracing::debug_span!(
             "redbell.acquire",
             lock = %self.name(),
@@ -233,7 +233,7 @@ impl Acquirer {
 
     /// The wait loop itself; `deadline` is `lock_timeout`'s (a fair grant
     /// read after it is not taken).
-    async fn wait(&self, deadline: Option<Instant>) -> Result<Held, Error> {
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Acquisition, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -357,7 +357,7 @@ impl Acquirer {
 
     /// As [`lock`](Self::lock), with [`Error::Timeout`] at the deadline; a
     /// zero timeout makes exactly one attempt.
-    pub(crate) async fn lock_timeout(&self, timeout: Duration) -> Result<Held, Error> {
+    pub(crate) async fn lock_timeout(&self, timeout: Duration) -> Result<Acquisition, Error> {
         if timeout.is_zero() {
             return self.try_lock().await?.ok_or(Error::Timeout);
         }
@@ -375,7 +375,7 @@ impl Acquirer {
     }
 
     /// One attempt that never waits, queues or subscribes.
-    pub(crate) async fn try_lock(&self) -> Result<Option<Held>, Error> {
+    pub(crate) async fn try_lock(&self) -> Result<Option<Acquisition>, Error> {
         let mut tally = Tally::new(self, tracing::Span::none());
         let result = self.try_once().await;
         tally.end(match &result {
@@ -389,7 +389,7 @@ impl Acquirer {
         result
     }
 
-    async fn try_once(&self) -> Result<Option<Held>, Error> {
+    async fn try_once(&self) -> Result<Option<Acquisition>, Error> {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
@@ -409,7 +409,7 @@ impl Acquirer {
         token: &str,
         lease_ms: u64,
         queue: Option<Queue<'_>>,
-    ) -> Result<Result<Held, (Option<Duration>, Option<u64>)>, Error> {
+    ) -> Result<Result<Acquisition, (Option<Duration>, Option<u64>)>, Error> {
         let inner = &self.client.0;
         let sent = Instant::now();
         let mut in_flight = InFlight {
@@ -436,7 +436,7 @@ impl Acquirer {
                 scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
         }
         match result {
-            Ok((Acquire::Acquired { .. }, Some(acked)))
+            Ok((Attempt::Acquired { .. }, Some(acked)))
                 if self.replication.is_some_and(|r| acked < r.replicas) =>
             {
                 // Not known to survive a failover: give it back, and say so.
@@ -448,7 +448,7 @@ impl Acquirer {
                     wanted: self.replication.map_or(0, |r| r.replicas),
                 })
             }
-            Ok((Acquire::Acquired { fence }, _)) => {
+            Ok((Attempt::Acquired { fence }, _)) => {
                 in_flight.token = None;
                 drop(in_flight);
                 let lease = Lease::new(sent, Duration::from_millis(lease_ms));
@@ -464,7 +464,7 @@ impl Acquirer {
                 });
                 Ok(Ok(self.held(keys, token, fence, lease, renewal)))
             }
-            Ok((Acquire::Held { pttl_ms, server_us }, _)) => {
+            Ok((Attempt::Held { pttl_ms, server_us }, _)) => {
                 in_flight.token = None;
                 Ok(Err((pttl_ms.map(Duration::from_millis), server_us)))
             }
@@ -491,11 +491,11 @@ impl Acquirer {
         fence: u64,
         lease: Arc<Lease>,
         renewal: Option<Renewal>,
-    ) -> Held {
+    ) -> Acquisition {
         let counters = &self.client.0.counters;
         lease.observe(counters.clone(), keys.clone());
         counters.guards(1);
-        Held {
+        Acquisition {
             client: self.client.clone(),
             keys: keys.clone(),
             token: token.to_owned(),
@@ -593,47 +593,6 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// Where a client's owner tokens come from: the kind's tag letter (see
-/// [`Kind::token_tag`]), then 32 hex digits, unique across processes and
-/// clients.
-///
-/// The first 16 digits are random, drawn once per client; the last 16 are
-/// the client's counter through a bijection (so two distinct counts never
-/// give the same digits). A forked child cannot go on using its parent's
-/// client (its runtime and connections stay with the parent), so a client
-/// it builds draws a seed of its own. A token only has to be unique, not
-/// secret (`status` shows it to anyone who can read the key), and this
-/// costs no system call per acquisition: a random UUID each time did
-/// (`getrandom`), and so did mixing in the process id (`getpid`).
-#[derive(Debug)]
-pub(crate) struct Tokens {
-    seed: u64,
-    count: AtomicU64,
-}
-
-impl Tokens {
-    pub(crate) fn new() -> Tokens {
-        Tokens {
-            seed: uuid::Uuid::new_v4().as_u64_pair().0,
-            count: AtomicU64::new(0),
-        }
-    }
-
-    /// A fresh owner token for a lock of this kind.
-    pub(crate) fn next(&self, kind: Kind) -> String {
-        let count = self.count.fetch_add(1, Ordering::Relaxed);
-        format!("{}{:016x}{:016x}", kind.token_tag(), self.seed, mix(count))
-    }
-}
-
-/// The splitmix64 finalizer: a bijection on `u64` that scatters nearby
-/// inputs.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 /// Releases an acquire attempt's token in the background if the attempt's
 /// future is dropped (or fails) before its outcome is known.
 struct InFlight<'a> {
@@ -650,29 +609,5 @@ impl Drop for InFlight<'_> {
                 .0
                 .release_in_background(self.keys.clone(), token.to_owned());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_unique_and_tagged_with_their_kind() {
-        let tokens = Tokens::new();
-        let (a, b) = (tokens.next(Kind::Plain), tokens.next(Kind::Plain));
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 33);
-        assert!(a.starts_with('m'));
-        assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()));
-        for kind in [Kind::Fair, Kind::Read, Kind::Write] {
-            assert!(tokens.next(kind).starts_with(kind.token_tag()));
-        }
-        let many: std::collections::HashSet<String> =
-            (0..10_000).map(|_| tokens.next(Kind::Plain)).collect();
-        assert_eq!(many.len(), 10_000);
-        // Another client draws another seed (the 16 digits after the tag).
-        let other = Tokens::new().next(Kind::Plain);
-        assert_ne!(other[..17], a[..17]);
     }
 }

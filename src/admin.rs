@@ -11,26 +11,6 @@ use std::time::Duration;
 use crate::keys::{Kind, LockKeys, lease_ms};
 use crate::{Client, Error, Leader, scripts};
 
-/// A snapshot of one lock, taken atomically on the server by
-/// [`Client::status`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockStatus {
-    /// The lock's name.
-    pub name: String,
-    /// The current holder's owner token; `None` when the lock is free.
-    pub holder: Option<String>,
-    /// The holder's remaining lease; `None` when the lock is free or its key
-    /// has no expiry.
-    pub ttl: Option<Duration>,
-    /// The last fence handed out for this name; `None` if none is
-    /// remembered (never locked, or idle longer than the fence's expiry).
-    pub fence: Option<u64>,
-    /// Waiters queued for the lock, across all clients (entries not yet
-    /// expired).
-    pub waiters: u64,
-}
-
 /// A snapshot of one [`Semaphore`](crate::Semaphore), taken atomically on
 /// the server by [`Client::semaphore_status`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,56 +61,17 @@ impl Client {
             fence: fence.parse().ok(),
         })
     }
+}
 
-    /// Reads the state of the lock `name`: holder, remaining lease, last
-    /// fence and queued waiters, in one atomic script call. A narrower view
-    /// of [`inspect`](Client::inspect), which also tells the kind, the
-    /// readers and the owner notes.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
-    /// lock's keys hold foreign data, [`Error::Redis`] when Redis fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
-        let info = self.inspect(name).await?;
-        let (holder, ttl) = match info.holder {
-            Some(h) => (Some(h.token), h.ttl),
-            None => (None, None),
-        };
-        Ok(LockStatus {
-            name: info.name,
-            holder,
-            ttl,
-            fence: info.fence,
-            waiters: info.waiters,
-        })
-    }
-
-    /// Breaks the lock `name` whoever holds it, as an operator would, and
-    /// moves it on as its holder's release would; returns the removed
-    /// holder's token (for an [`RwLock`](crate::RwLock), the first token
-    /// removed), or `None` if the lock was free. A narrower view of
-    /// [`break_lock`](Client::break_lock), which also tells the kind and
-    /// every token removed. The former holder learns of it at its next
-    /// renewal ([`MutexGuard::lost`](crate::MutexGuard::lost)) or unlock
-    /// ([`Error::NotHeld`]).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] for a bad name, [`Error::WrongType`] when the
-    /// lock's keys hold foreign data, [`Error::Redis`] when Redis fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not break the lock.
-    pub async fn force_unlock(&self, name: &str) -> Result<Option<String>, Error> {
-        let (_, tokens) = self.break_lock(name).await?;
-        Ok(tokens.into_iter().next())
-    }
+/// What [`Client::break_lock`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokenLock {
+    /// The kind of lock broken; `None` when nothing was held.
+    pub kind: Option<LockKind>,
+    /// The owner tokens removed: the holder's, or an RwLock's writer's and
+    /// readers'.
+    pub tokens: Vec<String>,
 }
 
 /// The kind of lock a name is in use as, as [`Client::inspect`] tells it.
@@ -146,6 +87,9 @@ pub enum LockKind {
     /// An [`Election`](crate::Election): the holder is the leader once it
     /// has proclaimed itself (see [`LockInfo::leader`]).
     Election,
+    /// A [`Semaphore`](crate::Semaphore): its permits are in
+    /// [`LockInfo::semaphore`].
+    Semaphore,
 }
 
 impl LockKind {
@@ -157,6 +101,7 @@ impl LockKind {
             Some('q') => Some(LockKind::FairMutex),
             Some('w' | 'r') => Some(LockKind::RwLock),
             Some('l') => Some(LockKind::Election),
+            Some('s') => Some(LockKind::Semaphore),
             _ => None,
         }
     }
@@ -175,7 +120,7 @@ impl LockKind {
 /// One hold of a lock, as [`Client::inspect`] sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Hold {
+pub struct Holder {
     /// The owner token.
     pub token: String,
     /// The remaining lease; `None` when the key has no expiry.
@@ -201,9 +146,9 @@ pub struct LockInfo {
     /// The exclusive holder: of a Mutex, of a FairMutex (also a grant not
     /// yet confirmed), an RwLock's writer, or an Election's lock (its
     /// leader once it has proclaimed itself: see `leader`).
-    pub holder: Option<Hold>,
+    pub holder: Option<Holder>,
     /// An RwLock's live read holds, soonest expiry first.
-    pub readers: Vec<Hold>,
+    pub readers: Vec<Holder>,
     /// The last fence handed out; `None` if none is remembered.
     pub fence: Option<u64>,
     /// Waiters queued for the lock, across all clients: a Mutex's or
@@ -213,21 +158,27 @@ pub struct LockInfo {
     /// An election's leader (term and proclaimed value): the holder, once
     /// the election's leader key names it; `None` for the other kinds.
     pub leader: Option<Leader>,
+    /// A semaphore's permits, holders and waiters, when the name is in use
+    /// as one (then `kind` is [`LockKind::Semaphore`]); read by
+    /// [`Client::inspect`] only, with a second script call when the first
+    /// found none of the other kinds (a name is one kind at a time).
+    /// [`Client::inspect_many`] leaves it `None`.
+    pub semaphore: Option<SemaphoreStatus>,
 }
 
 impl LockInfo {
     /// The lock `name` as the inspect script's snapshot `s` shows it.
     pub(crate) fn of(name: String, s: scripts::Snapshot) -> LockInfo {
         let note = |n: String| (!n.is_empty()).then_some(n);
-        let holder = (!s.holder.is_empty()).then(|| Hold {
+        let holder = (!s.holder.is_empty()).then(|| Holder {
             token: s.holder.clone(),
             ttl: u64::try_from(s.pttl).ok().map(Duration::from_millis),
             note: note(s.note),
         });
-        let readers: Vec<Hold> = s
+        let readers: Vec<Holder> = s
             .readers
             .into_iter()
-            .map(|(token, ms, n)| Hold {
+            .map(|(token, ms, n)| Holder {
                 token,
                 ttl: Some(Duration::from_millis(ms)),
                 note: note(n),
@@ -251,6 +202,7 @@ impl LockInfo {
                 term,
                 value: s.value,
             }),
+            semaphore: None,
         }
     }
 }
@@ -258,7 +210,9 @@ impl LockInfo {
 impl Client {
     /// Reads the state of the lock `name`, whatever its kind: its kind, its
     /// exclusive holder or readers with their leases and owner notes, the
-    /// last fence and the queued waiters, in one atomic script call.
+    /// last fence and the queued waiters, in one atomic script call; when
+    /// that finds nothing in use, a second one reads the name as a
+    /// [`Semaphore`](crate::Semaphore) ([`LockInfo::semaphore`]).
     ///
     /// # Errors
     ///
@@ -271,7 +225,18 @@ impl Client {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         let keys = self.keys(name, Kind::Plain)?;
         let s = scripts::inspect(&self.0.conn, &keys, &owners_key(&keys)).await?;
-        Ok(LockInfo::of(keys.name, s))
+        let mut info = LockInfo::of(keys.name, s);
+        let unused = info.kind.is_none() && info.holder.is_none() && info.readers.is_empty();
+        if unused && info.waiters == 0 {
+            let status = self.semaphore_status(name).await?;
+            if status.permits.is_some() || !status.holders.is_empty() || status.waiters > 0 {
+                info.kind = Some(LockKind::Semaphore);
+                info.fence = status.fence;
+                info.waiters = status.waiters;
+                info.semaphore = Some(status);
+            }
+        }
+        Ok(info)
     }
 
     /// Breaks the lock `name` whoever holds it and whatever its kind, as an
@@ -280,8 +245,10 @@ impl Client {
     /// [`FairMutex`](crate::FairMutex) is granted to its next waiter; an
     /// [`RwLock`](crate::RwLock) loses its writer and all its readers, and
     /// its waiters are woken. Returns the kind broken (`None` when nothing
-    /// was held) and the tokens removed. The former holders learn of it at
-    /// their next renewal or unlock ([`Error::NotHeld`]).
+    /// was held; a [`Semaphore`](crate::Semaphore)'s permits are not
+    /// broken, they run out with their leases) and the tokens removed. The
+    /// former holders learn of it at their next renewal or unlock
+    /// ([`Error::NotHeld`]).
     ///
     /// # Errors
     ///
@@ -291,11 +258,14 @@ impl Client {
     /// # Cancel safety
     ///
     /// Dropping the future may or may not break the lock.
-    pub async fn break_lock(&self, name: &str) -> Result<(Option<LockKind>, Vec<String>), Error> {
+    pub async fn break_lock(&self, name: &str) -> Result<BrokenLock, Error> {
         let keys = self.keys(name, Kind::Fair)?;
         let mut reply = scripts::break_lock(&self.0.conn, &keys).await?.into_iter();
         let kind = reply.next().as_deref().and_then(LockKind::of_script);
-        Ok((kind, reply.collect()))
+        Ok(BrokenLock {
+            kind,
+            tokens: reply.collect(),
+        })
     }
 
     /// Records `note` (say, `host:pid`) for the hold `token` of the lock

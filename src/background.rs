@@ -1,5 +1,6 @@
 //! The client's background worker: releases of dropped guards and of
-//! acquires cancelled in flight, and wake-ups passed on by waiters that left.
+//! acquires cancelled in flight, resignations of dropped leaderships, and
+//! wake-ups passed on by waiters that left.
 //! `Drop` impls cannot await, so they hand the work to this worker.
 //!
 //! # Implementation details
@@ -8,8 +9,8 @@
 //! that could fill up: [`Sender::send`] takes a short lock and never blocks
 //! or awaits, so it is safe in any `Drop`.
 //!
-//! - **Coalesced.** Each item is known by what it does (release or pass-on,
-//!   the lock, the token or queue member). An item equal to one already
+//! - **Coalesced.** Each item is known by what it does (release, pass-on or
+//!   resignation, the lock, the token or queue member). An item equal to one already
 //!   queued, waiting to retry or in flight is dropped: a release queued
 //!   twice for one token runs once.
 //! - **Bounded.** At most [`CAPACITY`] items are known at once. Beyond
@@ -76,22 +77,33 @@ pub(crate) enum Work {
     /// Take `member` out of the lock's queue and pass any wake-up on (a
     /// waiter left without the lock, or a wake-up reached a gone waiter).
     PassOn { keys: Arc<LockKeys>, member: String },
+    /// Clear an election's leader key `leader` while it names `token`, and
+    /// publish the change on `channel` (a dropped `Leadership`).
+    Resign {
+        keys: Arc<LockKeys>,
+        leader: String,
+        channel: String,
+        token: String,
+    },
 }
 
 /// What an item does: equal items are coalesced.
-type Identity = (bool, String, String);
+type Identity = (u8, String, String);
 
 impl Work {
     fn identity(&self) -> Identity {
         match self {
-            Work::Release { keys, token } => (true, keys.lock.clone(), token.clone()),
-            Work::PassOn { keys, member } => (false, keys.lock.clone(), member.clone()),
+            Work::Release { keys, token } => (0, keys.token_key.clone(), token.clone()),
+            Work::PassOn { keys, member } => (1, keys.token_key.clone(), member.clone()),
+            Work::Resign { leader, token, .. } => (2, leader.clone(), token.clone()),
         }
     }
 
     fn lock_name(&self) -> &str {
         match self {
-            Work::Release { keys, .. } | Work::PassOn { keys, .. } => &keys.name,
+            Work::Release { keys, .. } | Work::PassOn { keys, .. } | Work::Resign { keys, .. } => {
+                &keys.name
+            }
         }
     }
 }
@@ -104,9 +116,10 @@ struct Item {
 
 /// Where work is sent. Cloning counts a sender; the worker ends once every
 /// sender is gone and the queue is empty.
-pub(crate) struct Sender(Arc<Shared>);
+pub(crate) struct Sender(Arc<WorkQueue>);
 
-struct Shared {
+/// The queue the [`Sender`]s and the worker share.
+struct WorkQueue {
     state: StdMutex<State>,
     /// Woken on new work, and when the last sender is gone.
     wake: Notify,
@@ -134,7 +147,7 @@ struct State {
     full: bool,
 }
 
-impl Shared {
+impl WorkQueue {
     fn lock(&self) -> StdMutexGuard<'_, State> {
         // Every update leaves `State` consistent before anything that
         // could panic, so a poisoned lock is still usable.
@@ -265,6 +278,14 @@ pub(crate) fn start(conn: Conn, counters: Arc<Counters>, on_released: OnReleased
                 Work::PassOn { keys, member } => {
                     scripts::pass(&conn, &keys, &member).await.map(drop)
                 }
+                Work::Resign {
+                    leader,
+                    channel,
+                    token,
+                    ..
+                } => scripts::resign(&conn, &leader, &channel, &token)
+                    .await
+                    .map(drop),
             }
         }
     })
@@ -276,7 +297,7 @@ where
     F: Fn(Work) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(WorkQueue {
         state: StdMutex::new(State {
             senders: 1,
             ..State::default()
@@ -291,7 +312,7 @@ where
 
 /// The worker: start what may start, then wait for an attempt to finish,
 /// new work, or the next retry time.
-async fn run<F, Fut>(shared: Arc<Shared>, attempt: F)
+async fn run<F, Fut>(shared: Arc<WorkQueue>, attempt: F)
 where
     F: Fn(Work) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
@@ -376,7 +397,7 @@ async fn sleep_until_some(at: Option<Instant>) {
 
 /// Records the outcome of one attempt at `item`: done, or put aside for a
 /// retry.
-fn finished(shared: &Shared, mut item: Item, result: Result<(), Error>) {
+fn finished(shared: &WorkQueue, mut item: Item, result: Result<(), Error>) {
     let mut state = shared.lock();
     match result {
         Err(e) if e.is_retryable() && item.failed < RETRY_AFTER.len() => {
@@ -431,6 +452,7 @@ mod tests {
         match work {
             Work::Release { token, .. } => token.clone(),
             Work::PassOn { member, .. } => member.clone(),
+            Work::Resign { token, .. } => token.clone(),
         }
     }
 

@@ -72,6 +72,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 pub use observe::Observer;
 
 use crate::Error;
+use crate::background::Work;
 use crate::client::Client;
 use crate::keys::{Kind, LockKeys};
 use crate::mutex::{Mutex, MutexGuard};
@@ -111,7 +112,7 @@ impl Names {
     fn new(keys: &LockKeys) -> Names {
         Names {
             name: keys.name.clone(),
-            lock: keys.lock.clone(),
+            lock: keys.token_key.clone(),
             leader: format!("{}:leader", keys.writer),
             channel: format!("{}:leader:events", keys.writer),
             ttl_ms: keys.fence_ttl_ms,
@@ -438,21 +439,18 @@ impl Drop for Leadership {
     }
 }
 
-/// Clears the leader key on a task of its own (when a runtime is at hand)
-/// and releases the lock through the client's background worker. The two
-/// may run in either order: the resign script only clears the leader key
-/// while it names this token, so after a newer leader proclaimed it
-/// changes nothing.
+/// Clears the leader key and releases the lock, both through the client's
+/// background worker, so [`Client::shutdown`] waits for them. The two may
+/// run in either order: the resign script only clears the leader key while
+/// it names this token, so after a newer leader proclaimed it changes
+/// nothing.
 fn resign_in_background(client: &Client, names: &Arc<Names>, guard: MutexGuard) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let (client, names, token) = (client.clone(), names.clone(), guard.token().to_owned());
-        runtime.spawn(async move {
-            let conn = &client.0.conn;
-            if let Err(e) = scripts::resign(conn, &names.leader, &names.channel, &token).await {
-                tracing::debug!(election = %names.name, error = %e, "background resignation failed");
-            }
-        });
-    }
+    client.0.background.send(Work::Resign {
+        keys: guard.0.keys.clone(),
+        leader: names.leader.clone(),
+        channel: names.channel.clone(),
+        token: guard.token().to_owned(),
+    });
     drop(guard); // released in the background
 }
 

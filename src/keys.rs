@@ -1,9 +1,10 @@
 //! The shared vocabulary every other module may use, and which uses none of
 //! them but [`Error`]: lock kinds, key and channel naming, name and duration
 //! validation and their limits, the cluster hash slot, the replication
-//! setting, and the timings of the wait protocol (explained where the loop
+//! setting, the owner tokens, and the timings of the wait protocol (explained where the loop
 //! runs, in `acquire.rs`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::Error;
@@ -90,10 +91,10 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     /// The protocol, which picks the scripts.
     pub(crate) kind: Kind,
-    /// Where the guard's token lives: `P:{N}` (the owner's token, with the
-    /// lease as its expiry), `P:{N}:readers` for a reader, or
+    /// Where the guard's token lives, by kind: `P:{N}` (the owner's token,
+    /// with the lease as its expiry), `P:{N}:readers` for a reader, or
     /// `P:{N}:holders` for a semaphore permit (token -> expiry ms).
-    pub(crate) lock: String,
+    pub(crate) token_key: String,
     /// `P:{N}`: a read-write lock's writer key.
     pub(crate) writer: String,
     /// `P:{N}:readers`: a read-write lock's readers (token -> expiry ms).
@@ -102,15 +103,15 @@ pub(crate) struct LockKeys {
     pub(crate) fence: String,
     /// Expiry of the fence key, in ms.
     pub(crate) fence_ttl_ms: u64,
-    /// The waiter queue: `P:{N}:waiters` (plain: member -> expiry),
+    /// The waiter queue, by kind: `P:{N}:waiters` (plain: member -> expiry),
     /// `P:{N}:fifo` (fair: member -> arrival), `P:{N}:queue` (semaphore:
     /// member -> arrival) or `P:{N}:writers` (read-write: waiting writers'
     /// intents, member -> expiry).
-    pub(crate) waiters: String,
+    pub(crate) queue: String,
     /// The queue's expiries, member -> expiry: `P:{N}:queue:expiry`
     /// (semaphore); the fair queue has none (`P:{N}:fifo:expiry`, written
     /// by older clients, is only deleted).
-    pub(crate) expiry: String,
+    pub(crate) queue_expiry: String,
     /// `P:{N}:permits`: a semaphore's permit count; it lives while any
     /// permit does, so the RwLock's acquires, reading it with the fence,
     /// look for live permits only when it exists (one kind per name).
@@ -145,7 +146,7 @@ impl LockKeys {
         validate_name(name)?;
         let base = format!("{prefix}:{{{name}}}");
         let wake_prefix = format!("{base}:wake:");
-        let waiters = match kind {
+        let queue = match kind {
             Kind::Plain | Kind::Election => format!("{base}:waiters"),
             Kind::Fair => format!("{base}:fifo"),
             Kind::Semaphore => format!("{base}:queue"),
@@ -158,8 +159,8 @@ impl LockKeys {
             kind,
             fence: format!("{base}:fence"),
             fence_ttl_ms: millis(fence_ttl),
-            expiry: format!("{waiters}:expiry"),
-            waiters,
+            queue_expiry: format!("{queue}:expiry"),
+            queue,
             count: format!("{base}:permits"),
             holders: holders.clone(),
             permits: 0,
@@ -172,7 +173,7 @@ impl LockKeys {
                 }
             },
             wake_prefix,
-            lock: match kind {
+            token_key: match kind {
                 Kind::Read => readers.clone(),
                 Kind::Semaphore => holders,
                 _ => base.clone(),
@@ -280,6 +281,47 @@ fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
+/// Where a client's owner tokens come from: the kind's tag letter (see
+/// [`Kind::token_tag`]), then 32 hex digits, unique across processes and
+/// clients.
+///
+/// The first 16 digits are random, drawn once per client; the last 16 are
+/// the client's counter through a bijection (so two distinct counts never
+/// give the same digits). A forked child cannot go on using its parent's
+/// client (its runtime and connections stay with the parent), so a client
+/// it builds draws a seed of its own. A token only has to be unique, not
+/// secret (`status` shows it to anyone who can read the key), and this
+/// costs no system call per acquisition: a random UUID each time did
+/// (`getrandom`), and so did mixing in the process id (`getpid`).
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    seed: u64,
+    count: AtomicU64,
+}
+
+impl Tokens {
+    pub(crate) fn new() -> Tokens {
+        Tokens {
+            seed: uuid::Uuid::new_v4().as_u64_pair().0,
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh owner token for a lock of this kind.
+    pub(crate) fn next(&self, kind: Kind) -> String {
+        let count = self.count.fetch_add(1, Ordering::Relaxed);
+        format!("{}{:016x}{:016x}", kind.token_tag(), self.seed, mix(count))
+    }
+}
+
+/// The splitmix64 finalizer: a bijection on `u64` that scatters nearby
+/// inputs.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,13 +390,39 @@ mod tests {
             Kind::Election,
         ] {
             let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
-            let slot = hash_slot(&k.lock);
+            let slot = hash_slot(&k.token_key);
             for key in [
-                &k.writer, &k.readers, &k.fence, &k.waiters, &k.expiry, &k.handoff, &k.channel,
-                &k.count, &k.holders,
+                &k.writer,
+                &k.readers,
+                &k.fence,
+                &k.queue,
+                &k.queue_expiry,
+                &k.handoff,
+                &k.channel,
+                &k.count,
+                &k.holders,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }
+    }
+
+    #[test]
+    fn tokens_are_unique_and_tagged_with_their_kind() {
+        let tokens = Tokens::new();
+        let (a, b) = (tokens.next(Kind::Plain), tokens.next(Kind::Plain));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 33);
+        assert!(a.starts_with('m'));
+        assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()));
+        for kind in [Kind::Fair, Kind::Read, Kind::Write] {
+            assert!(tokens.next(kind).starts_with(kind.token_tag()));
+        }
+        let many: std::collections::HashSet<String> =
+            (0..10_000).map(|_| tokens.next(Kind::Plain)).collect();
+        assert_eq!(many.len(), 10_000);
+        // Another client draws another seed (the 16 digits after the tag).
+        let other = Tokens::new().next(Kind::Plain);
+        assert_ne!(other[..17], a[..17]);
     }
 }

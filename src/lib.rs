@@ -43,11 +43,12 @@
 //! # Connecting
 //!
 //! [`Client::connect`] takes a URL (`redis://`, `rediss://` with a TLS
-//! feature, `redis+unix://`); [`Client::builder`] takes anything redis-rs
-//! takes for one server and the options of [`ClientBuilder`] (lease,
-//! renewal, prefix, TLS certificates with a TLS feature, replica
-//! acknowledgements). [`Client::sentinel`] follows a primary across
-//! failovers; [`Client::cluster`] uses sharded pub/sub on a Redis Cluster.
+//! feature, `redis+unix://`) or anything else redis-rs takes for one
+//! server; [`Client::builder`] takes the same, and the options of
+//! [`ClientBuilder`] (lease, renewal, prefix, TLS certificates with a TLS
+//! feature, replica acknowledgements). [`Client::sentinel`] follows a
+//! primary across failovers; [`Client::cluster`] uses sharded pub/sub on a
+//! Redis Cluster. Both take their URLs as any iterator of strings.
 //! The server must be Redis 7.0 or newer (or Valkey 7.2+), and allow Lua
 //! scripts and pub/sub to the client's user.
 //!
@@ -108,9 +109,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-// The modules from the bottom up: each uses only those above it. (The
-// comments keep rustfmt from sorting them.)
+// The modules from the bottom up: each uses only those above it, which
+// `make lint` checks (scripts/check-layers.py). (The comments keep rustfmt
+// from sorting them across groups.)
 // The vocabulary everyone shares.
+mod backoff;
 mod error;
 mod keys;
 mod task;
@@ -125,6 +128,7 @@ mod access;
 mod background;
 mod hub;
 mod lease;
+mod renewer;
 // The client.
 mod client;
 // What a guard is made of.
@@ -141,7 +145,7 @@ mod fair;
 mod rwlock;
 mod survey;
 
-pub use admin::{Hold, LockInfo, LockKind, LockStatus, SemaphoreStatus};
+pub use admin::{BrokenLock, Holder, LockInfo, LockKind, SemaphoreStatus};
 pub use client::{Client, ClientBuilder};
 pub use election::{Election, Leader, Leadership, Observer};
 pub use error::Error;

@@ -129,6 +129,8 @@ impl Mutex {
     ///   lock (a [`FairMutex`](crate::FairMutex), an
     ///   [`RwLock`](crate::RwLock), a [`Semaphore`](crate::Semaphore)'s
     ///   permits, an [`Election`](crate::Election)); nothing is held.
+    /// - [`Error::NotReplicated`] with [`min_replica_acks`](Self::min_replica_acks),
+    ///   when too few replicas acknowledged (the lock was given back).
     /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
     ///   held (a possibly applied attempt is released in the background).
     ///

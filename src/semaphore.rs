@@ -151,24 +151,20 @@ impl Semaphore {
     /// let downloads = client.semaphore("downloads", 4);
     /// let permit = downloads.acquire().await?;
     /// // ... at most 4 of these run at once, across all clients ...
-    /// permit.release().await?; // the next waiter in line is woken
+    /// permit.unlock().await?; // the next waiter in line is woken
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidName`], [`Error::InvalidPermits`],
-    ///   [`Error::InvalidLease`] for bad input.
+    /// As [`Mutex::lock`](crate::Mutex::lock) (bad input, a name in use as
+    /// another kind, foreign data, too few replicas, Redis failing; its
+    /// "While Redis is unreachable" holds here too), and:
+    ///
+    /// - [`Error::InvalidPermits`] for zero permits.
     /// - [`Error::PermitsMismatch`] when the semaphore exists with another
     ///   permit count.
-    /// - [`Error::KindConflict`] when the name is in use as another kind of
-    ///   lock; nothing was written.
-    /// - [`Error::WrongType`] when one of its keys holds foreign data.
-    /// - [`Error::NotReplicated`] with `min_replica_acks`, when too few
-    ///   replicas acknowledged (the permit was given back).
-    /// - [`Error::Redis`] when Redis fails or cannot be reached; nothing is
-    ///   held (a possibly applied attempt is released in the background).
     ///
     /// # Cancel safety
     ///
@@ -227,9 +223,8 @@ impl fmt::Debug for Semaphore {
 guard_api!(
     /// One permit of a [`Semaphore`].
     ///
-    /// Give it back with [`release`](Permit::release) (or
-    /// [`unlock`](Permit::unlock), the same) to learn whether it was still
-    /// ours. Dropping the permit releases it in the background (see
+    /// Give it back with [`unlock`](Permit::unlock) (as every guard) to
+    /// learn whether it was still ours; the next waiter in line is woken. Dropping the permit releases it in the background (see
     /// [Shutting down](crate::Client#shutting-down)). Its lease is renewed
     /// by the client's renewal task unless the semaphore has a fixed lease;
     /// [`lost`](Permit::lost) resolves when it is lost.
@@ -239,27 +234,6 @@ guard_api!(
      the same time have distinct fences). Pass it to the storage you protect.",
     "let guard = client.semaphore(\"uploads\", 4).acquire().await?;"
 );
-
-impl Permit {
-    /// Gives the permit back and wakes the next waiter in line; the same as
-    /// [`unlock`](Permit::unlock).
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::NotHeld`] when the permit was no longer ours: its lease
-    ///   expired (and it may have been reclaimed and taken by someone else
-    ///   since). Nobody else's permit is touched.
-    /// - [`Error::Redis`] when Redis could not be reached; the release is
-    ///   retried in the background, and the lease bounds the damage.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped before Redis answered, the
-    /// release is completed in the background.
-    pub async fn release(self) -> Result<(), Error> {
-        self.0.unlock().await
-    }
-}
 
 #[cfg(test)]
 mod tests {

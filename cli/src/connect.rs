@@ -416,7 +416,7 @@ pub async fn connect_with(
     let (user, password) = (global.user.as_deref(), global.password.as_deref());
     let builder = if !global.cluster.is_empty() {
         let nodes = urls(&global.cluster, user, password)?;
-        Client::cluster_builder(&nodes.iter().map(String::as_str).collect::<Vec<_>>())
+        Client::cluster_builder(&nodes)
     } else if !global.sentinel.is_empty() {
         let sentinels = urls(
             &global.sentinel,
@@ -424,12 +424,12 @@ pub async fn connect_with(
             global.sentinel_password.as_deref(),
         )?;
         let master = global.master.as_deref().unwrap_or_default();
-        let mut builder = Client::sentinel_builder(
-            &sentinels.iter().map(String::as_str).collect::<Vec<_>>(),
-            master,
-        );
+        let mut builder = Client::sentinel_builder(&sentinels, master);
         if let Some(password) = password {
-            builder = builder.primary_auth(user, password);
+            builder = builder.primary_password(password);
+            if let Some(user) = user {
+                builder = builder.primary_username(user);
+            }
         }
         if let Some(db) = global.db {
             builder = builder.primary_db(db);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use redbell::{Client, Hold, LockInfo, SemaphoreStatus};
+use redbell::{Client, Holder, LockInfo, SemaphoreStatus};
 
 use crate::connect::{GlobalArgs, connect};
 use crate::fail::Failure;
@@ -107,6 +107,9 @@ pub async fn semaphore_in_use(
     client: &Client,
     info: &LockInfo,
 ) -> Result<Option<SemaphoreStatus>, redbell::Error> {
+    if let Some(s) = &info.semaphore {
+        return Ok(Some(s.clone())); // inspect read it
+    }
     if info.kind.is_some() || info.holder.is_some() || !info.readers.is_empty() || info.waiters > 0
     {
         return Ok(None);
@@ -277,7 +280,7 @@ fn json(info: &LockInfo) -> String {
 /// The table's lines for one lock: one per hold, one if it is free.
 fn rows(info: &LockInfo) -> Vec<[String; 9]> {
     let dash = || "-".to_owned();
-    let row = |state: &str, hold: Option<&Hold>| {
+    let row = |state: &str, hold: Option<&Holder>| {
         [
             info.name.clone(),
             state.to_owned(),

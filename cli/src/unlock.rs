@@ -48,7 +48,8 @@ pub async fn run(global: &GlobalArgs, args: &UnlockArgs) -> Result<(), Failure> 
     for name in &args.names {
         let fail = |e| Failure::input(&target, &format!("cannot unlock {name:?}"), &e);
         let before = client.inspect(name).await.map_err(fail)?;
-        let (kind, removed) = client.break_lock(name).await.map_err(fail)?;
+        let broken = client.break_lock(name).await.map_err(fail)?;
+        let (kind, removed) = (broken.kind, broken.tokens);
         let tokens = removed.join(", ");
         let waiters = before.waiters;
         let queued = |next: &str, none: &str| match waiters {

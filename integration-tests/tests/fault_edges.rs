@@ -423,7 +423,7 @@ async fn nothing_exclusive_is_held_beside_a_semaphore_permit() {
         held.push("an Election's leadership");
         let _ = l.resign().await;
     }
-    let _ = permit.release().await;
+    let _ = permit.unlock().await;
     assert!(
         held.is_empty(),
         "held beside a Semaphore permit of the same name: {held:?}"

@@ -293,7 +293,7 @@ async fn unreachable_server_at_connect() {
     let started = Instant::now();
     let r = timeout(
         Duration::from_secs(10),
-        Client::connect(&format!("redis://127.0.0.1:{port}")),
+        Client::connect(format!("redis://127.0.0.1:{port}")),
     )
     .await
     .expect("connect hung on a closed port");
@@ -366,7 +366,7 @@ async fn wrong_password() {
     let port = redis.port();
     let r = timeout(
         Duration::from_secs(10),
-        Client::connect(&format!("redis://:wrong@127.0.0.1:{port}")),
+        Client::connect(format!("redis://:wrong@127.0.0.1:{port}")),
     )
     .await
     .expect("connect with a wrong password hung");
@@ -380,7 +380,7 @@ async fn wrong_password() {
     // No password at all: refused at connect or at the first command.
     match timeout(
         Duration::from_secs(10),
-        Client::connect(&redis.url_without_password()),
+        Client::connect(redis.url_without_password()),
     )
     .await
     .expect("connect without a password hung")

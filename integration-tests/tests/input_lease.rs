@@ -128,7 +128,7 @@ async fn extend_refuses_invalid_leases_on_every_guard() {
     let token = p.token().to_owned();
     let holders = format!("redbell:{{{name}}}:holders");
     let p = extend_refuses!("Permit", p, &mut conn, &holders, Some(&token));
-    p.release().await.unwrap();
+    p.unlock().await.unwrap();
 
     // Leadership has no extend: its lease is the client's, renewed.
 }

@@ -142,7 +142,7 @@ async fn an_exclusive_lock_is_refused_beside_a_semaphore() {
         .await
         .unwrap();
     assert!(second.is_some(), "the semaphore's second permit");
-    permit.release().await.unwrap();
+    permit.unlock().await.unwrap();
     drop(second);
     // Once nothing of the semaphore lives, the name can be a mutex.
     let gone = redbell_integration_tests::eventually(Duration::from_secs(5), || {
@@ -233,7 +233,7 @@ async fn an_rwlock_is_refused_beside_a_semaphore() {
         assert!(!exists(&mut conn, &key).await, "{key} was left behind");
     }
     assert_eq!(zcard(&mut conn, &holders_key(&name)).await, 1, "the permit");
-    permit.release().await.unwrap();
+    permit.unlock().await.unwrap();
     // Given back, the permit no longer refuses the name (the count key may
     // outlive it: only live permits count).
     let count_left = exists(&mut conn, &semaphore_keys(&name)[1]).await;

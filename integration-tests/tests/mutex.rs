@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redbell::Error;
+use redbell::{Error, LockKind};
 use redbell_integration_tests::{
     LONG, Monitor, PROMPT, PrivateRedis, client, counter_key, counter_value, del, eventually,
     exists, fence_key, get, gone_within, hash_tag, join_within, lock_key, non_atomic_increment,
@@ -536,29 +536,34 @@ async fn uncontended_lock_is_one_round_trip() {
     );
 }
 
-/// `Client::status` and `force_unlock`, the Mutex-shaped views of
-/// `inspect` and `break_lock`: the holder, its lease, the fence and a queued
-/// waiter are shown; breaking the lock returns the holder's token and hands
-/// the lock to the waiter, and the old guard's unlock finds it gone.
+/// `Client::inspect` and `break_lock` on a Mutex: the holder, its lease,
+/// the fence and a queued waiter are shown; breaking the lock returns the
+/// holder's token and hands the lock to the waiter, and the old guard's
+/// unlock finds it gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_shows_the_holder_and_force_unlock_hands_the_lock_on() {
+async fn inspect_shows_the_holder_and_break_lock_hands_the_lock_on() {
     let (a, b) = (client(&redis_url()).await, client(&redis_url()).await);
     let name = unique("status-view");
-    let free = a.status(&name).await.expect("status of a free lock");
-    assert_eq!((free.holder, free.ttl, free.waiters), (None, None, 0));
+    let free = a.inspect(&name).await.expect("inspect a free lock");
+    assert_eq!((free.kind, free.holder, free.waiters), (None, None, 0));
 
     let guard = a.mutex(&name).lock().await.expect("lock");
     let mutex = b.mutex(&name);
     let waiter = tokio::spawn(async move { mutex.lock().await.map(|g| g.fence()) });
     wait_for_subscribers(&redis_url(), &name, 1).await;
-    let held = promptly("status", a.status(&name)).await.expect("status");
-    assert_eq!(held.holder.as_deref(), Some(guard.token()));
-    assert!(held.ttl.is_some_and(|t| t > Duration::from_secs(20)));
+    let held = promptly("inspect", a.inspect(&name))
+        .await
+        .expect("inspect");
+    assert_eq!(held.kind, Some(LockKind::Mutex));
+    let holder = held.holder.expect("a holder");
+    assert_eq!(holder.token, guard.token());
+    assert!(holder.ttl.is_some_and(|t| t > Duration::from_secs(20)));
     assert_eq!(held.fence, Some(guard.fence()));
     assert_eq!(held.waiters, 1);
 
-    let broken = a.force_unlock(&name).await.expect("force_unlock");
-    assert_eq!(broken.as_deref(), Some(guard.token()));
+    let broken = a.break_lock(&name).await.expect("break_lock");
+    assert_eq!(broken.kind, Some(LockKind::Mutex));
+    assert_eq!(broken.tokens, vec![guard.token().to_owned()]);
     let got = join_within(LONG, vec![waiter], "the waiter never got the lock").await;
     let fence = got
         .into_iter()

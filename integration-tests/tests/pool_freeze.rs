@@ -161,7 +161,7 @@ async fn frozen_pool_ahead(kind: Kind, k: usize) {
         Held::Write(g) => g.unlock().await.map(drop).unwrap(),
         Held::Permits(mut permits) => {
             let one = permits.pop().unwrap();
-            one.release().await.unwrap();
+            one.unlock().await.unwrap();
             std::mem::forget(permits); // still held (their leases run out)
         }
     }
@@ -253,7 +253,7 @@ async fn turns_keep_arrival_order(kind: Kind) {
         Held::Mutex(g) => g.unlock().await.map(drop).unwrap(),
         Held::Permits(permits) => {
             for p in permits {
-                p.release().await.unwrap();
+                p.unlock().await.unwrap();
             }
         }
         Held::Write(_) => unreachable!("FIFO kinds only"),

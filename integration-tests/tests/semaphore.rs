@@ -69,16 +69,16 @@ async fn at_most_n_permits_with_increasing_fences() {
 
     let conn = raw(&url).await;
     assert_eq!(zcard(&conn, &holders_key(&name)).await, 3);
-    permits.pop().unwrap().release().await.unwrap();
+    permits.pop().unwrap().unlock().await.unwrap();
     let again = sem
         .acquire_timeout(PROMPT)
         .await
         .expect("the released permit");
     assert!(again.fence() > fences[2]);
     for p in permits {
-        p.release().await.unwrap();
+        p.unlock().await.unwrap();
     }
-    again.release().await.unwrap();
+    again.unlock().await.unwrap();
     assert_eq!(zcard(&conn, &holders_key(&name)).await, 0);
     let mut conn2 = conn.clone();
     for key in [holders_key(&name), queue_key(&name), permits_key(&name)] {
@@ -104,7 +104,7 @@ async fn releases_that_are_not_ours_are_refused() {
     sleep(Duration::from_millis(400)).await;
     assert!(stale.is_lost());
     let taker = c.semaphore(&name, 1).acquire_timeout(PROMPT).await.unwrap();
-    assert!(matches!(stale.release().await, Err(Error::NotHeld)));
+    assert!(matches!(stale.unlock().await, Err(Error::NotHeld)));
     let conn = raw(&url).await;
     assert_eq!(
         zcard(&conn, &holders_key(&name)).await,
@@ -135,7 +135,7 @@ async fn releases_that_are_not_ours_are_refused() {
 
     // An extend of a lost permit is refused too; a live one works.
     taker.extend(Duration::from_secs(5)).await.unwrap();
-    taker.release().await.unwrap();
+    taker.unlock().await.unwrap();
     assert_eq!(zcard(&conn, &holders_key(&name)).await, 0);
 }
 
@@ -167,7 +167,7 @@ async fn a_mismatched_permit_count_is_refused() {
     ));
     let conn = raw(&url).await;
     assert_eq!(zcard(&conn, &holders_key(&name)).await, 1);
-    held.release().await.unwrap();
+    held.unlock().await.unwrap();
 }
 
 /// `sem_worker` processes: `loop` (many acquisitions, gauge-checked) or
@@ -222,7 +222,7 @@ async fn taken_after_expiry(
         .unwrap();
     let late_ms = (permit.fence() / 1000) as f64 - expiry;
     assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
-    permit.release().await.unwrap();
+    permit.unlock().await.unwrap();
     late_ms
 }
 
@@ -346,12 +346,12 @@ async fn waiters_are_served_in_arrival_order() {
             let permit = sem.acquire().await.unwrap();
             order.lock().unwrap().push(i);
             sleep(Duration::from_millis(20)).await;
-            permit.release().await.unwrap();
+            permit.unlock().await.unwrap();
             drop(c);
         }));
         wait_for_members(&conn, &queue_key(&name), i + 1, Duration::from_millis(5)).await;
     }
-    held.release().await.unwrap();
+    held.unlock().await.unwrap();
     for t in tasks {
         timeout(Duration::from_secs(10), t)
             .await
@@ -380,7 +380,7 @@ async fn no_commands_while_waiters_are_parked() {
             tasks.push(tokio::spawn(async move {
                 let p = s.acquire().await.unwrap();
                 sleep(Duration::from_millis(10)).await;
-                p.release().await.unwrap();
+                p.unlock().await.unwrap();
             }));
         }
     }
@@ -404,7 +404,7 @@ async fn no_commands_while_waiters_are_parked() {
     );
     let mark = monitor.mark();
     for p in held {
-        p.release().await.unwrap();
+        p.unlock().await.unwrap();
     }
     for t in tasks {
         timeout(Duration::from_secs(10), t).await.unwrap().unwrap();
@@ -459,7 +459,7 @@ async fn cancel_storms_leave_nothing_held() {
                 if i % 2 == 0 {
                     drop(p); // released in the background
                 } else {
-                    let _ = p.release().await;
+                    let _ = p.unlock().await;
                 }
             }
         }));
@@ -505,8 +505,8 @@ async fn cancel_storms_leave_nothing_held() {
         "cancel storm: {} of 60 acquired",
         acquired.load(Ordering::SeqCst)
     );
-    a.release().await.unwrap();
-    b.release().await.unwrap();
+    a.unlock().await.unwrap();
+    b.unlock().await.unwrap();
 }
 
 /// A woken waiter that froze (its socket open, so PUBLISH counts it) costs
@@ -544,7 +544,7 @@ async fn a_frozen_woken_waiter_does_not_stall_the_others() {
 
     let frozen = side.freeze().await;
     let mut released = Instant::now();
-    held.release().await.unwrap();
+    held.unlock().await.unwrap();
     let newcomer = client(&url).await;
     assert!(
         newcomer
@@ -569,7 +569,7 @@ async fn a_frozen_woken_waiter_does_not_stall_the_others() {
         assert!(waited < BOUND, "a live waiter waited {waited:?}");
         let permit = result.unwrap().unwrap();
         released = Instant::now();
-        permit.release().await.unwrap();
+        permit.unlock().await.unwrap();
         pending = rest;
     }
     eprintln!("behind a frozen woken waiter: the longest hand-off took {worst:?}");
@@ -607,10 +607,10 @@ async fn renewal_status_and_replica_acks() {
         .unwrap();
     assert_eq!(status.fence, fence.parse().ok());
 
-    permit.release().await.unwrap();
+    permit.unlock().await.unwrap();
     let third = timeout(PROMPT, waiting).await.unwrap().unwrap().unwrap();
-    third.release().await.unwrap();
-    other.release().await.unwrap();
+    third.unlock().await.unwrap();
+    other.unlock().await.unwrap();
 
     let acks = c
         .semaphore(&name, 2)
@@ -651,7 +651,7 @@ async fn a_semaphore_on_a_cluster() {
                 assert!(inside.fetch_add(1, Ordering::SeqCst) < 2, "3 holders");
                 sleep(Duration::from_millis(5)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
-                p.release().await.unwrap();
+                p.unlock().await.unwrap();
             }
         }));
     }

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use redbell::{Client, Error};
 use redbell_integration_tests::sentinel::{
-    MASTER, ScriptTopology, Topology, as_strs, free_layout_base, replica_caught_up,
-    sentinel_agrees, sentinel_client, works_again,
+    MASTER, ScriptTopology, Topology, free_layout_base, replica_caught_up, sentinel_agrees,
+    sentinel_client, works_again,
 };
 use redbell_integration_tests::{
     Proxy, exists, fence_key, get, incr, join_waiters, lock_key, node_url, query, raw, recovering,
@@ -252,7 +252,7 @@ async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_asked_of_a_replica_reports_readonly_not_a_wrong_type() {
     let topo = Topology::start().await;
-    let on_replica = Client::connect(&topo.replica_url())
+    let on_replica = Client::connect(topo.replica_url())
         .await
         .expect("a client of the replica");
     let name = unique("on-replica");
@@ -292,7 +292,7 @@ async fn a_client_connecting_mid_failover_waits_for_the_primary() {
     let urls = topo.sentinel_urls();
     let connecting = tokio::spawn(async move {
         let started = Instant::now();
-        let client = Client::sentinel(&as_strs(&urls), MASTER).await;
+        let client = Client::sentinel(&urls, MASTER).await;
         (client, started.elapsed())
     });
     sleep(Duration::from_millis(1200)).await;
@@ -388,7 +388,7 @@ async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
 
     works_again(&a, Duration::from_secs(15)).await;
     let released = Instant::now();
-    first.release().await.expect("release on the new primary");
+    first.unlock().await.expect("release on the new primary");
     let fence = timeout(Duration::from_secs(10), permit_waiter)
         .await
         .expect("the permit waiter was not served within 10 s of the release")
@@ -404,7 +404,7 @@ async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
         .expect("task")
         .expect("b's leadership");
     assert!(next > term, "term {next} after term {term}");
-    second.release().await.expect("release");
+    second.unlock().await.expect("release");
     eprintln!("semaphore waiter served {served:?} after the release; next term {next} > {term}");
 }
 
@@ -434,7 +434,7 @@ async fn window_run(with_wait: bool) -> WindowRun {
     let (mut topo, proxy) = Topology::start_with_proxy().await;
     let urls = topo.sentinel_urls();
     let a = if with_wait {
-        Client::sentinel_builder(&as_strs(&urls), MASTER)
+        Client::sentinel_builder(&urls, MASTER)
             .min_replica_acks(1, Duration::from_millis(200))
             .connect()
             .await
@@ -707,7 +707,7 @@ async fn sentinel_sh_starts_and_stops_a_topology() {
             .as_deref(),
         Some("up")
     );
-    let c = Client::sentinel(&as_strs(&urls), MASTER)
+    let c = Client::sentinel(&urls, MASTER)
         .await
         .expect("a client through the script's sentinels");
     let name = unique("script");

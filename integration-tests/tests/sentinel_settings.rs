@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redbell::{Client, Error};
 use redbell_integration_tests::sentinel::{
-    MASTER, ScriptTopology, Topology, as_strs, free_layout_base, works_again,
+    MASTER, ScriptTopology, Topology, free_layout_base, works_again,
 };
 use redbell_integration_tests::{
     POLL, eventually_every, get, hand_off, lock_key, promptly, raw, unique,
@@ -53,11 +53,11 @@ async fn primary_credentials_and_db_are_kept_across_a_failover() {
     let base = free_layout_base();
     let (topo, urls) =
         ScriptTopology::start_with(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
-    let sentinels = as_strs(&urls);
+    let sentinels = &urls;
     // The sentinels' password is not the primary's: without the primary's
     // own, the client cannot use the primary it found.
     let without = promptly("connect without the primary's password", async {
-        Client::sentinel(&sentinels, MASTER).await
+        Client::sentinel(sentinels, MASTER).await
     })
     .await;
     assert!(
@@ -67,8 +67,8 @@ async fn primary_credentials_and_db_are_kept_across_a_failover() {
     );
 
     let connect = || {
-        Client::sentinel_builder(&sentinels, MASTER)
-            .primary_auth(None, PW)
+        Client::sentinel_builder(sentinels, MASTER)
+            .primary_password(PW)
             .primary_db(DB)
             .connect()
     };
@@ -183,7 +183,7 @@ async fn a_sentinel_that_names_a_replica_is_not_believed() {
     let stale = stale_sentinel(topo.replica_port()).await;
     let mut urls = vec![stale];
     urls.extend(topo.sentinel_urls());
-    let client = promptly("connect", Client::sentinel(&as_strs(&urls), MASTER))
+    let client = promptly("connect", Client::sentinel(&urls, MASTER))
         .await
         .expect("connect past the stale sentinel");
     let name = unique("role");
@@ -196,7 +196,7 @@ async fn a_sentinel_that_names_a_replica_is_not_believed() {
         Some(guard.token())
     );
     guard.unlock().await.expect("unlock");
-    let other = Client::sentinel(&as_strs(&urls), MASTER)
+    let other = Client::sentinel(&urls, MASTER)
         .await
         .expect("a second client");
     assert_woken("past a stale sentinel", hand_off(&client, &other).await);

@@ -1,11 +1,14 @@
 //! `Client::shutdown` (issue 16): a guard dropped just before `main`
 //! returns is released only if the program waits for the client's
-//! background work. Runs the `drop_and_exit` program of this crate.
+//! background work. Runs the `drop_and_exit` program of this crate. So is
+//! a dropped `Leadership`'s resignation (issue 30), wherever it is dropped.
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redbell_integration_tests::{del, exists, lock_key, log_output, pttl, raw, redis_url, unique};
+use redbell_integration_tests::{
+    client, del, exists, lock_key, log_output, promptly, pttl, raw, redis_url, unique,
+};
 
 /// Runs `drop_and_exit NAME [--shutdown]` against the shared server.
 fn drop_and_exit(name: &str, shutdown: bool) -> Output {
@@ -62,4 +65,42 @@ async fn without_shutdown_the_release_dies_with_the_runtime() {
         "expected the key left held with most of its 30 s lease; pttl {ttl} ms"
     );
     del(&mut conn, &[&key]).await;
+}
+
+/// A `Leadership` dropped where no runtime is (a plain thread, as when a
+/// value is dropped by a thread pool that is not Tokio's) still resigns,
+/// and `shutdown()` waits for it: the leader key no longer names it and
+/// the lock is free. The resignation used to run on a bare `tokio::spawn`,
+/// skipped without a runtime at hand, and never waited for by `shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leadership_dropped_off_the_runtime_resigns_before_shutdown_returns() {
+    let c = client(&redis_url()).await;
+    let name = unique("shutdown-leader");
+    let (key, leader) = (lock_key(&name), format!("{}:leader", lock_key(&name)));
+    let leadership = promptly("campaign", c.election(&name).campaign("v"))
+        .await
+        .expect("campaign");
+    let term = leadership.term();
+    std::thread::spawn(move || drop(leadership))
+        .join()
+        .expect("the dropping thread");
+    promptly("shutdown", c.shutdown()).await.expect("shutdown");
+    let mut conn = raw(&redis_url()).await;
+    let token: Option<String> = redis::cmd("HGET")
+        .arg(&leader)
+        .arg("token")
+        .query_async(&mut conn)
+        .await
+        .expect("HGET the leader key");
+    assert_eq!(
+        token.as_deref().unwrap_or(""),
+        "",
+        "the leader key still names the dropped leader of term {term} after shutdown"
+    );
+    assert!(
+        !exists(&mut conn, &key).await,
+        "the election's lock is still held after shutdown (pttl {} ms)",
+        pttl(&mut conn, &key).await
+    );
+    del(&mut conn, &[&leader]).await;
 }

@@ -171,7 +171,7 @@ async fn a_half_open_pubsub_connection_is_noticed_and_replaced() {
     let name = unique("half-open");
     let conn = raw(&url).await;
     let proxy = Proxy::start(&url).await;
-    let waiting_client = redbell::Client::connect(&proxy.url()).await.unwrap();
+    let waiting_client = redbell::Client::connect(proxy.url()).await.unwrap();
     // The client's connections, in order: the command connection, then the
     // pub/sub connection.
     assert_eq!(proxy.accepted(), 2);

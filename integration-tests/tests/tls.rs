@@ -130,7 +130,7 @@ async fn the_server_certificate_is_verified() {
     let servers = TlsServers::start().await;
     let unknown_ca = promptly(
         "connecting without the CA",
-        Client::connect(&servers.optional),
+        Client::connect(servers.optional.as_str()),
     )
     .await;
     assert!(

@@ -18,7 +18,8 @@ use crate::background;
 use crate::conn::{self, Conn, Sentinels, Tls};
 use crate::hub::Hub;
 use crate::keys::{Replication, lease_ms, validate_name};
-use crate::lease::{Renewer, drift};
+use crate::lease::drift;
+use crate::renewer::Renewer;
 use crate::stats::Counters;
 
 /// Where a client's server is, and how to reach it.
@@ -293,18 +294,23 @@ impl ClientBuilder {
         self
     }
 
-    /// Sentinel mode: the credentials of the primary (and of the replicas
-    /// it may fail over to), as `AUTH username password` (`None`: the
-    /// `default` user, as `requirepass` wants). The sentinels' own
-    /// credentials go in their URLs (`redis://:password@host:port`).
-    /// Default: none. Ignored unless the client was made with
-    /// [`Client::sentinel_builder`].
-    pub fn primary_auth(mut self, username: Option<&str>, password: &str) -> Self {
-        let mut settings = self.primary.set_password(password);
-        if let Some(username) = username {
-            settings = settings.set_username(username);
-        }
-        self.primary = settings;
+    /// Sentinel mode: the password of the primary (and of the replicas it
+    /// may fail over to), sent as `AUTH password`, or `AUTH username
+    /// password` with [`primary_username`](Self::primary_username). The
+    /// sentinels' own credentials go in their URLs
+    /// (`redis://:password@host:port`). Default: none. Ignored unless the
+    /// client was made with [`Client::sentinel_builder`]. (As redis-rs's
+    /// `RedisConnectionInfo::set_password`.)
+    pub fn primary_password(mut self, password: impl AsRef<str>) -> Self {
+        self.primary = self.primary.set_password(password);
+        self
+    }
+
+    /// Sentinel mode: the ACL user of the primary (and of its replicas);
+    /// default: the `default` user, as `requirepass` wants. Ignored unless
+    /// the client was made with [`Client::sentinel_builder`].
+    pub fn primary_username(mut self, username: impl AsRef<str>) -> Self {
+        self.primary = self.primary.set_username(username);
         self
     }
 
@@ -407,7 +413,7 @@ impl ClientBuilder {
             renewer,
             background,
             id,
-            tokens: crate::acquire::Tokens::new(),
+            tokens: crate::keys::Tokens::new(),
             config,
             counters,
         })))

@@ -19,7 +19,7 @@ use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::hub::Hub;
 use crate::keys::{Kind, LockKeys, Replication};
-use crate::lease::Renewer;
+use crate::renewer::Renewer;
 use crate::stats::{Counters, Stats};
 
 /// A connection to one Redis server, shared by every lock made from it.
@@ -84,7 +84,7 @@ pub(crate) struct Inner {
     /// This client's id in waiter queues and wake channel names.
     pub(crate) id: String,
     /// This client's owner tokens.
-    pub(crate) tokens: crate::acquire::Tokens,
+    pub(crate) tokens: crate::keys::Tokens,
     pub(crate) config: Config,
     /// What the client did, for [`Client::stats`] (and the `metrics`
     /// feature); shared with the hub, the renewer and the worker.
@@ -120,8 +120,10 @@ impl Client {
 }
 
 impl Client {
-    /// Connects to the Redis server at `url` (`redis://[:password@]host:port[/db]`)
-    /// with the default settings; see [`Client::builder`] for the others.
+    /// Connects to one Redis server with the default settings: a URL
+    /// (`redis://[[user]:password@]host[:port][/db]`, `rediss://` with a TLS
+    /// feature, `redis+unix:///path`) or anything else redis-rs takes for
+    /// one server (see [`Client::builder`], which also sets the options).
     /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
@@ -134,8 +136,8 @@ impl Client {
     ///
     /// Dropping the future before it completes closes any connection it
     /// opened; nothing is left running.
-    pub async fn connect(url: &str) -> Result<Client, Error> {
-        Client::builder(url).connect().await
+    pub async fn connect(server: impl IntoConnectionInfo) -> Result<Client, Error> {
+        Client::builder(server).connect().await
     }
 
     /// Connects to the primary that the Redis Sentinels at `sentinel_urls`
@@ -153,7 +155,8 @@ impl Client {
     ///
     /// The sentinel URLs carry the sentinels' own credentials; the
     /// primary's (and its database) are set with
-    /// [`ClientBuilder::primary_auth`] and [`ClientBuilder::primary_db`] on
+    /// [`ClientBuilder::primary_password`], [`ClientBuilder::primary_username`]
+    /// and [`ClientBuilder::primary_db`] on
     /// [`Client::sentinel_builder`]; the primary uses TLS when
     /// `ClientBuilder::tls` was given or the sentinel URLs are `rediss://`.
     /// A node a sentinel names is only used once it answers `ROLE` with
@@ -171,7 +174,10 @@ impl Client {
     ///
     /// Dropping the future before it completes closes any connection it
     /// opened; nothing is left running.
-    pub async fn sentinel(sentinel_urls: &[&str], master_name: &str) -> Result<Client, Error> {
+    pub async fn sentinel(
+        sentinel_urls: impl IntoIterator<Item = impl AsRef<str>>,
+        master_name: &str,
+    ) -> Result<Client, Error> {
         Client::sentinel_builder(sentinel_urls, master_name)
             .connect()
             .await
@@ -179,9 +185,15 @@ impl Client {
 
     /// Starts building a client that finds its primary through Redis
     /// Sentinel; see [`Client::sentinel`].
-    pub fn sentinel_builder(sentinel_urls: &[&str], master_name: &str) -> ClientBuilder {
+    pub fn sentinel_builder(
+        sentinel_urls: impl IntoIterator<Item = impl AsRef<str>>,
+        master_name: &str,
+    ) -> ClientBuilder {
         ClientBuilder::new(Target::Sentinel {
-            sentinels: sentinel_urls.iter().map(|url| (*url).to_owned()).collect(),
+            sentinels: sentinel_urls
+                .into_iter()
+                .map(|url| url.as_ref().to_owned())
+                .collect(),
             master: master_name.to_owned(),
         })
     }
@@ -204,14 +216,19 @@ impl Client {
     ///
     /// Dropping the future before it completes closes any connection it
     /// opened; nothing is left running.
-    pub async fn cluster(node_urls: &[&str]) -> Result<Client, Error> {
+    pub async fn cluster(
+        node_urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Client, Error> {
         Client::cluster_builder(node_urls).connect().await
     }
 
     /// Starts building a client for a Redis Cluster; see [`Client::cluster`].
-    pub fn cluster_builder(node_urls: &[&str]) -> ClientBuilder {
+    pub fn cluster_builder(node_urls: impl IntoIterator<Item = impl AsRef<str>>) -> ClientBuilder {
         ClientBuilder::new(Target::Cluster(
-            node_urls.iter().map(|url| (*url).to_owned()).collect(),
+            node_urls
+                .into_iter()
+                .map(|url| url.as_ref().to_owned())
+                .collect(),
         ))
     }
 

@@ -17,17 +17,9 @@
 //! parked waiters follow the failover even when no command is running.
 //!
 //! Errors are not enough: after a failover the old primary still answers as
-//! a primary until the sentinels convert it to a replica, 8 s or more
-//! later, and a client that stays on it grants locks the new primary never
-//! hears of. So the client also subscribes to every sentinel's
-//! `+switch-master` and re-resolves the moment one announces a new primary
-//! ([`follow_switches`]). An announcement made while the client was not
-//! listening is missed, so the first subscriptions are made before the
-//! client first asks for the primary, and every later one (after a lost
-//! connection to a sentinel) is followed by a re-resolution. Sentinels tell
-//! each other of a failover only every 2 s, so a re-resolution asks them
-//! all and takes the answer with the newest configuration epoch, and never
-//! goes back to an older one.
+//! a primary for seconds, so the client also follows the sentinels'
+//! `+switch-master` announcements ([`switches`]).
+//!
 //!
 //! # A connection that stops answering
 //!
@@ -46,21 +38,10 @@
 //! was sent is not the old connection's: it does not replace the new one
 //! again.
 //!
-//! A caller may give up before its response timeout fires (a
-//! `tokio::time::timeout` shorter than `T`, as `redbell run` renews under
-//! `ttl / 6`), dropping the command, and then no timeout ever reports the
-//! connection. So every command on it is [`Watched`]: one whose future is
-//! dropped unanswered, with nothing else answered on the connection since
-//! its send, is followed by a `PING` on the same socket, and if nothing is
-//! answered by `T` after the command's send the connection is replaced;
-//! whoever gave up first, the connection is replaced `T` after the first
-//! unanswered command. (The `PING` is what tells a silent connection from
-//! a slow one whose reply to the dropped command went unseen; replies come
-//! in order.) The hot path pays a clock reading, an atomic add and a
-//! boxed future per command, and no lock; a dropped command on a connection that answered
-//! anything since its send costs nothing more. On a cluster the watch
-//! counts every node's answers: it sees all of them falling silent, not
-//! one.
+//! A caller may give up before its response timeout fires, dropping the
+//! command, and then no timeout ever reports the connection; every command
+//! is therefore [`Watched`] (`watched.rs` says how).
+//!
 //!
 //! While Redis cannot be reached, every recovery fails, and the callers
 //! that time out together must not each try to connect in turn (one
@@ -93,8 +74,9 @@
 //! [`report`]: Conn::report
 
 mod sentinel;
+mod switches;
+mod watched;
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, RwLock as StdRwLock, Weak};
 use std::time::Duration;
@@ -106,9 +88,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::{Mutex as AsyncMutex, OnceCell};
 use tokio::time::Instant;
-use tokio_stream::{Stream, StreamExt};
 
 pub(crate) use sentinel::Sentinels;
+use switches::{follow_switches, subscribe_switches, subscribe_timeout};
+use watched::Watch;
+pub(crate) use watched::Watched;
 
 use crate::Error;
 use crate::task::AbortOnDrop;
@@ -564,248 +548,6 @@ impl Conn {
         drop(slot);
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(true)
-    }
-}
-
-/// A command connection handed out by [`Conn::manager`]: the manager, and
-/// what its connection has answered. A request that goes unanswered (its
-/// future dropped, or its response timeout fired) with nothing else
-/// answered on the connection since it was sent is followed by a `PING`;
-/// nothing answered a response timeout after its send, the connection has
-/// fallen silent and [`Conn::recover`] replaces it. So a
-/// caller that gives up before its own response timeout (a
-/// `tokio::time::timeout` shorter than `T` around any call) still leads to
-/// a fresh connection, like the response timeout it did not wait for.
-pub(crate) struct Watched {
-    manager: Manager,
-    /// `None` on the slow lane (a `WAIT` is silent by design).
-    watch: Option<Arc<Watch>>,
-}
-
-/// What one command connection has answered.
-struct Watch {
-    /// The connection (a clone sharing its socket), for the probe.
-    manager: Manager,
-    /// Replies received on the connection, server errors included; only
-    /// ever grows. A request that finds it unchanged a response timeout
-    /// after its send had no answer to anything sent since.
-    replies: AtomicU64,
-    /// The client, for the recovery; a watch never keeps it alive.
-    conn: Weak<Inner>,
-    /// The client's response timeout `T`.
-    response_timeout: Duration,
-}
-
-impl Watch {
-    fn new(manager: &Manager, conn: Weak<Inner>, response_timeout: Duration) -> Arc<Watch> {
-        Arc::new(Watch {
-            manager: manager.clone(),
-            replies: AtomicU64::new(0),
-            conn,
-            response_timeout,
-        })
-    }
-
-    /// A request sent at `sent`, when `seen` replies had come, went
-    /// unanswered. Unless something was answered since, sends a `PING`
-    /// after it on the same socket: a reply, or any other, before
-    /// `sent + T` shows the connection alive (its reply to the dropped
-    /// request came unseen, the replies coming in order); none, and the
-    /// connection is replaced. Off the hot path: a connection that answers
-    /// anything between a request's send and its drop never gets here, so
-    /// a busy healthy one spawns nothing, and an idle one one `PING`.
-    fn unanswered(self: &Arc<Self>, sent: Instant, seen: u64) {
-        if self.replies.load(Ordering::Acquire) != seen {
-            return;
-        }
-        // A future dropped outside a runtime (one shutting down) has
-        // nothing to recover for.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let watch = self.clone();
-        runtime.spawn(async move {
-            let mut probe = watch.manager.clone();
-            let cmd = redis::cmd("PING");
-            let ping = cmd.query_async::<Value>(&mut probe);
-            match tokio::time::timeout_at(sent + watch.response_timeout, ping).await {
-                Ok(Ok(_)) => return, // answered: slow, not silent
-                Ok(Err(e)) if e.code().is_some() => return,
-                _ => {}
-            }
-            if watch.replies.load(Ordering::Acquire) != seen {
-                return; // a reply came after `sent`: slow, not silent
-            }
-            let Some(inner) = watch.conn.upgrade() else {
-                return;
-            };
-            // A connection replaced since `sent` is left alone (`opened`),
-            // and many requests of one silent connection connect once.
-            Conn(inner).recover(sent).await;
-        });
-    }
-}
-
-/// One request on a watched connection, from its send to its reply.
-struct Pending<'a> {
-    watch: &'a Arc<Watch>,
-    sent: Instant,
-    /// `watch.replies` at the send.
-    seen: u64,
-    /// Set when the request ended with an answer (or a closed socket,
-    /// which the manager reconnects by itself).
-    done: bool,
-}
-
-impl<'a> Pending<'a> {
-    fn new(watch: &'a Arc<Watch>) -> Pending<'a> {
-        Pending {
-            watch,
-            sent: Instant::now(),
-            seen: watch.replies.load(Ordering::Acquire),
-            done: false,
-        }
-    }
-
-    /// The request's outcome: a reply (or a server error) counts as an
-    /// answer; a response timeout is left to `drop`.
-    fn ended<T>(&mut self, result: &RedisResult<T>) {
-        match result {
-            Ok(_) => {}
-            Err(e) if e.is_timeout() => return,
-            Err(e) if e.code().is_none() => {
-                self.done = true; // dropped or refused: not an answer
-                return;
-            }
-            Err(_) => {}
-        }
-        self.watch.replies.fetch_add(1, Ordering::AcqRel);
-        self.done = true;
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.watch.unanswered(self.sent, self.seen);
-        }
-    }
-}
-
-impl Watched {
-    fn watched<'a, T: Send + 'a>(
-        watch: Option<&'a Arc<Watch>>,
-        request: RedisFuture<'a, T>,
-    ) -> RedisFuture<'a, T> {
-        let Some(watch) = watch else {
-            return request;
-        };
-        let mut pending = Pending::new(watch);
-        Box::pin(async move {
-            let result = request.await;
-            pending.ended(&result);
-            result
-        })
-    }
-}
-
-impl ConnectionLike for Watched {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let request = self.manager.req_packed_command(cmd);
-        Watched::watched(self.watch.as_ref(), request)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        let request = self.manager.req_packed_commands(pipeline, offset, count);
-        Watched::watched(self.watch.as_ref(), request)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.manager.get_db()
-    }
-}
-
-/// One sentinel's `+switch-master` announcements, from a subscription.
-type Switches = Pin<Box<dyn Stream<Item = redis::Msg> + Send>>;
-
-/// How long a subscription to a sentinel may take.
-fn subscribe_timeout(connect_timeout: Duration) -> Duration {
-    connect_timeout.max(Duration::from_secs(1))
-}
-
-/// Subscribes to `sentinel`'s `+switch-master`; `None` when it cannot be
-/// reached in `timeout`.
-async fn subscribe_switches(sentinel: &redis::Client, timeout: Duration) -> Option<Switches> {
-    let subscribed = async {
-        let mut pubsub = sentinel.get_async_pubsub().await?;
-        pubsub.subscribe("+switch-master").await?;
-        RedisResult::Ok(Box::pin(pubsub.into_on_message()) as Switches)
-    };
-    tokio::time::timeout(timeout, subscribed).await.ok()?.ok()
-}
-
-/// Follows one sentinel's `+switch-master` announcements, so the client
-/// moves to a new primary as soon as a sentinel announces it rather than on
-/// its next command error. After a failover the old primary still answers
-/// as a primary until the sentinels convert it to a replica (seconds
-/// later); a client left on it would keep granting locks that the new
-/// primary knows nothing of. `first` is the subscription made before the
-/// client first asked for the primary. Reconnects with a backoff while the
-/// sentinel is unreachable, and after each new subscription re-resolves
-/// once (what was announced while nobody listened is missed); ends when the
-/// `Conn` is gone.
-async fn follow_switches(conn: Weak<Inner>, sentinel: redis::Client, mut first: Option<Switches>) {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let (switches, fresh) = match first.take() {
-            Some(switches) => (Some(switches), false),
-            None => {
-                let timeout = match conn.upgrade() {
-                    Some(inner) => subscribe_timeout(inner.connect_timeout),
-                    None => return,
-                };
-                (subscribe_switches(&sentinel, timeout).await, true)
-            }
-        };
-        if let Some(mut messages) = switches {
-            backoff = Duration::from_millis(100);
-            if fresh {
-                let Some(inner) = conn.upgrade() else { return };
-                if let Err(e) = Conn(inner).resolve().await {
-                    tracing::debug!(error = %e, "could not re-resolve the primary after re-subscribing");
-                }
-            }
-            while let Some(message) = messages.next().await {
-                let Some(inner) = conn.upgrade() else { return };
-                let payload: String = message.get_payload().unwrap_or_default();
-                let Source::Sentinel(sentinels) = &inner.source else {
-                    return;
-                };
-                if sentinels.announces_ours(&payload) {
-                    tracing::info!(announced = %payload, "a sentinel announced a new primary");
-                    let conn = Conn(inner);
-                    // The announcing sentinel has the newest configuration;
-                    // the others may not have heard yet, so ask again for a
-                    // while if they still name the old primary.
-                    for _ in 0..20 {
-                        match conn.resolve().await {
-                            Ok(true) => break,
-                            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
-                    }
-                }
-            }
-        }
-        if conn.strong_count() == 0 {
-            return;
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -23,6 +23,7 @@ use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
 
 use super::{Manager, manager};
 use crate::Error;
+use crate::backoff::Backoff;
 
 /// How long a first connection keeps asking the sentinels while the nodes
 /// they name are not (yet) the primary: a failover takes a second or two.
@@ -81,7 +82,8 @@ impl Sentinels {
     /// name are not the primary, asks again for up to [`FAILOVER_WAIT`].
     pub(crate) async fn find(&self, timeouts: (Duration, Duration)) -> Result<Found, Error> {
         let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
-        let mut pause = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut pause = backoff.next_delay();
         loop {
             match self.ask(None, timeouts).await {
                 Ok(Some(found)) => return Ok(found),
@@ -92,7 +94,7 @@ impl Sentinels {
                 }) if tokio::time::Instant::now() + pause < deadline => {
                     tracing::info!(%error, retry_in = ?pause, "no primary yet; a failover may be in progress");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
+                    pause = backoff.next_delay();
                 }
                 Err(NotFound { error, .. }) => return Err(error),
             }

@@ -38,8 +38,8 @@
 //!   `elected` ends the park. A holder that is not yet a leader is timed
 //!   like a leader, in case it crashed before proclaiming.
 //! - **Reconnects.** A lost connection (`CLIENT KILL`, a failover, a
-//!   failed probe) is reconnected at once, then with backoff (50 ms up to
-//!   1 s); the read after the new SUBSCRIBE catches up on anything missed.
+//!   failed probe) is reconnected at once, then with a jittered backoff
+//!   (50 ms up to 1 s, `backoff.rs`); the read after the new SUBSCRIBE catches up on anything missed.
 //!   An outage is yielded as one `Err` item, then the stream goes on.
 
 use std::pin::Pin;
@@ -53,6 +53,7 @@ use tokio_stream::Stream;
 
 use super::{Leader, Names};
 use crate::Error;
+use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::hub::pubsub::{self, Event};
 use crate::scripts::{self, Reading};
@@ -64,6 +65,9 @@ const PROBE: Duration = Duration::from_secs(1);
 
 /// The longest wait between two reconnect attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The shortest delay between two reconnect attempts.
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The stream of an election's leader, from [`Election::observe`]: first
 /// the current leader (`None`: nobody leads), then every change, as it
@@ -251,20 +255,22 @@ async fn run(client: Client, names: Arc<Names>, tx: mpsc::Sender<Item>) {
     let timeout = client.0.config.response_timeout;
     let max_park = client.0.config.max_park;
     let mut view = View::default();
-    let mut backoff = Duration::ZERO;
+    // Zero: connect at once; else the delay before the next attempt.
+    let mut delay = Duration::ZERO;
+    let mut backoff = Backoff::new(MIN_BACKOFF, MAX_BACKOFF);
     let mut outage = false;
     let channel = vec![names.channel.clone()];
     loop {
-        if !backoff.is_zero() {
+        if !delay.is_zero() {
             tokio::select! {
                 _ = tx.closed() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
             if let Err(e) = conn.resolve().await {
                 tracing::debug!(error = %e, "could not resolve the primary");
             }
         }
-        backoff = (backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
+        delay = backoff.next_delay();
         let connected = async {
             let (mut sink, stream) = pubsub::connect(conn, timeout).await?;
             match tokio::time::timeout(timeout, sink.subscribe(&channel)).await {
@@ -290,7 +296,8 @@ async fn run(client: Client, names: Arc<Names>, tx: mpsc::Sender<Item>) {
             }
         };
         outage = false;
-        backoff = Duration::ZERO;
+        delay = Duration::ZERO;
+        backoff.reset();
         view.read(reading, max_park);
         if let Some(item) = view.change()
             && tx.send(Ok(item)).await.is_err()

@@ -12,7 +12,8 @@
 //! On a single node (or a sentinel-managed primary) the connection is one
 //! socket, and it lives or dies whole. When it is lost (the stream ends, a
 //! SUBSCRIBE fails, it fails its liveness probe, or the primary moved) the
-//! control task reconnects with backoff (re-resolving a moved primary
+//! control task reconnects with a jittered backoff (50 ms to 1 s,
+//! `backoff.rs`; re-resolving a moved primary
 //! first), resubscribes every channel that still has local waiters, and only
 //! then wakes every waiter.
 //!
@@ -45,9 +46,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::pubsub::{self, Event, Sink, Stream};
-use super::registry::Shared;
+use super::registry::Registry;
 use super::shards::Shards;
 use crate::Error;
+use crate::backoff::Backoff;
 use crate::conn::Conn;
 use crate::task::AbortOnDrop;
 
@@ -72,6 +74,11 @@ const STORM: usize = 5;
 /// The window in which [`STORM`] reconnects are counted.
 const STORM_WINDOW: Duration = Duration::from_secs(10);
 
+/// The pub/sub reconnect's backoff: the first delay at least this, ...
+const RECONNECT_BASE: Duration = Duration::from_millis(50);
+/// ... and none longer than this.
+const RECONNECT_CAP: Duration = Duration::from_secs(1);
+
 /// The live pub/sub connection: the sink and the dispatcher reading it.
 struct Connection {
     sink: Sink,
@@ -82,7 +89,7 @@ struct Connection {
 pub(super) struct Control {
     /// Where the primary is; re-resolved before each reconnect.
     primary: Conn,
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     /// Lets dispatchers report a disconnect without keeping the hub alive.
     ops_tx: mpsc::WeakUnboundedSender<Op>,
     connect_timeout: Duration,
@@ -112,7 +119,7 @@ pub(super) struct Control {
 impl Control {
     pub(super) fn new(
         primary: Conn,
-        shared: Arc<Shared>,
+        shared: Arc<Registry>,
         ops_tx: mpsc::WeakUnboundedSender<Op>,
         connect_timeout: Duration,
         linger: Duration,
@@ -145,7 +152,7 @@ impl Control {
         self.install(sink, stream);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::new(RECONNECT_BASE, RECONNECT_CAP);
         let mut next_reconnect = Instant::now();
         loop {
             tokio::select! {
@@ -162,7 +169,7 @@ impl Control {
                     Some(Op::Disconnected { generation }) => {
                         if generation == self.generation && self.conn.is_some() {
                             self.disconnected();
-                            backoff = Duration::from_millis(50);
+                            backoff.reset();
                             next_reconnect = Instant::now();
                             self.try_reconnect(&mut backoff, &mut next_reconnect).await;
                         }
@@ -202,14 +209,14 @@ impl Control {
                     } else if self.primary.epoch() != self.epoch {
                         tracing::info!("the primary moved; moving the pub/sub connection too");
                         self.disconnected();
-                        backoff = Duration::from_millis(50);
+                        backoff.reset();
                         self.try_reconnect(&mut backoff, &mut next_reconnect).await;
                     } else if Instant::now() >= self.next_probe {
                         self.next_probe = Instant::now() + self.probe;
                         if !self.alive().await {
                             tracing::info!("the pub/sub connection failed its liveness probe; reconnecting");
                             self.disconnected();
-                            backoff = Duration::from_millis(50);
+                            backoff.reset();
                             self.try_reconnect(&mut backoff, &mut next_reconnect).await;
                         }
                     } else {
@@ -423,7 +430,7 @@ impl Control {
         }
     }
 
-    async fn try_reconnect(&mut self, backoff: &mut Duration, next: &mut Instant) {
+    async fn try_reconnect(&mut self, backoff: &mut Backoff, next: &mut Instant) {
         self.note_reconnect();
         // After a failover the primary has moved: ask first (sentinel mode).
         if let Err(e) = self.primary.resolve().await {
@@ -453,8 +460,7 @@ impl Control {
                     let result =
                         tokio::time::timeout(self.connect_timeout, sink.subscribe(&wanted)).await;
                     if !matches!(result, Ok(Ok(()))) {
-                        *next = Instant::now() + *backoff;
-                        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+                        *next = Instant::now() + backoff.next_delay();
                         self.shared.wake_all();
                         return;
                     }
@@ -476,9 +482,9 @@ impl Control {
                 self.shared.wake_all();
             }
             Err(e) => {
-                tracing::debug!(error = %e, retry_in = ?*backoff, "pub/sub reconnect failed");
-                *next = Instant::now() + *backoff;
-                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+                let delay = backoff.next_delay();
+                tracing::debug!(error = %e, retry_in = ?delay, "pub/sub reconnect failed");
+                *next = Instant::now() + delay;
                 // Waiters keep their bounded parks; wake them so they see the
                 // outage as an error from their next attempt instead of
                 // sleeping on a channel that cannot deliver.
@@ -492,7 +498,7 @@ impl Control {
 /// disconnect when the stream ends.
 async fn dispatch(
     mut stream: Stream,
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     ops: mpsc::WeakUnboundedSender<Op>,
     generation: u64,
 ) {

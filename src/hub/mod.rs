@@ -1,9 +1,10 @@
-//! The pub/sub hub of one client: a [registry] of the local
+//! The pub/sub hub of one client: a [registry] (routing the [message]s) of the local
 //! waiters per wake channel, and the [connection task](connection) that
 //! keeps those channels subscribed. How waiters use it is the wait protocol,
 //! explained where its loop runs, in `acquire.rs`.
 
 mod connection;
+mod message;
 /// Also used by the election's observers, which subscribe on their own.
 pub(crate) mod pubsub;
 mod registry;
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 
 use connection::{Control, Op};
 pub(crate) use registry::Waiter;
-use registry::{Entry, Shared};
+use registry::{Entry, Registry};
 
 use crate::Error;
 use crate::background::{self, Work};
@@ -30,7 +31,7 @@ use crate::task::AbortOnDrop;
 
 /// The hub of one client. Dropping it stops its tasks.
 pub(crate) struct Hub {
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     ops: mpsc::UnboundedSender<Op>,
     _control: AbortOnDrop,
 }
@@ -38,7 +39,7 @@ pub(crate) struct Hub {
 /// One waiter's place in the hub; dropping it deregisters and, unless
 /// [`acquired`](Registration::acquired) was called, passes on any wake-up.
 pub(crate) struct Registration {
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     keys: Arc<LockKeys>,
     id: u64,
     /// `"<client id>:<waiter id>"`, this waiter's member in the queue.
@@ -185,7 +186,7 @@ fn queues_one_per_client(kind: Kind) -> bool {
 /// A handle the background worker notes its releases with (for the
 /// hand-off gap), without keeping the hub alive.
 #[derive(Clone, Default)]
-pub(crate) struct ReleaseNotes(std::sync::Weak<Shared>);
+pub(crate) struct ReleaseNotes(std::sync::Weak<Registry>);
 
 impl ReleaseNotes {
     /// As [`Hub::released`].
@@ -209,7 +210,7 @@ impl Hub {
         counters: Arc<Counters>,
     ) -> Result<Hub, Error> {
         let (sink, stream) = pubsub::connect(&conn, connect_timeout).await?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Registry {
             channels: StdMutex::new(HashMap::new()),
             background,
             client_id,

@@ -9,12 +9,14 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::message::{self, Notice, WakeMessage};
 use crate::background::{self, Work};
 use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS};
 use crate::stats::{Counters, Wakeup};
 
-/// State shared by the hub's tasks and the waiters.
-pub(super) struct Shared {
+/// The waiter registry: per wake channel, the local waiters; shared by the
+/// hub's tasks and the waiters.
+pub(super) struct Registry {
     /// Channel name -> local waiters. Only touched with the lock held, and
     /// the lock is never held across an `.await`.
     pub(super) channels: StdMutex<HashMap<String, Entry>>,
@@ -177,7 +179,7 @@ fn backup_ms(kind: Kind) -> u64 {
     }
 }
 
-impl Shared {
+impl Registry {
     pub(super) fn lock(&self) -> StdMutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert, remove or field write), so
@@ -280,30 +282,15 @@ impl Shared {
             }
             return;
         }
-        // "<waiter id>" (a plain wake-up); "<waiter id>:?" (the probe before a
-        // fair grant); "<waiter id>:<token>:g<fence>:<claim end us>" (a fair
-        // grant: the lock holds the waiter's token on a claim; the waiter
-        // attempts, which confirms it);
-        // "<waiter id>:<token>:s<ms>" / "<waiter id>::s<ms>" (a standby: the
-        // waiter ahead was just woken or granted the lock; park no longer
-        // than <ms>, then attempt, in case it is frozen); "<waiter
-        // id>:<token>" (a grant from an older client: the waiter attempts).
-        let text = std::str::from_utf8(payload).unwrap_or("");
-        let mut parts = text.split(':');
-        let id = parts.next().and_then(|id| id.parse::<u64>().ok());
-        let token = parts.next().unwrap_or("");
-        if token == "?" {
-            // "<waiter id>:?": a fair grant's probe of our subscription,
-            // not for the waiter.
-            return;
-        }
-        let tag = parts.next().unwrap_or("");
-        let standby = tag
-            .strip_prefix('s')
-            .map(|ms| ms.parse::<u64>().unwrap_or(1).max(1));
-        // The grant's fence and claim end are not read: the waiter's own
-        // attempt confirms the grant and returns the fence (acquire.rs).
-        let grant = tag.starts_with('g');
+        // The forms are message.rs's.
+        let WakeMessage { waiter: id, notice } = message::parse(payload);
+        let (standby, grant) = match notice {
+            // Checks our subscription; not for the waiter.
+            Notice::Probe => return,
+            Notice::Wake => (None, false),
+            Notice::Grant => (None, true),
+            Notice::Standby(ms) => (Some(ms), false),
+        };
         match id.and_then(|id| entry.waiters.get(&id)) {
             Some((waiter, _)) => {
                 if standby.is_none() {

@@ -61,18 +61,20 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::oneshot;
 
 use crate::Error;
+use crate::backoff::Backoff;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::pubsub;
-use super::registry::Shared;
+use super::registry::Registry;
 use crate::keys::hash_slot;
 
 /// How long after a subscription made to recover from a loss it is checked
 /// again (see the module docs): by then the cluster has settled.
 pub(super) const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
 
-/// The first retry of a failed or lost subscription, doubled per failure.
+/// The shortest delay before retrying a failed or lost subscription (the
+/// delays grow with jitter, `backoff.rs`).
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 
 /// The longest wait between two retries of one channel.
@@ -80,7 +82,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 
 /// The per-shard state of a cluster's subscriptions.
 pub(super) struct Shards {
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     connect_timeout: Duration,
     probe: Duration,
     /// Channels whose subscription failed or was lost: when to try again,
@@ -102,8 +104,10 @@ pub(super) struct Shards {
 }
 
 struct Retry {
+    /// When to subscribe again.
     at: Instant,
-    backoff: Duration,
+    /// The delays between attempts.
+    backoff: Backoff,
 }
 
 /// What a finished subscription task reports.
@@ -128,7 +132,7 @@ enum Why {
 }
 
 impl Shards {
-    pub(super) fn new(shared: Arc<Shared>, connect_timeout: Duration, probe: Duration) -> Shards {
+    pub(super) fn new(shared: Arc<Registry>, connect_timeout: Duration, probe: Duration) -> Shards {
         Shards {
             shared,
             connect_timeout,
@@ -278,13 +282,13 @@ impl Shards {
                 None
             }
             Err(error) => {
-                let retry = self.retry.entry(channel.clone()).or_insert(Retry {
+                let retry = self.retry.entry(channel.clone()).or_insert_with(|| Retry {
                     at: Instant::now(),
-                    backoff: FIRST_RETRY / 2,
+                    backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
                 });
-                retry.backoff = (retry.backoff * 2).min(MAX_RETRY);
-                retry.at = Instant::now() + retry.backoff;
-                tracing::debug!(%channel, %error, retry_in = ?retry.backoff, "SSUBSCRIBE failed");
+                let delay = retry.backoff.next_delay();
+                retry.at = Instant::now() + delay;
+                tracing::debug!(%channel, %error, retry_in = ?delay, "SSUBSCRIBE failed");
                 if let Some(entry) = self.shared.lock().get_mut(&channel) {
                     entry.subscribed = false;
                 }
@@ -311,9 +315,9 @@ impl Shards {
         }
         for channel in channels {
             self.recheck.remove(channel);
-            self.retry.entry(channel.clone()).or_insert(Retry {
+            self.retry.entry(channel.clone()).or_insert_with(|| Retry {
                 at: now,
-                backoff: FIRST_RETRY / 2,
+                backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
             });
         }
     }

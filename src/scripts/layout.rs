@@ -4,7 +4,7 @@
 
 use super::call::Call;
 use super::registry::*;
-use super::{Acquire, Owned, owned};
+use super::{Attempt, Owned, owned};
 use crate::Error;
 use crate::conn::Conn;
 use crate::keys::{
@@ -37,7 +37,7 @@ pub(crate) async fn acquire(
     lease_ms: u64,
     queue: Option<Queue<'_>>,
     replication: Option<Replication>,
-) -> Result<(Acquire, Option<u32>), Error> {
+) -> Result<(Attempt, Option<u32>), Error> {
     let member = queue.map_or("", |q| q.member);
     let grace_ms = queue.map_or(0, |q| q.grace_ms);
     let park_ms = queue.map_or(0, |q| q.park_ms);
@@ -54,10 +54,10 @@ pub(crate) async fn acquire(
     match keys.kind {
         Kind::Semaphore => {
             invocation
-                .key(&keys.lock)
+                .key(&keys.token_key)
                 .key(&keys.fence)
-                .key(&keys.waiters)
-                .key(&keys.expiry)
+                .key(&keys.queue)
+                .key(&keys.queue_expiry)
                 .key(&keys.count)
                 .arg(token)
                 .arg(lease_ms)
@@ -72,9 +72,9 @@ pub(crate) async fn acquire(
         }
         Kind::Plain | Kind::Election | Kind::Fair => {
             invocation
-                .key(&keys.lock)
+                .key(&keys.token_key)
                 .key(&keys.fence)
-                .key(&keys.waiters)
+                .key(&keys.queue)
                 .arg(token)
                 .arg(lease_ms)
                 .arg(keys.fence_ttl_ms)
@@ -86,7 +86,7 @@ pub(crate) async fn acquire(
             invocation
                 .key(&keys.writer)
                 .key(&keys.readers)
-                .key(&keys.waiters)
+                .key(&keys.queue)
                 .key(&keys.fence)
                 .arg(token)
                 .arg(lease_ms);
@@ -145,10 +145,10 @@ pub(crate) async fn acquire(
     };
     let value = reply.get(1).copied().unwrap_or(-1);
     let outcome = match reply.first() {
-        Some(1) => Acquire::Acquired {
+        Some(1) => Attempt::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
         },
-        _ => Acquire::Held {
+        _ => Attempt::Held {
             pttl_ms: u64::try_from(value).ok(),
             server_us: reply.get(2).and_then(|&us| u64::try_from(us).ok()),
         },
@@ -161,16 +161,16 @@ pub(crate) async fn acquire(
 async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
     let expected: Vec<(&str, &str)> = match keys.kind {
         Kind::Plain | Kind::Election => vec![
-            (&keys.lock, "string"),
+            (&keys.token_key, "string"),
             (&keys.fence, "string"),
-            (&keys.waiters, "zset"),
+            (&keys.queue, "zset"),
             (&keys.readers, "zset"),
             (&keys.holders, "zset"),
         ],
         Kind::Fair => vec![
-            (&keys.lock, "string"),
+            (&keys.token_key, "string"),
             (&keys.fence, "string"),
-            (&keys.waiters, "zset"),
+            (&keys.queue, "zset"),
             (&keys.handoff, "string"),
             (&keys.readers, "zset"),
             (&keys.holders, "zset"),
@@ -178,15 +178,15 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
         Kind::Read | Kind::Write => vec![
             (&keys.writer, "string"),
             (&keys.readers, "zset"),
-            (&keys.waiters, "zset"),
+            (&keys.queue, "zset"),
             (&keys.fence, "string"),
             (&keys.holders, "zset"),
         ],
         Kind::Semaphore => vec![
-            (&keys.lock, "zset"),
+            (&keys.token_key, "zset"),
             (&keys.fence, "string"),
-            (&keys.waiters, "zset"),
-            (&keys.expiry, "zset"),
+            (&keys.queue, "zset"),
+            (&keys.queue_expiry, "zset"),
             (&keys.count, "string"),
             (&keys.readers, "zset"),
         ],
@@ -203,7 +203,7 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
         .iter()
         .zip(&types)
         .find(|((_, want), got)| got.as_str() != "none" && got.as_str() != *want)
-        .map_or_else(|| keys.lock.clone(), |((key, _), _)| (*key).to_owned())
+        .map_or_else(|| keys.token_key.clone(), |((key, _), _)| (*key).to_owned())
 }
 
 /// Deletes the lock if `token` still owns it (gives the permit back, for a
@@ -220,9 +220,9 @@ pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result
     match keys.kind {
         Kind::Read | Kind::Write => {
             invocation
-                .key(&keys.lock)
+                .key(&keys.token_key)
                 .key(&keys.channel)
-                .key(&keys.waiters)
+                .key(&keys.queue)
                 .arg(token)
                 .arg(INTENT_WINDOW_MS);
         }
@@ -233,7 +233,7 @@ pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result
     let code: i64 = invocation
         .invoke(conn)
         .await
-        .map_err(|e| Error::from_redis(e, &keys.lock))?;
+        .map_err(|e| Error::from_redis(e, &keys.token_key))?;
     Ok(owned(code))
 }
 
@@ -252,7 +252,7 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
     match keys.kind {
         Kind::Read | Kind::Write => {
             invocation
-                .key(&keys.waiters)
+                .key(&keys.queue)
                 .key(&keys.channel)
                 .key(&keys.writer)
                 .key(&keys.readers)
@@ -265,7 +265,7 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
     let woke: i64 = invocation
         .invoke(conn)
         .await
-        .map_err(|e| Error::from_redis(e, &keys.waiters))?;
+        .map_err(|e| Error::from_redis(e, &keys.queue))?;
     Ok(woke == 1)
 }
 
@@ -275,26 +275,26 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
 fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
     match keys.kind {
         Kind::Semaphore => invocation
-            .key(&keys.lock)
-            .key(&keys.waiters)
-            .key(&keys.expiry)
+            .key(&keys.token_key)
+            .key(&keys.queue)
+            .key(&keys.queue_expiry)
             .key(&keys.count)
             .arg(who)
             .arg(&keys.wake_prefix)
             .arg(keys.permits)
             .arg(SEM_RESERVE_MS),
         Kind::Fair => invocation
-            .key(&keys.lock)
+            .key(&keys.token_key)
             .key(&keys.fence)
-            .key(&keys.waiters)
+            .key(&keys.queue)
             .key(&keys.handoff)
             .arg(who)
             .arg(&keys.wake_prefix)
             .arg(CLAIM_MS)
             .arg(keys.fence_ttl_ms),
         _ => invocation
-            .key(&keys.lock)
-            .key(&keys.waiters)
+            .key(&keys.token_key)
+            .key(&keys.queue)
             .arg(who)
             .arg(&keys.wake_prefix)
             .arg(HANDOFF_MS),
@@ -317,7 +317,7 @@ pub(crate) async fn extend(
     let mut groups: Vec<((Family, u16), Vec<usize>)> = Vec::new();
     for (i, (keys, _)) in locks.iter().enumerate() {
         let slot = if conn.is_cluster() {
-            hash_slot(&keys.lock)
+            hash_slot(&keys.token_key)
         } else {
             0
         };
@@ -341,7 +341,7 @@ pub(crate) async fn extend(
         });
         call.arg(lease_ms);
         for &i in &family {
-            call.key(&locks[i].0.lock).arg(locks[i].1);
+            call.key(&locks[i].0.token_key).arg(locks[i].1);
             if kind == Family::Permits {
                 call.key(&locks[i].0.count);
             }
@@ -364,7 +364,7 @@ pub(crate) async fn extend(
             }
             Err(e) => {
                 for &i in &family {
-                    out[i] = Err(Error::from_redis(e.clone(), &locks[i].0.lock));
+                    out[i] = Err(Error::from_redis(e.clone(), &locks[i].0.token_key));
                 }
             }
         }
@@ -391,13 +391,13 @@ pub(crate) async fn semaphore_status(
     keys: &LockKeys,
 ) -> Result<(String, String, u64, Vec<(String, u64)>), Error> {
     let reply: Vec<redis::Value> = Call::new(&SEM_STATUS)
-        .key(&keys.lock)
+        .key(&keys.token_key)
         .key(&keys.fence)
-        .key(&keys.expiry)
+        .key(&keys.queue_expiry)
         .key(&keys.count)
         .invoke(conn)
         .await
-        .map_err(|e| Error::from_redis(e, &keys.lock))?;
+        .map_err(|e| Error::from_redis(e, &keys.token_key))?;
     let text = |v: Option<&redis::Value>| -> String {
         v.and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
             .unwrap_or_default()

@@ -36,7 +36,7 @@ pub const PROTOCOL_VERSION: &str = "1";
 
 /// The outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Acquire {
+pub(crate) enum Attempt {
     /// The key is ours; the fencing counter is now this value.
     Acquired { fence: u64 },
     /// Someone else holds it for this many more milliseconds (`None`: the

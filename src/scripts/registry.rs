@@ -23,8 +23,7 @@ const EXTEND_LUA: &str = lua!("extend.lua");
 const RELEASE_LUA: &str = lua!("wake_next.lua", "release.lua");
 const PASS_LUA: &str = lua!("wake_next.lua", "pass.lua");
 
-/// Every kind of lock (`Client::status` and `force_unlock` are views of
-/// these two).
+/// Every kind of lock (`Client::inspect` and `break_lock`).
 const INSPECT_LUA: &str = lua!("inspect.lua");
 const BREAK_LOCK_LUA: &str = lua!("wake_next.lua", "fair_common.lua", "break_lock.lua");
 

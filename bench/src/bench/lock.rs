@@ -167,8 +167,7 @@ impl Conn {
 
     /// A redbell client on the Redis Cluster that `nodes` belong to.
     pub async fn cluster(nodes: &[String]) -> Result<Conn, Failure> {
-        let urls: Vec<&str> = nodes.iter().map(String::as_str).collect();
-        redbell::Client::cluster(&urls)
+        redbell::Client::cluster(nodes)
             .await
             .map(Conn::Redbell)
             .map_err(|e| Failure::lock(&nodes.join(","), "cannot connect to the cluster", &e))

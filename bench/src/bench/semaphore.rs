@@ -55,7 +55,7 @@ pub async fn run(
         let sem = client.semaphore(name, permits);
         tasks.push(tokio::spawn(async move {
             // Warm-up: scripts loaded, connections and subscription open.
-            let warmed = async { sem.acquire().await?.release().await };
+            let warmed = async { sem.acquire().await?.unlock().await };
             let warmed = warmed.await;
             warm.wait().await; // even when it failed, so nobody hangs
             go.wait().await;
@@ -69,7 +69,7 @@ pub async fn run(
                 while spin.elapsed() < hold {
                     std::hint::spin_loop();
                 }
-                permit.release().await?;
+                permit.unlock().await?;
             }
             client.shutdown().await?;
             Ok::<_, redbell::Error>(waits)

@@ -235,7 +235,7 @@ pub async fn sell(url: &str, cfg: &WindowConfig) -> Result<(), Failure> {
 /// (its lease ran out) is an error: more than K windows may have been open.
 async fn close(permit: redbell::Permit, cfg: &WindowConfig, url: &str) -> Result<(), Failure> {
     let what = format!("window {}: close", cfg.window);
-    match permit.release().await {
+    match permit.unlock().await {
         Ok(()) => Ok(()),
         Err(redbell::Error::NotHeld) => Err(Failure::new(
             EX_FAILURE,

@@ -172,7 +172,7 @@ impl Guard {
             Guard::Mutex(g) => g.unlock().await,
             Guard::Write(g) => g.unlock().await,
             Guard::Read(g) => g.unlock().await,
-            Guard::Permit(p) => p.release().await,
+            Guard::Permit(p) => p.unlock().await,
         }
     }
 }

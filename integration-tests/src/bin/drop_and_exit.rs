@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(other) => return Err(format!("unknown argument {other:?}").into()),
     };
     let url = std::env::var("REDIS_URL")?;
-    let client = redbell::Client::connect(&url).await?;
+    let client = redbell::Client::connect(url.as_str()).await?;
     let guard = client.mutex(&name).lock().await?;
     println!("locked {name} (fence {})", guard.fence());
     drop(guard);

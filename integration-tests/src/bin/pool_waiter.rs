@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let tasks: usize = tasks.parse()?;
-    let client = redbell::Client::connect(&std::env::var("REDIS_URL")?).await?;
+    let client = redbell::Client::connect(std::env::var("REDIS_URL")?).await?;
     let mut handles: Vec<tokio::task::JoinHandle<Result<(), redbell::Error>>> = Vec::new();
     for task in 0..tasks {
         let (client, kind, name) = (client.clone(), kind.clone(), name.clone());

@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL")?;
     match mode.as_str() {
         "loop" => {
-            let client = redbell::Client::connect(&url).await?;
+            let client = redbell::Client::connect(url.as_str()).await?;
             let mut conn = redis::Client::open(url.as_str())?
                 .get_multiplexed_async_connection()
                 .await?;
@@ -50,7 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .arg(&gauge)
                     .query_async(&mut conn)
                     .await?;
-                permit.release().await?;
+                permit.unlock().await?;
             }
             println!("max={max} over={over} done={n}");
             client.shutdown().await?;

@@ -61,7 +61,7 @@ pub fn as_strs(urls: &[String]) -> Vec<&str> {
 /// When it cannot connect.
 pub async fn sentinel_client(topo: &Topology) -> Client {
     let urls = topo.sentinel_urls();
-    Client::sentinel(&as_strs(&urls), MASTER)
+    Client::sentinel(&urls, MASTER)
         .await
         .unwrap_or_else(|e| panic!("Client::sentinel({urls:?}): {e}"))
 }
