@@ -95,7 +95,11 @@ use crate::keys::{Kind, LockKeys, Replication, lease_ms, millis};
 use crate::lease::Lease;
 use crate::renewer::Renewal;
 use crate::scripts::{self, Attempt, Queue};
-use crate::stats::{Counters, Outcome};
+use crate::stats::Outcome;
+
+mod tally;
+
+use tally::{InFlight, Parked, Tally};
 
 /// How long a waiter's queue entry outlives the PTTL it parks on: a parked
 /// waiter retries (and refreshes its entry) when that PTTL ends, so this
@@ -526,88 +530,5 @@ impl Acquirer {
             });
         }
         Ok(keys)
-    }
-}
-
-/// Counts one acquisition's outcome when it ends, or as cancelled when its
-/// future is dropped first.
-struct Tally<'a> {
-    counters: &'a Counters,
-    /// The lock's name (a label of the metrics, when asked for).
-    name: &'a str,
-    kind: Kind,
-    started: Instant,
-    span: tracing::Span,
-    ended: bool,
-}
-
-impl<'a> Tally<'a> {
-    fn new(acquirer: &'a Acquirer, span: tracing::Span) -> Tally<'a> {
-        Tally {
-            counters: &acquirer.client.0.counters,
-            kind: acquirer.kind,
-            name: match &acquirer.keys {
-                Ok(keys) => &keys.name,
-                Err((name, _)) => name,
-            },
-            started: Instant::now(),
-            span,
-            ended: false,
-        }
-    }
-
-    fn end(&mut self, outcome: Outcome) {
-        self.ended = true;
-        let waited = self.started.elapsed();
-        self.counters
-            .acquisition(self.kind, outcome, waited, self.name);
-        self.span.record("outcome", format_args!("{outcome:?}"));
-        self.span.record(
-            "waited_us",
-            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
-        );
-    }
-}
-
-impl Drop for Tally<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            self.end(Outcome::Cancelled);
-        }
-    }
-}
-
-/// Counts a waiter in the client's `waiters` gauge while it lives.
-struct Parked<'a>(&'a Counters);
-
-impl<'a> Parked<'a> {
-    fn new(counters: &'a Counters) -> Parked<'a> {
-        counters.waiters(1);
-        Parked(counters)
-    }
-}
-
-impl Drop for Parked<'_> {
-    fn drop(&mut self) {
-        self.0.waiters(-1);
-    }
-}
-
-/// Releases an acquire attempt's token in the background if the attempt's
-/// future is dropped (or fails) before its outcome is known.
-struct InFlight<'a> {
-    client: &'a Client,
-    keys: &'a Arc<LockKeys>,
-    /// `Some` while the outcome is unknown.
-    token: Option<&'a str>,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let Some(token) = self.token {
-            self.client
-                .0
-                .release_in_background(self.keys.clone(), token.to_owned());
-        }
     }
 }

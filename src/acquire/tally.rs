@@ -1,0 +1,96 @@
+//! The RAII parts of one acquisition: its tally in the client's counters
+//! (cancelled when its future is dropped), its place in the `waiters`
+//! gauge while parked, and the background release of an attempt whose
+//! outcome was never read.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::Acquirer;
+use crate::client::Client;
+use crate::keys::{Kind, LockKeys};
+use crate::stats::{Counters, Outcome};
+
+/// Counts one acquisition's outcome when it ends, or as cancelled when its
+/// future is dropped first.
+pub(super) struct Tally<'a> {
+    pub(super) counters: &'a Counters,
+    /// The lock's name (a label of the metrics, when asked for).
+    name: &'a str,
+    kind: Kind,
+    started: Instant,
+    pub(super) span: tracing::Span,
+    ended: bool,
+}
+
+impl<'a> Tally<'a> {
+    pub(super) fn new(acquirer: &'a Acquirer, span: tracing::Span) -> Tally<'a> {
+        Tally {
+            counters: &acquirer.client.0.counters,
+            kind: acquirer.kind,
+            name: match &acquirer.keys {
+                Ok(keys) => &keys.name,
+                Err((name, _)) => name,
+            },
+            started: Instant::now(),
+            span,
+            ended: false,
+        }
+    }
+
+    pub(super) fn end(&mut self, outcome: Outcome) {
+        self.ended = true;
+        let waited = self.started.elapsed();
+        self.counters
+            .acquisition(self.kind, outcome, waited, self.name);
+        self.span.record("outcome", format_args!("{outcome:?}"));
+        self.span.record(
+            "waited_us",
+            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(Outcome::Cancelled);
+        }
+    }
+}
+
+/// Counts a waiter in the client's `waiters` gauge while it lives.
+pub(super) struct Parked<'a>(&'a Counters);
+
+impl<'a> Parked<'a> {
+    pub(super) fn new(counters: &'a Counters) -> Parked<'a> {
+        counters.waiters(1);
+        Parked(counters)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.waiters(-1);
+    }
+}
+
+/// Releases an acquire attempt's token in the background if the attempt's
+/// future is dropped (or fails) before its outcome is known.
+pub(super) struct InFlight<'a> {
+    pub(super) client: &'a Client,
+    pub(super) keys: &'a Arc<LockKeys>,
+    /// `Some` while the outcome is unknown.
+    pub(super) token: Option<&'a str>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token {
+            self.client
+                .0
+                .release_in_background(self.keys.clone(), token.to_owned());
+        }
+    }
+}
