@@ -98,3 +98,9 @@ redis-up:
 
 redis-down:
 	scripts/redis/stop.sh $(REDBELL_TEST_PORT)
+
+# The wait protocol's model (model/), checked on 3 clients x 2 tasks of each
+# kind, deeper than `cargo test -p redbell-model` (minutes; prints the states
+# explored and the properties that held).
+model:
+	cargo run -p redbell-model --bin redbell-model

@@ -14,7 +14,7 @@
 use crate::scripts::{
     self, AcquireArgs, AcquireReply, Bugs, ClientId, ExtendReply, FairAcquireArgs,
     FairAcquireReply, FairArgs, LockValue, Member, Message, Ms, Published, ReleaseArgs,
-    RwWriteArgs, Server, Token,
+    RwWriteArgs, SemAcquireArgs, Server, Token,
 };
 
 /// Which lock the instance models (the Election follows the Mutex: it runs
@@ -27,6 +27,9 @@ pub enum Kind {
     Fair,
     /// RwLock: task 0 of each client writes, the others read.
     RwLock,
+    /// Semaphore of `permits` permits: wake-ups, entry cut to a
+    /// reservation, standbys.
+    Semaphore,
 }
 
 /// The instance and its bounds.
@@ -50,6 +53,10 @@ pub struct Config {
     pub claim_ms: Ms,
     /// INTENT_WINDOW_MS (RwLock).
     pub window_ms: Ms,
+    /// The Semaphore's permit count.
+    pub permits: u8,
+    /// SEM_RESERVE_MS (Semaphore).
+    pub reserve_ms: Ms,
     /// The lease a shortening extend asks for (ms).
     pub short_ms: Ms,
     /// Faults allowed in one run (freeze, death, cancel, lost reply,
@@ -179,11 +186,17 @@ pub struct State {
     pub fences_increase: bool,
     /// Acquisitions so far (saturating at 3).
     pub acquisitions: u8,
+    /// The token the FIFO check last saw in the lock key.
+    pub fifo_seen: Option<Token>,
     /// False once the FIFO order was broken (FairMutex).
     pub fifo_kept: bool,
     /// False once a reader got in ahead of a live waiting writer (RwLock).
     pub writers_preferred: bool,
 }
+
+/// Server time when a run starts (not 0: the fair queue's LONG marker is
+/// scored by minus an arrival, which the scripts rely on being negative).
+pub const START_MS: Ms = 1000;
 
 /// A task's token: one acquisition per task.
 pub fn token(c: ClientId, t: u8) -> Token {
@@ -191,7 +204,10 @@ pub fn token(c: ClientId, t: u8) -> Token {
 }
 
 fn member(c: ClientId, t: u8) -> Member {
-    Member { client: c, waiter: t }
+    Member {
+        client: c,
+        waiter: t,
+    }
 }
 
 /// Is `(c, t)` a writer? (RwLock: task 0 of each client.)
@@ -208,7 +224,7 @@ impl State {
             ..Server::default()
         };
         State {
-            now: 0,
+            now: START_MS,
             server,
             clients: cfg
                 .tasks
@@ -232,6 +248,7 @@ impl State {
             last_fence: 0,
             fences_increase: true,
             acquisitions: 0,
+            fifo_seen: None,
             fifo_kept: true,
             writers_preferred: true,
         }
@@ -247,12 +264,49 @@ impl State {
 
     /// Moves what the scripts published onto the network (a frozen or
     /// dead client never reads it: dropped; a fair probe is ignored).
-    fn flush(&mut self) {
+    fn flush(&mut self, cfg: &Config) {
+        if cfg.kind == Kind::Fair {
+            self.check_fifo();
+        }
         for p in std::mem::take(&mut self.server.published) {
             if self.clients[p.client as usize].liveness == Liveness::Live
                 && !matches!(p.message, Message::Probe(_))
             {
                 self.net.push(p);
+            }
+        }
+    }
+
+    /// FIFO (FairMutex), judged whenever a script gave the lock to a new
+    /// token (a grant, or a free lock taken): no live waiter whose member
+    /// is queued with an earlier arrival may be left in the queue. (A
+    /// sibling whose turn to queue has not come yet is not in the queue:
+    /// "give or take the round trip between one being served and the next
+    /// queuing", acquire.rs.)
+    fn check_fifo(&mut self) {
+        let Some(LockValue::Token(tok)) = self.server.lock_at(self.now) else {
+            return;
+        };
+        if self.fifo_seen == Some(tok)
+            || self.server.fair.queue.is_empty() && self.fifo_seen.is_none()
+        {
+            self.fifo_seen = Some(tok);
+            return;
+        }
+        self.fifo_seen = Some(tok);
+        let (c, t) = ((tok.0 - 1) / 16, (tok.0 - 1) % 16);
+        let mine = self.clients[c as usize].tasks[t as usize].arrival;
+        for (score, m) in &self.server.fair.queue {
+            let scripts::FairMember::Waiter(m, _) = *m else {
+                continue;
+            };
+            let other = &self.clients[m.client as usize];
+            let ahead = mine.is_none_or(|a| *score < a as i64);
+            if ahead
+                && other.liveness == Liveness::Live
+                && matches!(other.tasks[m.waiter as usize].phase, Phase::Waiting { .. })
+            {
+                self.fifo_kept = false;
             }
         }
     }
@@ -303,30 +357,10 @@ impl State {
         self.leave(c, t);
     }
 
-    /// FIFO (fair) and writer preference (RwLock), judged as `(c, t)`
-    /// acquires.
+    /// Writer preference (RwLock), judged as `(c, t)` acquires.
     fn check_order(&mut self, cfg: &Config, c: ClientId, t: u8) {
         let now = self.now;
         match cfg.kind {
-            Kind::Fair => {
-                // No live waiter queued ahead of the acquirer may be
-                // passed over: its member still in the queue, earlier.
-                let mine = self.task(c, t).arrival;
-                for (score, m) in &self.server.fair.queue {
-                    let scripts::FairMember::Waiter(m, _) = *m else {
-                        continue;
-                    };
-                    let other = &self.clients[m.client as usize];
-                    let ahead = mine.is_none_or(|a| (*score as u64) < a);
-                    if m.client != c
-                        && ahead
-                        && other.liveness == Liveness::Live
-                        && matches!(other.tasks[m.waiter as usize].phase, Phase::Waiting { .. })
-                    {
-                        self.fifo_kept = false;
-                    }
-                }
-            }
             Kind::RwLock if !is_writer(cfg, t) => {
                 // No reader gets in while a live writer that registered
                 // its intent still waits.
@@ -390,6 +424,24 @@ impl State {
                         }
                     }
                 }
+                Kind::Semaphore => {
+                    let a = SemAcquireArgs {
+                        token: tok,
+                        lease_ms: cfg.lease_ms,
+                        member: m,
+                        grace_ms: cfg.grace_ms,
+                        park_ms: cfg.lease_ms,
+                        permits: cfg.permits,
+                        reserve_ms: cfg.reserve_ms,
+                        arrival_us: self.task(c, t).arrival,
+                    };
+                    match scripts::sem_acquire(&mut self.server, &a, now) {
+                        FairAcquireReply::Acquired { fence } => (Some(fence), 0, None),
+                        FairAcquireReply::Parked { park_ms, now_us } => {
+                            (None, park_ms, Some(now_us))
+                        }
+                    }
+                }
                 Kind::RwLock if is_writer(cfg, t) => {
                     let a = RwWriteArgs {
                         token: tok,
@@ -418,7 +470,7 @@ impl State {
                 }
             };
         }
-        self.flush();
+        self.flush(cfg);
         match reply {
             (Some(f), _, _) => {
                 let fence = (f != 0).then_some(f);
@@ -464,6 +516,9 @@ impl State {
                 };
                 scripts::fair_release(&mut self.server, tok, &a, now);
             }
+            Kind::Semaphore => {
+                scripts::sem_release(&mut self.server, tok, cfg.permits, cfg.reserve_ms, now);
+            }
             Kind::RwLock if is_writer(cfg, t) => {
                 scripts::rw_write_release(&mut self.server, tok, cfg.window_ms, now);
             }
@@ -472,7 +527,7 @@ impl State {
             }
         }
         self.task_mut(c, t).phase = Phase::Done;
-        self.flush();
+        self.flush(cfg);
     }
 
     /// A fair guard returned on its grant (bug e) sends its confirm.
@@ -487,7 +542,7 @@ impl State {
             arrival_us: None,
         };
         scripts::fair_acquire(&mut self.server, &a, self.now);
-        self.flush();
+        self.flush(cfg);
         if let Phase::Holding { until, .. } = self.task(c, t).phase {
             self.task_mut(c, t).phase = Phase::Holding {
                 until,
@@ -546,9 +601,18 @@ impl State {
                 };
                 scripts::fair_pass(&mut self.server, member(c, t), token(c, t), &a, now);
             }
+            Kind::Semaphore => {
+                scripts::sem_pass(
+                    &mut self.server,
+                    member(c, t),
+                    cfg.permits,
+                    cfg.reserve_ms,
+                    now,
+                );
+            }
             Kind::RwLock => {}
         }
-        self.flush();
+        self.flush(cfg);
     }
 
     /// The client reads message `i` of the network.
@@ -628,22 +692,48 @@ impl State {
                 )
             }
         };
-        let no_readers = cfg.kind != Kind::RwLock || self.server.rw.readers.iter().all(|r| r.1 <= now);
-        key_free && no_readers
+        let no_readers =
+            cfg.kind != Kind::RwLock || self.server.rw.readers.iter().all(|r| r.1 <= now);
+        // A permit is free while fewer than `permits` live leases are held
+        // by tasks that know it (a re-sent attempt's own permit does not
+        // count).
+        let permit_free = cfg.kind != Kind::Semaphore
+            || self
+                .server
+                .sem
+                .holders
+                .iter()
+                .filter(|h| h.0 > now && self.knows(h.1))
+                .count()
+                < cfg.permits as usize;
+        key_free && no_readers && permit_free
+    }
+
+    /// Does the task of token `tok` know it holds (or is it gone)?
+    fn knows(&self, tok: Token) -> bool {
+        let (c, t) = ((tok.0 - 1) / 16, (tok.0 - 1) % 16);
+        matches!(
+            self.clients[c as usize].tasks[t as usize].phase,
+            Phase::Holding { .. } | Phase::Done
+        ) || self.clients[c as usize].liveness != Liveness::Live
     }
 
     /// A live client's task waits.
     pub fn live_waiter(&self) -> bool {
         self.clients.iter().any(|c| {
             c.liveness == Liveness::Live
-                && c.tasks.iter().any(|t| matches!(t.phase, Phase::Waiting { .. }))
+                && c.tasks
+                    .iter()
+                    .any(|t| matches!(t.phase, Phase::Waiting { .. }))
         })
     }
 
     /// Must a live client act before time moves on (a message to read, a
     /// park that ended, a notified task)?
     pub fn urgent(&self) -> bool {
-        self.net.iter().any(|p| self.clients[p.client as usize].liveness == Liveness::Live)
+        self.net
+            .iter()
+            .any(|p| self.clients[p.client as usize].liveness == Liveness::Live)
             || self.clients.iter().any(|c| {
                 c.liveness == Liveness::Live
                     && c.tasks.iter().any(|t| {

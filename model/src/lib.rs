@@ -30,10 +30,11 @@ pub mod presets {
     /// An instance of `kind` with `tasks` per client, every usual fault allowed
     /// up to `max_faults`, times in ticks of 100 ms: lease 400 ms,
     /// handoff 100 ms (the reservation), grace 100 ms, claim 200 ms,
-    /// intent window 200 ms; a shortening extend asks 100 ms. The stall
-    /// bound is the kind's window in ticks: 2 (2 x handoff) for the Mutex,
-    /// 3 (claim + 100 ms) for the FairMutex, 2 (the intent window) for the
-    /// RwLock.
+    /// intent window 200 ms, 2 permits reserved 100 ms; a shortening
+    /// extend asks 100 ms. The stall bound is the kind's window in ticks: 2
+    /// (2 x handoff) for the Mutex, 3 (claim + 100 ms) for the FairMutex, 2
+    /// (the intent window) for the RwLock, 3 (2 x reserve, and a
+    /// reservation) for the Semaphore.
     pub fn config(kind: Kind, tasks: &[u8], horizon_ticks: u64, max_faults: u8) -> Config {
         Config {
             kind,
@@ -45,6 +46,8 @@ pub mod presets {
             grace_ms: 100,
             claim_ms: 200,
             window_ms: 200,
+            permits: 2,
+            reserve_ms: 100,
             short_ms: 100,
             max_faults,
             faults: Faults::USUAL,
@@ -52,6 +55,7 @@ pub mod presets {
                 Kind::Mutex => 2,
                 Kind::Fair => 3,
                 Kind::RwLock => 2,
+                Kind::Semaphore => 3,
             },
             bugs: Bugs::default(),
         }
@@ -117,7 +121,10 @@ pub fn check(cfg: Config, threads: usize) -> Outcome {
                     state
                         .clients
                         .iter()
-                        .map(|c| (c.liveness, c.tasks.iter().map(|t| t.phase).collect::<Vec<_>>()))
+                        .map(|c| (
+                            c.liveness,
+                            c.tasks.iter().map(|t| t.phase).collect::<Vec<_>>()
+                        ))
                         .collect::<Vec<_>>()
                 ));
                 last = action;

@@ -11,6 +11,7 @@
 //! state that breaks one):
 //! - **exclusion**: at most one task believes it holds the lock (guard
 //!   deadline in the future); for the RwLock, no reader beside the writer;
+//!   for the Semaphore, at most `permits` holders;
 //! - **fences increase**: each exclusive acquisition's fence is above
 //!   every earlier one;
 //! - **no lost wake-up**: the lock never stays free for more than
@@ -24,7 +25,7 @@
 
 use stateright::{Model, Property};
 
-use crate::client::{Config, Kind, Liveness, Phase, State};
+use crate::client::{Config, Kind, Liveness, Phase, START_MS, State};
 use crate::scripts::ClientId;
 
 /// A step of the system.
@@ -115,7 +116,10 @@ impl Model for WaitModel {
                         if unconfirmed {
                             out.push(Action::Confirm(c, t));
                         }
-                        if fault && cfg.faults.short_extend && cfg.kind != Kind::RwLock {
+                        if fault
+                            && cfg.faults.short_extend
+                            && matches!(cfg.kind, Kind::Mutex | Kind::Fair)
+                        {
                             out.push(Action::ShortExtend(c, t, false));
                             out.push(Action::ShortExtend(c, t, true));
                         }
@@ -131,7 +135,7 @@ impl Model for WaitModel {
                 out.push(Action::Deliver(i));
             }
         }
-        if s.now < cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
+        if s.now < START_MS + cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
             out.push(Action::Tick);
         }
     }
@@ -167,6 +171,9 @@ impl Model for WaitModel {
         let mut p = vec![
             Property::always("exclusion", |m: &WaitModel, s: &State| {
                 let (w, r) = s.holders(&m.cfg);
+                if m.cfg.kind == Kind::Semaphore {
+                    return w <= m.cfg.permits as usize;
+                }
                 w <= 1 && (w == 0 || r == 0)
             }),
             Property::always("fences increase", |_, s: &State| s.fences_increase),
@@ -181,7 +188,7 @@ impl Model for WaitModel {
             Kind::RwLock => p.push(Property::always("writer preference", |_, s: &State| {
                 s.writers_preferred
             })),
-            Kind::Mutex => {}
+            Kind::Mutex | Kind::Semaphore => {}
         }
         p
     }
