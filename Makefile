@@ -102,5 +102,6 @@ redis-down:
 # The wait protocol's model (model/), checked on 3 clients x 2 tasks of each
 # kind, deeper than `cargo test -p redbell-model` (minutes; prints the states
 # explored and the properties that held).
+.PHONY: model
 model:
 	cargo run -p redbell-model --bin redbell-model

@@ -9,6 +9,39 @@
 //!
 //! [`presets`] gives the instances `cargo test` and `make model` check;
 //! [`check`] runs the checker and reports what it found.
+//!
+//! # What is modelled, and how
+//!
+//! One server runs each script atomically on one lock name's keys; time is
+//! the server's, in ticks of 100 ms (leases 400 ms, hand-off reservation
+//! 100 ms, grace 100 ms, fair claim 200 ms, RwLock intent window 200 ms,
+//! Semaphore of 2 permits reserved 100 ms: scaled so a lease is several
+//! ticks and every window a tick or two). Clients have several tasks that
+//! each acquire once, with one queue place per client; they read their
+//! pub/sub messages in order, within a tick; a frozen client takes no step
+//! again but still counts as a PUBLISH receiver; a dead one receives
+//! nothing; a waiting task may be cancelled; an attempt's reply may be lost
+//! and the call re-sent; a holder may shorten its lease, its future
+//! dropped or not. The Election is the Mutex (acquire.lua under the letter
+//! `l`), so it is covered by the Mutex's instance.
+//!
+//! Left out: the subscription's own life (every live client is subscribed
+//! from the start; the hub's resubscribe-and-wake-all is not modelled),
+//! the normal lease renewal (a hold lasts at most its lease), the unpolled
+//! queuer's backup (every live task is polled), failover, kind and type
+//! errors, the WAIT lane, and clock rates (client and server clocks agree).
+//! Symmetry and partial-order reduction are not used: two rules cut the
+//! interleavings without losing runs (a client's tasks ask in age order,
+//! WLOG since they are alike; a client is only frozen or killed while it
+//! waits or holds, since a stop before it asks is one that never asks).
+//!
+//! # Bounds
+//!
+//! A check is exhaustive up to a horizon of server time (ticks) and a
+//! number of faults per run. `cargo test -p redbell-model` checks one fault
+//! on 2+2+1 tasks for the Mutex (3 ticks), 2+1 for the FairMutex (4),
+//! 2+1+1 for the RwLock (3) and the Semaphore (4); `make model` checks
+//! 3 clients x 2 tasks (the FairMutex 2+2+1) to 4 ticks (the RwLock 3).
 #![forbid(unsafe_code)]
 
 pub mod client;
@@ -112,12 +145,16 @@ pub fn check(cfg: Config, threads: usize) -> Outcome {
                 if let Some(a) = last.take() {
                     text.push_str(&format!("  {a:?}\n"));
                 }
+                let sv = &state.server;
                 text.push_str(&format!(
-                    "    t={} lock={:?} queue={:?} fair={:?} tasks={:?}\n",
+                    "    t={} lock={:?} queue={:?} fair={:?} rw={:?} sem={:?} net={:?} tasks={:?}\n",
                     state.now,
-                    state.server.lock_at(state.now),
-                    state.server.waiters,
-                    state.server.fair.queue,
+                    sv.lock_at(state.now),
+                    sv.waiters,
+                    sv.fair.queue,
+                    (&sv.rw.readers, &sv.rw.intents),
+                    (&sv.sem.holders, &sv.sem.queue, &sv.sem.expiry),
+                    state.net,
                     state
                         .clients
                         .iter()
