@@ -99,7 +99,7 @@ redis-up:
 redis-down:
 	scripts/redis/stop.sh $(REDBELL_TEST_PORT)
 
-# The wait protocol's model (model/), checked on 3 clients x 2 tasks of each
+# The wait protocol's model (model/), checked on 3 clients of each
 # kind, deeper than `cargo test -p redbell-model` (minutes; prints the states
 # explored and the properties that held).
 .PHONY: model

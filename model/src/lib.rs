@@ -39,9 +39,10 @@
 //!
 //! A check is exhaustive up to a horizon of server time (ticks) and a
 //! number of faults per run. `cargo test -p redbell-model` checks one fault
-//! on 2+2+1 tasks for the Mutex (3 ticks), 2+1 for the FairMutex (4),
+//! on 2+2+1 tasks for the Mutex (3 ticks), 2+1 and 1+1+1 for the FairMutex (4),
 //! 2+1+1 for the RwLock (3) and the Semaphore (4); `make model` checks
-//! 3 clients x 2 tasks (the FairMutex 2+2+1) to 4 ticks (the RwLock 3).
+//! the Mutex on 3 clients x 2 tasks to 4 ticks, the FairMutex on 2+1+1
+//! (4 ticks), the RwLock on 2+2+1 (3) and the Semaphore on 2+2+1 (4).
 #![forbid(unsafe_code)]
 
 pub mod client;

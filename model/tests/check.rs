@@ -33,6 +33,7 @@ fn mutex() {
 #[test]
 fn fair_mutex() {
     holds(Kind::Fair, &[2, 1], 4);
+    holds(Kind::Fair, &[1, 1, 1], 4);
 }
 
 #[test]
