@@ -300,8 +300,15 @@ impl State {
             let scripts::FairMember::Waiter(m, _) = *m else {
                 continue;
             };
+            // Judged by when each task first reached the server (its
+            // first failed attempt), not by the score the scripts gave it.
             let other = &self.clients[m.client as usize];
-            let ahead = mine.is_none_or(|a| *score < a as i64);
+            let theirs = other.tasks[m.waiter as usize].arrival;
+            let ahead = match (mine, theirs) {
+                (None, _) => true,
+                (Some(a), Some(b)) => b < a,
+                (Some(_), None) => *score < 0,
+            };
             if ahead
                 && other.liveness == Liveness::Live
                 && matches!(other.tasks[m.waiter as usize].phase, Phase::Waiting { .. })
