@@ -104,3 +104,10 @@ redis-up:
 
 redis-down:
 	scripts/redis/stop.sh $(REDBELL_TEST_PORT)
+
+# The wait protocol's model (model/), checked on 3 clients of each
+# kind, deeper than `cargo test -p redbell-model` (minutes; prints the states
+# explored and the properties that held).
+.PHONY: model
+model:
+	cargo run -p redbell-model --bin redbell-model

@@ -1,0 +1,180 @@
+//! A model of redbell's wait protocol, checked exhaustively for small
+//! instances with [stateright](https://docs.rs/stateright).
+//!
+//! - [`scripts`]: the server, one pure step function per Lua script (the
+//!   API trace validation replays against the real scripts).
+//! - [`client`]: the clients' behaviour: tasks, one queue place per client,
+//!   messages, faults.
+//! - [`model`]: the stateright model, its scheduling and its properties.
+//!
+//! [`presets`] gives the instances `cargo test` and `make model` check;
+//! [`check`] runs the checker and reports what it found.
+//!
+//! # What is modelled, and how
+//!
+//! One server runs each script atomically on one lock name's keys; time is
+//! the server's, in ticks of 100 ms (leases 400 ms, hand-off reservation
+//! 100 ms, grace 100 ms, fair claim 200 ms, RwLock intent window 200 ms,
+//! Semaphore of 2 permits reserved 100 ms: scaled so a lease is several
+//! ticks and every window a tick or two). Clients have several tasks that
+//! each acquire once, with one queue place per client; they read their
+//! pub/sub messages in order, within a tick; a frozen client takes no step
+//! again but still counts as a PUBLISH receiver; a dead one receives
+//! nothing; a waiting task may be cancelled; an attempt's reply may be lost
+//! and the call re-sent; a holder may shorten its lease, its future
+//! dropped or not. The Election is the Mutex (acquire.lua under the letter
+//! `l`), so it is covered by the Mutex's instance.
+//!
+//! Left out: the subscription's own life (every live client is subscribed
+//! from the start; the hub's resubscribe-and-wake-all is not modelled),
+//! the normal lease renewal (a hold lasts at most its lease), the unpolled
+//! queuer's backup (every live task is polled), failover, kind and type
+//! errors, the WAIT lane, and clock rates (client and server clocks agree).
+//! Symmetry and partial-order reduction are not used: two rules cut the
+//! interleavings without losing runs (a client's tasks ask in age order,
+//! WLOG since they are alike; a client is only frozen or killed while it
+//! waits or holds, since a stop before it asks is one that never asks).
+//!
+//! # Bounds
+//!
+//! A check is exhaustive up to a horizon of server time (ticks) and a
+//! number of faults per run. `cargo test -p redbell-model` checks one fault
+//! on 2+2+1 tasks for the Mutex (3 ticks), 2+1 and 1+1+1 for the FairMutex (4),
+//! 2+1+1 for the RwLock (3) and the Semaphore (4); `make model` checks
+//! the Mutex on 3 clients x 2 tasks to 4 ticks, the FairMutex on 2+1+1
+//! (4 ticks), the RwLock on 2+2+1 (3) and the Semaphore on 2+2+1 (4).
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod model;
+pub mod scripts;
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Model};
+
+use crate::client::{Config, Faults, Kind};
+use crate::model::WaitModel;
+use crate::scripts::Bugs;
+
+/// The instances checked.
+pub mod presets {
+    use super::*;
+
+    /// An instance of `kind` with `tasks` per client, every usual fault allowed
+    /// up to `max_faults`, times in ticks of 100 ms: lease 400 ms,
+    /// handoff 100 ms (the reservation), grace 100 ms, claim 200 ms,
+    /// intent window 200 ms, 2 permits reserved 100 ms; a shortening
+    /// extend asks 100 ms. The stall bound is the kind's window in ticks: 2
+    /// (2 x handoff) for the Mutex, 3 (claim + 100 ms) for the FairMutex, 2
+    /// (the intent window) for the RwLock, 3 (2 x reserve, and a
+    /// reservation) for the Semaphore.
+    pub fn config(kind: Kind, tasks: &[u8], horizon_ticks: u64, max_faults: u8) -> Config {
+        Config {
+            kind,
+            tasks: tasks.to_vec(),
+            tick_ms: 100,
+            horizon_ticks,
+            lease_ms: 400,
+            handoff_ms: 100,
+            grace_ms: 100,
+            claim_ms: 200,
+            window_ms: 200,
+            permits: 2,
+            reserve_ms: 100,
+            short_ms: 100,
+            max_faults,
+            faults: Faults::USUAL,
+            stall_bound: match kind {
+                Kind::Mutex => 2,
+                Kind::Fair => 3,
+                Kind::RwLock => 2,
+                Kind::Semaphore => 3,
+            },
+            bugs: Bugs::default(),
+        }
+    }
+}
+
+/// What one check found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Distinct states explored.
+    pub states: usize,
+    /// Longest path explored.
+    pub depth: usize,
+    /// Wall-clock time.
+    pub elapsed: Duration,
+    /// Each property broken (`always`) or never met (`sometimes`), with
+    /// the path that shows it, one step per line.
+    pub counterexamples: Vec<(&'static str, String)>,
+    /// Properties checked.
+    pub properties: Vec<&'static str>,
+}
+
+impl Outcome {
+    /// The counterexample of `property`, if one was found.
+    pub fn found(&self, property: &str) -> Option<&str> {
+        self.counterexamples
+            .iter()
+            .find(|(p, _)| *p == property)
+            .map(|(_, t)| t.as_str())
+    }
+}
+
+/// Runs the breadth-first checker on `cfg` with `threads` threads.
+pub fn check(cfg: Config, threads: usize) -> Outcome {
+    let start = Instant::now();
+    let model = WaitModel { cfg };
+    let all = model.properties();
+    let props: Vec<&'static str> = all.iter().map(|p| p.name).collect();
+    let checker = model.clone().checker().threads(threads).spawn_bfs().join();
+    let mut counterexamples = Vec::new();
+    for p in &all {
+        let name = &p.name;
+        let found = checker.discovery(name);
+        if !p.expectation.discovery_is_failure() {
+            if found.is_none() {
+                counterexamples.push((*name, "    never reached\n".to_string()));
+            }
+            continue;
+        }
+        if let Some(path) = found {
+            let mut text = String::new();
+            let mut last = None;
+            for (state, action) in path.into_vec() {
+                if let Some(a) = last.take() {
+                    text.push_str(&format!("  {a:?}\n"));
+                }
+                let sv = &state.server;
+                text.push_str(&format!(
+                    "    t={} lock={:?} queue={:?} fair={:?} rw={:?} sem={:?} net={:?} tasks={:?}\n",
+                    state.now,
+                    sv.lock_at(state.now),
+                    sv.waiters,
+                    sv.fair.queue,
+                    (&sv.rw.readers, &sv.rw.intents),
+                    (&sv.sem.holders, &sv.sem.queue, &sv.sem.expiry),
+                    state.net,
+                    state
+                        .clients
+                        .iter()
+                        .map(|c| (
+                            c.liveness,
+                            c.tasks.iter().map(|t| t.phase).collect::<Vec<_>>()
+                        ))
+                        .collect::<Vec<_>>()
+                ));
+                last = action;
+            }
+            counterexamples.push((*name, text));
+        }
+    }
+    Outcome {
+        states: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        elapsed: start.elapsed(),
+        counterexamples,
+        properties: props,
+    }
+}

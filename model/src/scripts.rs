@@ -1,0 +1,1064 @@
+//! The server: one lock name's keys, and one step function per Lua script,
+//! each run atomically (as Redis runs a script).
+//!
+//! # API (for trace validation and the checker)
+//!
+//! - [`Server`] holds one lock name's keys as plain data: the lock key
+//!   ([`Server::lock`]: a [`LockValue`] and its expiry), the fencing counter
+//!   ([`Server::fence`]), the plain waiter queue ([`Server::waiters`], kept
+//!   in ZSET order), the fair queue and hand-off marker ([`Server::fair`]),
+//!   the RwLock's readers and intents ([`Server::rw`]), the Semaphore's
+//!   holders, queue and entry expiries ([`Server::sem`]), and the clients with
+//!   a live subscription ([`Server::subscribed`]: whom a PUBLISH reaches).
+//! - **Time is explicit**: every step takes `now`, the server's clock in
+//!   **milliseconds** (the scripts' `now_ms`); expiries and queue scores are
+//!   server ms as in the scripts. Fences are µs, as the scripts write them:
+//!   `max(previous + 1, now * 1000)`. A key is live while `expiry > now`
+//!   (Redis expires a key once its PTTL reaches 0).
+//! - Each script is a `pub fn name(&mut Server, &Args, now) -> Reply`, named
+//!   after its `.lua` file, its doc naming the lines it models. Replies are
+//!   typed ([`AcquireReply`], [`ReleaseReply`], [`FairAcquireReply`], ...)
+//!   and mirror the wire replies (`{1, fence}`, `{0, pttl}`, `1`/`0`/`-1`).
+//! - What a script PUBLISHes is appended to [`Server::published`] (only
+//!   when the channel has a subscriber: the PUBLISH counted a receiver), in
+//!   order; the caller drains it. A fair grant's probe is published too.
+//! - Members are `"<client id>:<waiter id>"` ([`Member`]); the ZSET orders
+//!   equal scores by member string, which [`Member`]'s `Ord` matches for
+//!   single-digit ids. Tokens are opaque numbers ([`Token`]); the trace
+//!   helper maps them to strings with the right kind letter.
+//! - [`Bugs`] (in [`Server::bugs`]) switches scripts back to historic
+//!   behaviour; [`Bugs::default`] is today's scripts.
+//!
+//! Not modelled: WRONGTYPE/WRONGKIND errors and kind letters (one kind per
+//! lock name), the fence key's own TTL (days), the queue key's PEXPIRE
+//! (it always outlives its entries), refused PUBLISHes (ACL), the protocol
+//! version check.
+
+use std::collections::BTreeSet;
+
+/// Server time in milliseconds (the scripts' `now_ms`).
+pub type Ms = u64;
+/// A client (process) id: the `<client id>` of members and wake channels.
+pub type ClientId = u8;
+/// A waiter id, unique within its client.
+pub type WaiterId = u8;
+
+/// An owner token (opaque; one per acquisition attempt).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Token(pub u16);
+
+/// A queue member `"<client id>:<waiter id>"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Member {
+    /// Whose wake channel `P:{N}:wake:<client>` the member is told on.
+    pub client: ClientId,
+    /// The waiter id, the message's payload.
+    pub waiter: WaiterId,
+}
+
+/// Historic behaviours, each switched on by its flag (all off: today's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bugs {
+    /// (a) Before 3e2a7cf: a release left the woken member in the queue
+    /// with its old expiry, pruned nothing and sent no standbys: a frozen
+    /// woken waiter took every later wake-up.
+    pub frozen_woken_waiter: bool,
+    /// (b) Before b7ef3b0: a shortening extend moved the guard's deadline
+    /// only on its reply (client side; the script is unchanged).
+    pub cancelled_shortening_extend: bool,
+    /// (c) Before 3e2a7cf: an acquire that found its own token answered
+    /// "held" (`{0, pttl}`) and queued the caller.
+    pub resent_acquire_parks: bool,
+    /// (d) Before a580fd6: every waiting task queued a member of its own
+    /// (client side; the release still reads three members and skips the
+    /// woken member's client).
+    pub pool_queues_every_task: bool,
+    /// (e) Before bd02ee1: a fair grantee returned its guard on the grant
+    /// message, its confirm sent afterwards (client side).
+    pub fair_guard_on_grant: bool,
+}
+
+/// The value of the lock key `P:{N}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LockValue {
+    /// An owner token (a holder; for the fair lock also a grant's claim).
+    Token(Token),
+    /// A plain release's hand-off reservation `"m:<member>@<end>"`.
+    Reserved {
+        /// The woken member.
+        member: Member,
+        /// When the reservation ends (server ms).
+        end: Ms,
+    },
+}
+
+/// A plain waiter queue entry: member scored by its expiry (server ms);
+/// `half` is the score's fraction `.5` (acquire.lua:211-212,
+/// wake_next.lua:97).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Entry {
+    /// The integer part of the score: the entry's expiry.
+    pub expiry: Ms,
+    /// The score's `.5`: parks no longer than a reservation, or told.
+    pub half: bool,
+    /// The member.
+    pub member: Member,
+}
+
+/// A fair queue member `"<client id>:<waiter id>:<token>"`, or `LONG`
+/// (`"~"`, scored by minus an arrival).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FairMember {
+    /// The long-park marker (fair_common.lua:10-18).
+    Long,
+    /// A waiter and the token it will hold.
+    Waiter(Member, Token),
+}
+
+/// The fair lock's queue `P:{N}:fifo` and hand-off marker `P:{N}:handoff`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FairKeys {
+    /// (score in µs, member), sorted: waiters by arrival, LONG by minus the
+    /// latest long parker's arrival (so it sorts first).
+    pub queue: Vec<(i64, FairMember)>,
+    /// The marker "<deadline ms>:<member>" and the marker key's expiry.
+    pub handoff: Option<(Ms, FairMember, Ms)>,
+}
+
+/// A read-write lock's readers `P:{N}:readers` and intents `P:{N}:writers`
+/// (the writer is [`Server::lock`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RwKeys {
+    /// Reader token -> lease expiry (ms), sorted by token.
+    pub readers: Vec<(Token, Ms)>,
+    /// Waiting writer member -> intent expiry (ms), sorted by member.
+    pub intents: Vec<(Member, Ms)>,
+}
+
+/// A pub/sub message, as the client reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Message {
+    /// A plain wake-up: the payload is the waiter id.
+    Wake(WaiterId),
+    /// `"<waiter id>::s<window>"`: park no longer than `window` ms.
+    Standby(WaiterId, Ms),
+    /// A fair probe `"<waiter id>:?"` (ignored by the waiter).
+    Probe(WaiterId),
+    /// A fair grant `"<waiter id>:<token>:g<fence>:<claim end µs>"`.
+    Grant(WaiterId, Token, u64, u64),
+    /// A fair standby `"<waiter id>:<token>:s<window>"`.
+    FairStandby(WaiterId, Token, Ms),
+    /// The RwLock channel's `"w"`, `"r"` or `"g"`, to every client.
+    RwReleased(u8),
+}
+
+/// One PUBLISH that reached a subscriber.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Published {
+    /// The client whose channel it went to (for the RwLock's broadcast,
+    /// each subscribed client gets its own copy).
+    pub client: ClientId,
+    /// The message.
+    pub message: Message,
+}
+
+/// One lock name's keys on one server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Server {
+    /// `P:{N}`: value and expiry (ms); `None` when absent. May hold an
+    /// expired value: read it through [`Server::lock_at`].
+    pub lock: Option<(LockValue, Ms)>,
+    /// `P:{N}:fence`: the last fence handed out (µs); 0 when absent.
+    pub fence: u64,
+    /// `P:{N}:waiters`, in ZSET order (score, then member).
+    pub waiters: Vec<Entry>,
+    /// The fair lock's keys.
+    pub fair: FairKeys,
+    /// The RwLock's keys.
+    pub rw: RwKeys,
+    /// The Semaphore's keys.
+    pub sem: SemKeys,
+    /// Clients whose wake channels have a subscriber (PUBLISH counts 1).
+    pub subscribed: BTreeSet<ClientId>,
+    /// What the scripts published, in order; drained by the caller.
+    pub published: Vec<Published>,
+    /// Historic behaviours switched on.
+    pub bugs: Bugs,
+}
+
+impl Server {
+    /// The live value of the lock key at `now` (an expired key reads as
+    /// absent, as in Redis).
+    pub fn lock_at(&self, now: Ms) -> Option<LockValue> {
+        match self.lock {
+            Some((v, e)) if e > now => Some(v),
+            _ => None,
+        }
+    }
+
+    /// PTTL of the lock key: ms left, or -2 when absent.
+    pub fn pttl(&self, now: Ms) -> i64 {
+        match self.lock {
+            Some((_, e)) if e > now => (e - now) as i64,
+            _ => -2,
+        }
+    }
+
+    fn publish(&mut self, client: ClientId, message: Message) -> u64 {
+        if self.subscribed.contains(&client) {
+            self.published.push(Published { client, message });
+            1
+        } else {
+            0
+        }
+    }
+
+    fn zadd(&mut self, e: Entry) {
+        self.waiters.retain(|x| x.member != e.member);
+        let at = self.waiters.partition_point(|x| *x < e);
+        self.waiters.insert(at, e);
+    }
+
+    fn zrem(&mut self, m: Member) {
+        self.waiters.retain(|x| x.member != m);
+    }
+
+    /// The fence for an acquisition at `now`: max(previous + 1, now µs).
+    fn advance_fence(&mut self, now: Ms) -> u64 {
+        self.fence = (self.fence + 1).max(now * 1000);
+        self.fence
+    }
+}
+
+/// Arguments of [`acquire`] (acquire.lua's ARGV).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AcquireArgs {
+    /// ARGV[1] the attempt's token.
+    pub token: Token,
+    /// ARGV[2] lease_ms.
+    pub lease_ms: Ms,
+    /// ARGV[4] the waiting caller's member, `None` for `""`.
+    pub member: Option<Member>,
+    /// ARGV[5] grace_ms.
+    pub grace_ms: Ms,
+    /// ARGV[6] park_ms (a key without expiry).
+    pub park_ms: Ms,
+    /// ARGV[7] handoff_ms.
+    pub handoff_ms: Ms,
+}
+
+/// Reply of [`acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AcquireReply {
+    /// `{1, fence}`.
+    Acquired {
+        /// The fence (µs).
+        fence: u64,
+    },
+    /// `{0, park}`: the holder's PTTL, or the reservation's park.
+    Held {
+        /// How long to park (ms).
+        park_ms: i64,
+    },
+}
+
+/// acquire.lua:121-240 (the Mutex's attempt; kind checks left out).
+pub fn acquire(s: &mut Server, a: &AcquireArgs, now: Ms) -> AcquireReply {
+    let holder = s.lock_at(now);
+    // acquire.lua:131-152: the lock was free: SET NX took it.
+    let Some(holder) = holder else {
+        s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
+        if let Some(m) = a.member {
+            s.zrem(m);
+        }
+        return AcquireReply::Acquired {
+            fence: s.advance_fence(now),
+        };
+    };
+    // acquire.lua:153-163: reserved for us by the release that woke us.
+    if let (Some(m), LockValue::Reserved { member, .. }) = (a.member, holder)
+        && m == member
+    {
+        s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
+        return AcquireReply::Acquired {
+            fence: s.advance_fence(now),
+        };
+    }
+    // acquire.lua:170-177: a re-sent attempt finds its own token.
+    if holder == LockValue::Token(a.token) && !s.bugs.resent_acquire_parks {
+        if let Some(m) = a.member {
+            s.zrem(m);
+        }
+        return AcquireReply::Acquired { fence: s.fence };
+    }
+    // acquire.lua:202-225: reserved for another waiter.
+    if let LockValue::Reserved { end, .. } = holder {
+        let mut park = a.handoff_ms as i64;
+        if let Some(m) = a.member {
+            let expiry = end - a.handoff_ms + a.lease_ms + a.grace_ms;
+            s.zadd(Entry {
+                expiry,
+                half: false,
+                member: m,
+            });
+            let rank = s.waiters.iter().position(|e| e.member == m).unwrap_or(0);
+            if rank <= 1 {
+                s.zadd(Entry {
+                    expiry,
+                    half: true,
+                    member: m,
+                });
+            } else {
+                park += a.lease_ms as i64;
+            }
+        }
+        return AcquireReply::Held { park_ms: park };
+    }
+    // acquire.lua:227-240: held; queue until the holder's PTTL + grace.
+    let pttl = s.pttl(now);
+    if let Some(m) = a.member {
+        let ttl = if pttl >= 0 { pttl as Ms } else { a.park_ms } + a.grace_ms;
+        s.zadd(Entry {
+            expiry: now + ttl,
+            half: false,
+            member: m,
+        });
+    }
+    AcquireReply::Held { park_ms: pttl }
+}
+
+/// Reply of [`release`] (also [`fair_release`], [`rw_write_release`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReleaseReply {
+    /// `1`: ours, released (and the next waiter woken or granted).
+    Released,
+    /// `0`: held by another token.
+    NotOurs,
+    /// `-1`: gone.
+    Gone,
+}
+
+/// wake_next.lua:51-106 (`head` is re-read here: the callers pass the
+/// first three members just read in the same script).
+fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
+    if s.waiters.is_empty() {
+        return false;
+    }
+    let buggy = s.bugs.frozen_woken_waiter;
+    loop {
+        // wake_next.lua:58-62: prune expired members (not in the old code).
+        if !buggy {
+            s.waiters.retain(|e| e.expiry > now);
+        }
+        let Some(first) = s.waiters.first().copied() else {
+            return false;
+        };
+        // wake_next.lua:67-75: wake the head on its client's channel.
+        let received = s.publish(first.member.client, Message::Wake(first.member.waiter));
+        if received > 0 {
+            // wake_next.lua:77-79: reserve the lock; the woken member leaves.
+            s.lock = Some((
+                LockValue::Reserved {
+                    member: first.member,
+                    end: now + handoff_ms,
+                },
+                now + handoff_ms,
+            ));
+            if buggy {
+                return true;
+            }
+            s.zrem(first.member);
+            // wake_next.lua:80-100: standbys for the next two (head[3..6]
+            // of ZRANGE 0 2: the two read after the woken one).
+            let next: Vec<Entry> = s.waiters.iter().take(2).copied().collect();
+            for e in next {
+                if e.member.client != first.member.client && !e.half {
+                    let told = s.publish(
+                        e.member.client,
+                        Message::Standby(e.member.waiter, 2 * handoff_ms),
+                    );
+                    if told > 0 {
+                        s.zadd(Entry { half: true, ..e });
+                    }
+                }
+            }
+            return true;
+        }
+        // wake_next.lua:103-104: nobody received: drop it, try the next.
+        s.zrem(first.member);
+    }
+}
+
+/// Arguments of [`release`] (release.lua's ARGV).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReleaseArgs {
+    /// ARGV[1] the token being released.
+    pub token: Token,
+    /// ARGV[3] handoff_ms.
+    pub handoff_ms: Ms,
+}
+
+/// release.lua:27-38.
+pub fn release(s: &mut Server, a: &ReleaseArgs, now: Ms) -> ReleaseReply {
+    match s.lock_at(now) {
+        Some(LockValue::Token(t)) if t == a.token => {}
+        Some(_) => return ReleaseReply::NotOurs,
+        None => return ReleaseReply::Gone,
+    }
+    if !wake_next(s, a.handoff_ms, now) {
+        s.lock = None;
+    }
+    ReleaseReply::Released
+}
+
+/// Reply of [`extend`] for one key (the script takes a batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExtendReply {
+    /// `1`: ours; its expiry is now `lease_ms` from now.
+    Extended,
+    /// `0`: another token's.
+    NotOurs,
+    /// `-1`: gone.
+    Gone,
+}
+
+/// extend.lua:15-30, for one key (the Mutex's and the fair lock's).
+pub fn extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
+    match s.lock_at(now) {
+        Some(LockValue::Token(t)) if t == token => {
+            s.lock = Some((LockValue::Token(t), now + lease_ms));
+            ExtendReply::Extended
+        }
+        Some(_) => ExtendReply::NotOurs,
+        None => ExtendReply::Gone,
+    }
+}
+
+/// pass.lua:16-27: the member leaves; a free lock (or its own
+/// reservation) goes to the next waiter. Returns whether one was woken.
+pub fn pass(s: &mut Server, member: Member, handoff_ms: Ms, now: Ms) -> bool {
+    s.zrem(member);
+    let holder = s.lock_at(now);
+    if let Some(h) = holder {
+        match h {
+            LockValue::Reserved { member: m, .. } if m == member => {}
+            _ => return false,
+        }
+    }
+    let woke = wake_next(s, handoff_ms, now);
+    if !woke && holder.is_some() {
+        s.lock = None;
+    }
+    woke
+}
+
+/// fair_common.lua:61: a standby's slack.
+pub const STANDBY_SLACK_MS: Ms = 100;
+
+/// Arguments the fair scripts share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FairArgs {
+    /// claim_ms: a grant's lease until its confirm.
+    pub claim_ms: Ms,
+}
+
+impl FairKeys {
+    fn zadd(&mut self, score: i64, m: FairMember, nx: bool) {
+        if let Some(i) = self.queue.iter().position(|x| x.1 == m) {
+            if nx {
+                return;
+            }
+            self.queue.remove(i);
+        }
+        let at = self.queue.partition_point(|x| *x < (score, m));
+        self.queue.insert(at, (score, m));
+    }
+
+    fn zrem(&mut self, m: FairMember) -> bool {
+        let n = self.queue.len();
+        self.queue.retain(|x| x.1 != m);
+        self.queue.len() != n
+    }
+
+    fn marker(&self, now: Ms) -> Option<(Ms, FairMember)> {
+        match self.handoff {
+            Some((d, m, e)) if e > now => Some((d, m)),
+            _ => None,
+        }
+    }
+}
+
+/// The result of [`grant_next`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Moved {
+    Nobody,
+    Granted,
+    Caller,
+}
+
+/// fair_common.lua:105-187: pops heads until one is granted the lock (or
+/// is the caller, or nobody is left).
+fn grant_next(
+    s: &mut Server,
+    a: &FairArgs,
+    now: Ms,
+    caller: Option<Member>,
+    drop_marked: bool,
+) -> Moved {
+    let claim = a.claim_ms;
+    let now_us = (now * 1000) as i64;
+    let mut long: Option<i64> = None;
+    let mut marker: Option<Option<(Ms, FairMember)>> = None;
+    // fair_common.lua:110-114
+    let keep_long = |s: &mut Server, long: Option<i64>, arrival: Option<i64>| {
+        if let (Some(l), Some(a)) = (long, arrival)
+            && a <= l
+            && !s.fair.queue.is_empty()
+        {
+            s.fair.zadd(-l, FairMember::Long, false);
+        }
+    };
+    loop {
+        // fair_common.lua:116-120: pop the head.
+        if s.fair.queue.is_empty() {
+            return Moved::Nobody;
+        }
+        let (score, head) = s.fair.queue.remove(0);
+        let FairMember::Waiter(member, token) = head else {
+            long = Some(-score);
+            continue;
+        };
+        let arrival = Some(score);
+        if Some(member) == caller {
+            keep_long(s, long, arrival);
+            return Moved::Caller;
+        }
+        if drop_marked && marker.is_none() {
+            marker = Some(s.fair.marker(now));
+        }
+        let dropped = matches!(marker, Some(Some((d, m))) if m == head && now > d);
+        if dropped {
+            continue;
+        }
+        // fair_common.lua:144-163: probe, then the grant.
+        let probed = s.publish(member.client, Message::Probe(member.waiter));
+        if probed == 0 {
+            continue;
+        }
+        let f = s.advance_fence(now);
+        s.lock = Some((LockValue::Token(token), now + claim));
+        let claim_end = now_us as u64 + claim * 1000;
+        s.publish(
+            member.client,
+            Message::Grant(member.waiter, token, f, claim_end),
+        );
+        // fair_common.lua:164-181: standbys while a long parker may wait.
+        if let Some(l) = long
+            && score <= l
+        {
+            keep_long(s, long, arrival);
+            let next: Vec<FairMember> = s
+                .fair
+                .queue
+                .iter()
+                .filter(|x| x.0 >= 0)
+                .take(2)
+                .map(|x| x.1)
+                .collect();
+            for (i, m) in next.into_iter().enumerate() {
+                let FairMember::Waiter(mm, tt) = m else {
+                    continue;
+                };
+                let window = claim
+                    + if i == 0 {
+                        STANDBY_SLACK_MS
+                    } else {
+                        3 * STANDBY_SLACK_MS
+                    };
+                if i == 0 {
+                    let until = now + window + STANDBY_SLACK_MS;
+                    s.fair.handoff = Some((until, m, now + window + 10 * STANDBY_SLACK_MS));
+                }
+                s.publish(mm.client, Message::FairStandby(mm.waiter, tt, window));
+            }
+        }
+        return Moved::Granted;
+    }
+}
+
+/// Arguments of [`fair_acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FairAcquireArgs {
+    /// ARGV[1] the waiter's token.
+    pub token: Token,
+    /// ARGV[2] lease_ms.
+    pub lease_ms: Ms,
+    /// ARGV[4] the member (with the token), `None` for `""`.
+    pub member: Option<Member>,
+    /// ARGV[5] grace_ms.
+    pub grace_ms: Ms,
+    /// ARGV[6] park_ms.
+    pub park_ms: Ms,
+    /// ARGV[8] claim_ms.
+    pub claim_ms: Ms,
+    /// ARGV[9] arrival_us, `None` for `""`.
+    pub arrival_us: Option<u64>,
+}
+
+/// Reply of [`fair_acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FairAcquireReply {
+    /// `{1, fence}`: taken, or a grant to us confirmed.
+    Acquired {
+        /// The fence (µs).
+        fence: u64,
+    },
+    /// `{0, park, now_us}`.
+    Parked {
+        /// How long to park (ms).
+        park_ms: i64,
+        /// The server time of the call (µs).
+        now_us: u64,
+    },
+}
+
+/// fair_acquire.lua:61-118 (kind checks left out).
+pub fn fair_acquire(s: &mut Server, a: &FairAcquireArgs, now: Ms) -> FairAcquireReply {
+    let holder = s.lock_at(now);
+    let fm = a.member.map(|m| FairMember::Waiter(m, a.token));
+    // fair_acquire.lua:66-73: a grant to us (or a re-sent attempt): confirm.
+    if holder == Some(LockValue::Token(a.token)) {
+        s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
+        if let Some(m) = fm {
+            s.fair.zrem(m);
+        }
+        return FairAcquireReply::Acquired { fence: s.fence };
+    }
+    let now_us = now * 1000;
+    // fair_acquire.lua:75-91: free: move the queue on, or take it.
+    if holder.is_none() {
+        let fa = FairArgs {
+            claim_ms: a.claim_ms,
+        };
+        if grant_next(s, &fa, now, a.member, true) != Moved::Granted {
+            let fence = s.advance_fence(now);
+            s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
+            return FairAcquireReply::Acquired { fence };
+        }
+    }
+    // fair_acquire.lua:92-118: queue by arrival; mark a long park.
+    let pttl = s.pttl(now);
+    let Some(m) = fm else {
+        return FairAcquireReply::Parked {
+            park_ms: pttl,
+            now_us,
+        };
+    };
+    let arrival = a.arrival_us.unwrap_or(now_us).min(now_us) as i64;
+    s.fair.zadd(arrival, m, true);
+    let park = if pttl < 0 { a.park_ms as i64 } else { pttl };
+    if park > a.claim_ms as i64 {
+        let long = s
+            .fair
+            .queue
+            .iter()
+            .find(|x| x.1 == FairMember::Long)
+            .map(|x| x.0);
+        if long.is_none_or(|l| -l < now_us as i64) {
+            s.fair.zadd(-(now_us as i64), FairMember::Long, false);
+        }
+        if let Some((_, marked)) = s.fair.marker(now)
+            && marked == m
+        {
+            s.fair.handoff = None;
+        }
+    }
+    FairAcquireReply::Parked {
+        park_ms: park,
+        now_us,
+    }
+}
+
+/// fair_release.lua:25-36.
+pub fn fair_release(s: &mut Server, token: Token, a: &FairArgs, now: Ms) -> ReleaseReply {
+    match s.lock_at(now) {
+        Some(LockValue::Token(t)) if t == token => {}
+        Some(_) => return ReleaseReply::NotOurs,
+        None => return ReleaseReply::Gone,
+    }
+    if grant_next(s, a, now, None, false) != Moved::Granted {
+        s.lock = None;
+    }
+    ReleaseReply::Released
+}
+
+/// fair_pass.lua:23-37: returns whether the next waiter was granted.
+pub fn fair_pass(s: &mut Server, member: Member, token: Token, a: &FairArgs, now: Ms) -> bool {
+    let removed = s.fair.zrem(FairMember::Waiter(member, token));
+    if removed && s.fair.queue.len() == 1 {
+        s.fair.zrem(FairMember::Long);
+    }
+    let holder = s.lock_at(now);
+    let granted_to_us = holder == Some(LockValue::Token(token));
+    if !granted_to_us && (holder.is_some() || !removed) {
+        return false;
+    }
+    if grant_next(s, a, now, None, false) == Moved::Granted {
+        return true;
+    }
+    s.lock = None;
+    false
+}
+
+impl Server {
+    fn broadcast(&mut self, what: u8) {
+        let clients: Vec<ClientId> = self.subscribed.iter().copied().collect();
+        for c in clients {
+            self.published.push(Published {
+                client: c,
+                message: Message::RwReleased(what),
+            });
+        }
+    }
+
+    fn cut_intents(&mut self, now: Ms, window_ms: Ms) {
+        for i in &mut self.rw.intents {
+            i.1 = i.1.min(now + window_ms);
+        }
+    }
+}
+
+/// Arguments of [`rw_write_acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RwWriteArgs {
+    /// ARGV[1] the writer's token.
+    pub token: Token,
+    /// ARGV[2] lease_ms.
+    pub lease_ms: Ms,
+    /// ARGV[4] the waiting writer's member, `None` for `""`.
+    pub member: Option<Member>,
+    /// ARGV[5] grace_ms.
+    pub grace_ms: Ms,
+    /// ARGV[6] park_ms.
+    pub park_ms: Ms,
+}
+
+/// rw_write_acquire.lua:53-109 (kind checks left out). Replies as
+/// [`acquire`]: `{1, fence}` or `{0, park}`.
+pub fn rw_write_acquire(s: &mut Server, a: &RwWriteArgs, now: Ms) -> AcquireReply {
+    let writer = s.lock_at(now);
+    // rw_write_acquire.lua:61-67: a re-sent call finds its own token.
+    if writer == Some(LockValue::Token(a.token)) {
+        if let Some(m) = a.member {
+            s.rw.intents.retain(|x| x.0 != m);
+        }
+        return AcquireReply::Acquired { fence: s.fence };
+    }
+    let park = if writer.is_some() {
+        // rw_write_acquire.lua:68-72
+        s.pttl(now)
+    } else {
+        // rw_write_acquire.lua:74-100: no writer; readers?
+        s.rw.readers.retain(|r| r.1 > now);
+        match s.rw.readers.iter().map(|r| r.1).max() {
+            None => {
+                let had_intent = a.member.is_some_and(|m| {
+                    let n = s.rw.intents.len();
+                    s.rw.intents.retain(|x| x.0 != m);
+                    n != s.rw.intents.len()
+                });
+                let fence = s.advance_fence(now);
+                s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
+                if had_intent {
+                    s.broadcast(b'g');
+                }
+                return AcquireReply::Acquired { fence };
+            }
+            Some(last) => (last - now).max(1) as i64,
+        }
+    };
+    // rw_write_acquire.lua:102-108: register the intent.
+    if let Some(m) = a.member {
+        let ttl = park.max(0) as Ms + a.grace_ms;
+        s.rw.intents.retain(|x| x.0 != m);
+        let at = s.rw.intents.partition_point(|x| x.0 < m);
+        s.rw.intents.insert(at, (m, now + ttl));
+    }
+    AcquireReply::Held { park_ms: park }
+}
+
+/// rw_read_acquire.lua:44-77 (kind checks left out): `{1, fence}` (the
+/// current fence) or `{0, park}`.
+pub fn rw_read_acquire(
+    s: &mut Server,
+    token: Token,
+    lease_ms: Ms,
+    park_ms: Ms,
+    now: Ms,
+) -> AcquireReply {
+    // rw_read_acquire.lua:50-56: a writer holds it.
+    if s.lock_at(now).is_some() {
+        let pttl = s.pttl(now);
+        return AcquireReply::Held {
+            park_ms: if pttl < 0 { park_ms as i64 } else { pttl },
+        };
+    }
+    // rw_read_acquire.lua:66-70: a live intent holds new readers back.
+    s.rw.intents.retain(|x| x.1 > now);
+    if let Some(first) = s.rw.intents.iter().map(|x| x.1).min() {
+        return AcquireReply::Held {
+            park_ms: (first - now).max(1) as i64,
+        };
+    }
+    // rw_read_acquire.lua:71-77
+    s.rw.readers.retain(|r| r.1 > now && r.0 != token);
+    let at = s.rw.readers.partition_point(|r| r.0 < token);
+    s.rw.readers.insert(at, (token, now + lease_ms));
+    AcquireReply::Acquired { fence: s.fence }
+}
+
+/// rw_read_release.lua:25-38: `Released` (1) or `Gone` (-1).
+pub fn rw_read_release(s: &mut Server, token: Token, window_ms: Ms, now: Ms) -> ReleaseReply {
+    let expiry = s.rw.readers.iter().find(|r| r.0 == token).map(|r| r.1);
+    s.rw.readers.retain(|r| r.0 != token);
+    match expiry {
+        Some(e) if e > now => {}
+        _ => return ReleaseReply::Gone,
+    }
+    s.rw.readers.retain(|r| r.1 > now);
+    if s.rw.readers.is_empty() {
+        s.cut_intents(now, window_ms);
+        s.broadcast(b'r');
+    }
+    ReleaseReply::Released
+}
+
+/// rw_write_release.lua:25-37.
+pub fn rw_write_release(s: &mut Server, token: Token, window_ms: Ms, now: Ms) -> ReleaseReply {
+    match s.lock_at(now) {
+        Some(LockValue::Token(t)) if t == token => {}
+        Some(_) => return ReleaseReply::NotOurs,
+        None => return ReleaseReply::Gone,
+    }
+    s.lock = None;
+    s.cut_intents(now, window_ms);
+    s.broadcast(b'w');
+    ReleaseReply::Released
+}
+
+/// A semaphore's holders `P:{N}:holders`, queue `P:{N}:queue` and entry
+/// expiries `P:{N}:queue:expiry` (the permit count is the callers').
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SemKeys {
+    /// Permit token -> lease expiry (ms), sorted by (expiry, token).
+    pub holders: Vec<(Ms, Token)>,
+    /// Member -> arrival (µs), in FIFO order (arrival, member).
+    pub queue: Vec<(u64, Member)>,
+    /// Member -> entry expiry (ms).
+    pub expiry: Vec<(Member, Ms)>,
+}
+
+impl SemKeys {
+    /// sem_common.lua:49-52
+    fn owed(&self, permits: u8) -> usize {
+        let free = i64::from(permits) - self.holders.len() as i64;
+        free.min(self.queue.len() as i64).max(0) as usize
+    }
+
+    /// sem_common.lua:54-56
+    fn reclaim(&mut self, now: Ms) -> i64 {
+        let n = self.holders.len();
+        self.holders.retain(|h| h.0 > now);
+        (n - self.holders.len()) as i64
+    }
+
+    fn rank(&self, m: Member) -> Option<usize> {
+        self.queue.iter().position(|x| x.1 == m)
+    }
+
+    fn remove(&mut self, m: Member) {
+        self.queue.retain(|x| x.1 != m);
+        self.expiry.retain(|x| x.0 != m);
+    }
+
+    /// sem_common.lua:58-71
+    fn prune(&mut self, now: Ms, keep: Option<Member>, owed_now: usize) -> i64 {
+        let mut was_owed = 0;
+        let mut lapsed: Vec<(Ms, Member)> = self
+            .expiry
+            .iter()
+            .filter(|x| x.1 <= now && Some(x.0) != keep)
+            .map(|x| (x.1, x.0))
+            .collect();
+        lapsed.sort();
+        for (_, m) in lapsed {
+            if self.rank(m).is_some_and(|r| r < owed_now) {
+                was_owed += 1;
+            }
+            self.remove(m);
+        }
+        was_owed
+    }
+}
+
+/// sem_common.lua:73-117: wakes the members newly owed a permit.
+fn settle(s: &mut Server, permits: u8, freed: i64, reserve_ms: Ms, now: Ms) -> usize {
+    if freed <= 0 {
+        return 0;
+    }
+    let mut limit = s.sem.owed(permits);
+    let mut rank = (limit as i64 - freed).max(0) as usize;
+    let mut woken = 0;
+    while rank < limit {
+        let Some(&(_, m)) = s.sem.queue.get(rank) else {
+            break;
+        };
+        if s.publish(m.client, Message::Wake(m.waiter)) > 0 {
+            if let Some(e) = s.sem.expiry.iter_mut().find(|x| x.0 == m) {
+                e.1 = now + reserve_ms;
+            }
+            rank += 1;
+            woken += 1;
+        } else {
+            s.sem.remove(m);
+            limit = s.sem.owed(permits);
+        }
+    }
+    if woken > 0 {
+        let next: Vec<Member> = s.sem.queue.iter().skip(rank).take(2).map(|x| x.1).collect();
+        for m in next {
+            s.publish(m.client, Message::Standby(m.waiter, 2 * reserve_ms));
+        }
+    }
+    woken
+}
+
+/// Arguments of [`sem_acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SemAcquireArgs {
+    /// ARGV[1] the permit token.
+    pub token: Token,
+    /// ARGV[2] lease_ms.
+    pub lease_ms: Ms,
+    /// ARGV[4] the waiting caller's member, `None` for `""`.
+    pub member: Option<Member>,
+    /// ARGV[5] grace_ms.
+    pub grace_ms: Ms,
+    /// ARGV[6] park_ms.
+    pub park_ms: Ms,
+    /// ARGV[8] the permit count.
+    pub permits: u8,
+    /// ARGV[9] reserve_ms.
+    pub reserve_ms: Ms,
+    /// ARGV[10] arrival_us, `None` for `""`.
+    pub arrival_us: Option<u64>,
+}
+
+/// sem_acquire.lua:59-156 (kind and count checks left out). Replies as
+/// [`fair_acquire`]: `{1, fence}` or `{0, park, now_us}`.
+pub fn sem_acquire(s: &mut Server, a: &SemAcquireArgs, now: Ms) -> FairAcquireReply {
+    let now_us = now * 1000;
+    // sem_acquire.lua:90-94: a re-sent call finds its live permit.
+    if s.sem.holders.iter().any(|h| h.1 == a.token && h.0 > now) {
+        if let Some(m) = a.member {
+            s.sem.remove(m);
+        }
+        return FairAcquireReply::Acquired { fence: s.fence };
+    }
+    // sem_acquire.lua:96-103
+    let mut freed = s.sem.reclaim(now);
+    let free = i64::from(a.permits) - s.sem.holders.len() as i64;
+    let owed_now = free.min(s.sem.queue.len() as i64).max(0) as usize;
+    freed += s.sem.prune(now, a.member, owed_now);
+    let rank = a
+        .member
+        .and_then(|m| s.sem.rank(m))
+        .unwrap_or(s.sem.queue.len());
+    // sem_acquire.lua:105-118: a permit free and not owed ahead of us.
+    if (rank as i64) < free {
+        let fence = s.advance_fence(now);
+        s.sem.holders.retain(|h| h.1 != a.token);
+        let at = s
+            .sem
+            .holders
+            .partition_point(|h| *h < (now + a.lease_ms, a.token));
+        s.sem.holders.insert(at, (now + a.lease_ms, a.token));
+        if let Some(m) = a.member {
+            s.sem.remove(m);
+        }
+        settle(s, a.permits, freed, a.reserve_ms, now);
+        return FairAcquireReply::Acquired { fence };
+    }
+    // sem_acquire.lua:120-135: park until the earliest holder's lease ends.
+    let mut park = match s.sem.holders.first() {
+        Some(h) => (h.0 as i64 - now as i64).max(1),
+        None => a.park_ms as i64,
+    };
+    if let Some(m) = a.member {
+        let ttl = park as Ms + a.grace_ms;
+        if s.sem.rank(m).is_none() {
+            let arrival = a.arrival_us.unwrap_or(now_us).min(now_us);
+            let at = s.sem.queue.partition_point(|x| *x < (arrival, m));
+            s.sem.queue.insert(at, (arrival, m));
+        }
+        s.sem.expiry.retain(|x| x.0 != m);
+        s.sem.expiry.push((m, now + ttl));
+        s.sem.expiry.sort();
+    }
+    settle(s, a.permits, freed, a.reserve_ms, now);
+    // sem_acquire.lua:137-155: a free permit owed ahead: park no longer
+    // than the earliest owed entry.
+    if free > 0 {
+        for (_, m) in s.sem.queue.iter().take(free as usize) {
+            if let Some(e) = s.sem.expiry.iter().find(|x| x.0 == *m) {
+                park = park.min((e.1 as i64 - now as i64 + 1).max(1));
+            }
+        }
+    }
+    FairAcquireReply::Parked {
+        park_ms: park,
+        now_us,
+    }
+}
+
+/// sem_release.lua:20-36: `Released` (1) or `Gone` (-1).
+pub fn sem_release(
+    s: &mut Server,
+    token: Token,
+    permits: u8,
+    reserve_ms: Ms,
+    now: Ms,
+) -> ReleaseReply {
+    let score = s.sem.holders.iter().find(|h| h.1 == token).map(|h| h.0);
+    let mut freed = 0;
+    if score.is_some() {
+        s.sem.holders.retain(|h| h.1 != token);
+        freed = 1;
+    }
+    freed += s.sem.reclaim(now);
+    if freed > 0 {
+        let owed = s.sem.owed(permits);
+        freed += s.sem.prune(now, None, owed);
+        settle(s, permits, freed, reserve_ms, now);
+    }
+    match score {
+        Some(e) if e > now => ReleaseReply::Released,
+        _ => ReleaseReply::Gone,
+    }
+}
+
+/// sem_pass.lua (after its header): returns whether another waiter was
+/// woken.
+pub fn sem_pass(s: &mut Server, member: Member, permits: u8, reserve_ms: Ms, now: Ms) -> bool {
+    let Some(rank) = s.sem.rank(member) else {
+        return false;
+    };
+    let mut freed = s.sem.reclaim(now);
+    if rank < s.sem.owed(permits) {
+        freed += 1;
+    }
+    s.sem.remove(member);
+    let owed = s.sem.owed(permits);
+    freed += s.sem.prune(now, None, owed);
+    settle(s, permits, freed, reserve_ms, now) > 0
+}
