@@ -143,6 +143,26 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A script refused the call because the client speaks another version
+    /// of the wire protocol than the script (`PROTOCOL.md`, "Compatibility
+    /// and versioning"; this crate speaks
+    /// [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION)). The script checks
+    /// the version before it reads or writes a key: nothing was written.
+    /// Every client of one namespace (one Redis deployment and key prefix)
+    /// must speak the same protocol version: run one version of redbell
+    /// (and of any port built from its `.lua` files) on a namespace, or
+    /// give the two versions different prefixes. Retrying does not help.
+    #[error(
+        "the client speaks redbell protocol {client:?} but the scripts speak {scripts:?}: every client of one namespace must speak the same protocol version"
+    )]
+    Protocol {
+        /// The version the call carried (as the script echoed it: cut to
+        /// 16 characters, unusual characters shown as `?`).
+        client: String,
+        /// The version the script speaks.
+        scripts: String,
+    },
+
     /// The client's background machinery has shut down (the Tokio runtime
     /// is going away).
     #[error("the redbell client is closed")]
@@ -195,8 +215,12 @@ impl Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// [`Error::NoPermission`] for an ACL refusal, else [`Error::Redis`].
+    /// [`Error::NoPermission`] for an ACL refusal, [`Error::Protocol`] for
+    /// a script's refusal of the protocol version, else [`Error::Redis`].
     fn from(err: redis::RedisError) -> Self {
+        if let Some(refused) = protocol(&err) {
+            return refused;
+        }
         match denied(&err) {
             Some(command) => Error::NoPermission {
                 command,
@@ -205,6 +229,23 @@ impl From<redis::RedisError> for Error {
             None => Error::Redis(err),
         }
     }
+}
+
+/// The [`Error::Protocol`] a script's `REDBELL_PROTOCOL client speaks <x>,
+/// scripts speak <y>` error reply becomes (`protocol.lua`).
+fn protocol(err: &redis::RedisError) -> Option<Error> {
+    if err.code() != Some("REDBELL_PROTOCOL") {
+        return None;
+    }
+    let detail = err.detail().unwrap_or_default();
+    let (client, scripts) = detail
+        .strip_prefix("client speaks ")
+        .and_then(|rest| rest.split_once(", scripts speak "))
+        .unwrap_or(("", detail));
+    Some(Error::Protocol {
+        client: client.trim().to_owned(),
+        scripts: scripts.trim().to_owned(),
+    })
 }
 
 /// When `err` is an ACL refusal, what was refused. A command refuses with
@@ -277,5 +318,28 @@ mod tests {
         assert!(!e.is_retryable());
         let e = Error::from(server("ERR", "unknown command 'FOO'"));
         assert!(matches!(e, Error::Redis(_)), "{e}");
+    }
+
+    #[test]
+    fn a_refused_protocol_version_is_protocol() {
+        let e = Error::from(server(
+            "REDBELL_PROTOCOL",
+            "client speaks 2, scripts speak 1",
+        ));
+        assert!(
+            matches!(&e, Error::Protocol { client, scripts } if client == "2" && scripts == "1"),
+            "{e:?}"
+        );
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("same protocol version"), "{e}");
+        // Through the mapping of a script call on a key, too.
+        let e = Error::from_redis(
+            server("REDBELL_PROTOCOL", "client speaks none, scripts speak 1"),
+            "redbell:{n}",
+        );
+        assert!(
+            matches!(&e, Error::Protocol { client, .. } if client == "none"),
+            "{e:?}"
+        );
     }
 }

@@ -152,7 +152,7 @@ pub use mutex::{Mutex, MutexGuard};
 /// [`Error::Redis`] carries.
 pub use redis;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
-pub use scripts::{ScriptInfo, scripts};
+pub use scripts::{PROTOCOL_VERSION, ScriptInfo, scripts};
 pub use semaphore::{Permit, Semaphore};
 pub use stats::Stats;
 #[cfg(feature = "metrics")]

@@ -123,6 +123,7 @@ async fn acquire(
         .arg(format!("{lock}:waiters"))
         .arg(format!("{lock}:readers"))
         .arg(format!("{lock}:holders"))
+        .arg(redbell::PROTOCOL_VERSION)
         .arg(token)
         .arg(30_000)
         .arg(60_000)

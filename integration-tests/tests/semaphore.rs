@@ -121,6 +121,7 @@ async fn releases_that_are_not_ours_are_refused() {
         .arg(queue_key(&name))
         .arg(format!("redbell:{{{name}}}:queue:expiry"))
         .arg(permits_key(&name))
+        .arg(redbell::PROTOCOL_VERSION)
         .arg("not-a-token-of-ours")
         .arg(format!("redbell:{{{name}}}:wake:"))
         .arg(1)

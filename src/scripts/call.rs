@@ -3,6 +3,7 @@
 
 use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
 
+use super::PROTOCOL_VERSION;
 use super::registry::Lua;
 use crate::conn::Conn;
 use crate::keys::Replication;
@@ -14,6 +15,9 @@ use crate::keys::Replication;
 pub(crate) struct Call {
     script: &'static Lua,
     keys: Vec<Vec<u8>>,
+    /// ARGV: [`PROTOCOL_VERSION`] first (every script checks it,
+    /// `protocol.lua`), then the operation's own, in the order its `.lua`
+    /// header lists from `ARGV[2]` on.
     args: Vec<Vec<u8>>,
 }
 
@@ -22,7 +26,7 @@ impl Call {
         Call {
             script,
             keys: Vec::new(),
-            args: Vec::new(),
+            args: vec![PROTOCOL_VERSION.as_bytes().to_vec()],
         }
     }
 

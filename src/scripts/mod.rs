@@ -3,8 +3,10 @@
 //!
 //! - [`registry`]: every script embedded once (`include_str!` of its file
 //!   under `src/scripts/lua/`, whose header lists its KEYS, ARGV and every
-//!   return value), its Redis Cluster variant, and [`scripts()`].
-//! - [`call`]: invoking one script: `EVALSHA`; after a `SCRIPT FLUSH` (or on
+//!   return value; `protocol.lua`, the version check, prepended to each),
+//!   its Redis Cluster variant, and [`scripts()`].
+//! - [`call`]: invoking one script, with [`PROTOCOL_VERSION`] as its
+//!   `ARGV[1]`: `EVALSHA`; after a `SCRIPT FLUSH` (or on
 //!   a server that never saw it) `EVAL` with the source, which runs and
 //!   caches it; optionally pipelined with `WAIT`.
 //! - [`layout`]: for each operation and lock [`Kind`](crate::keys::Kind),
@@ -24,6 +26,13 @@ pub(crate) use layout::{
 pub use registry::{ScriptInfo, scripts};
 
 use crate::Error;
+
+/// The version of the wire protocol (`PROTOCOL.md`) this crate speaks: the
+/// `ARGV[1]` of every script call. Every script refuses another version
+/// with the error reply `REDBELL_PROTOCOL`, before it reads or writes any
+/// key ([`Error::Protocol`]): clients of one namespace (one Redis and key
+/// prefix) must all speak the same version.
+pub const PROTOCOL_VERSION: &str = "1";
 
 /// The outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +86,16 @@ mod tests {
 
     /// How many scripts the library ships.
     const ALL_SCRIPTS: usize = 23;
+
+    #[test]
+    fn every_script_checks_the_version_first() {
+        let check = include_str!("lua/protocol.lua");
+        assert!(check.contains(&format!("ARGV[1] ~= '{PROTOCOL_VERSION}'")));
+        assert!(check.contains(&format!("scripts speak {PROTOCOL_VERSION}'")));
+        for s in scripts() {
+            assert!(s.source.starts_with(check), "{}", s.name);
+        }
+    }
 
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {

@@ -5,70 +5,51 @@ use std::sync::OnceLock;
 
 use redis::Script;
 
-const ACQUIRE_LUA: &str = include_str!("lua/acquire.lua");
-const EXTEND_LUA: &str = include_str!("lua/extend.lua");
+/// The source of one script: `protocol.lua` (the protocol version check,
+/// which must run before any key is touched) first, then the shared code
+/// the operation calls, then the operation's own file.
+macro_rules! lua {
+    ($($file:literal),+) => {
+        concat!(
+            include_str!("lua/protocol.lua"),
+            $(include_str!(concat!("lua/", $file))),+
+        )
+    };
+}
+
+const ACQUIRE_LUA: &str = lua!("acquire.lua");
+const EXTEND_LUA: &str = lua!("extend.lua");
 /// `wake_next.lua` defines the function both of these call.
-const RELEASE_LUA: &str = concat!(
-    include_str!("lua/wake_next.lua"),
-    include_str!("lua/release.lua")
-);
-const PASS_LUA: &str = concat!(
-    include_str!("lua/wake_next.lua"),
-    include_str!("lua/pass.lua")
-);
+const RELEASE_LUA: &str = lua!("wake_next.lua", "release.lua");
+const PASS_LUA: &str = lua!("wake_next.lua", "pass.lua");
 
 /// Every kind of lock (`Client::status` and `force_unlock` are views of
 /// these two).
-const INSPECT_LUA: &str = include_str!("lua/inspect.lua");
-const BREAK_LOCK_LUA: &str = concat!(
-    include_str!("lua/wake_next.lua"),
-    include_str!("lua/fair_common.lua"),
-    include_str!("lua/break_lock.lua")
-);
+const INSPECT_LUA: &str = lua!("inspect.lua");
+const BREAK_LOCK_LUA: &str = lua!("wake_next.lua", "fair_common.lua", "break_lock.lua");
 
 /// `fair_common.lua` defines the functions the fair scripts call.
-const FAIR_ACQUIRE_LUA: &str = concat!(
-    include_str!("lua/fair_common.lua"),
-    include_str!("lua/fair_acquire.lua")
-);
-const FAIR_RELEASE_LUA: &str = concat!(
-    include_str!("lua/fair_common.lua"),
-    include_str!("lua/fair_release.lua")
-);
-const FAIR_PASS_LUA: &str = concat!(
-    include_str!("lua/fair_common.lua"),
-    include_str!("lua/fair_pass.lua")
-);
+const FAIR_ACQUIRE_LUA: &str = lua!("fair_common.lua", "fair_acquire.lua");
+const FAIR_RELEASE_LUA: &str = lua!("fair_common.lua", "fair_release.lua");
+const FAIR_PASS_LUA: &str = lua!("fair_common.lua", "fair_pass.lua");
 
-const RW_READ_ACQUIRE_LUA: &str = include_str!("lua/rw_read_acquire.lua");
-const RW_WRITE_ACQUIRE_LUA: &str = include_str!("lua/rw_write_acquire.lua");
-const RW_READ_RELEASE_LUA: &str = include_str!("lua/rw_read_release.lua");
-const RW_WRITE_RELEASE_LUA: &str = include_str!("lua/rw_write_release.lua");
-const RW_READ_EXTEND_LUA: &str = include_str!("lua/rw_read_extend.lua");
-const RW_PASS_LUA: &str = include_str!("lua/rw_pass.lua");
+const RW_READ_ACQUIRE_LUA: &str = lua!("rw_read_acquire.lua");
+const RW_WRITE_ACQUIRE_LUA: &str = lua!("rw_write_acquire.lua");
+const RW_READ_RELEASE_LUA: &str = lua!("rw_read_release.lua");
+const RW_WRITE_RELEASE_LUA: &str = lua!("rw_write_release.lua");
+const RW_READ_EXTEND_LUA: &str = lua!("rw_read_extend.lua");
+const RW_PASS_LUA: &str = lua!("rw_pass.lua");
 
 /// `sem_common.lua` defines the functions (and the holders set's grace)
 /// the semaphore scripts that write call.
-const SEM_ACQUIRE_LUA: &str = concat!(
-    include_str!("lua/sem_common.lua"),
-    include_str!("lua/sem_acquire.lua")
-);
-const SEM_RELEASE_LUA: &str = concat!(
-    include_str!("lua/sem_common.lua"),
-    include_str!("lua/sem_release.lua")
-);
-const SEM_PASS_LUA: &str = concat!(
-    include_str!("lua/sem_common.lua"),
-    include_str!("lua/sem_pass.lua")
-);
-const SEM_EXTEND_LUA: &str = concat!(
-    include_str!("lua/sem_common.lua"),
-    include_str!("lua/sem_extend.lua")
-);
-const SEM_STATUS_LUA: &str = include_str!("lua/sem_status.lua");
-const ELECT_LEADER_LUA: &str = include_str!("lua/elect_leader.lua");
-const ELECT_PROCLAIM_LUA: &str = include_str!("lua/elect_proclaim.lua");
-const ELECT_RESIGN_LUA: &str = include_str!("lua/elect_resign.lua");
+const SEM_ACQUIRE_LUA: &str = lua!("sem_common.lua", "sem_acquire.lua");
+const SEM_RELEASE_LUA: &str = lua!("sem_common.lua", "sem_release.lua");
+const SEM_PASS_LUA: &str = lua!("sem_common.lua", "sem_pass.lua");
+const SEM_EXTEND_LUA: &str = lua!("sem_common.lua", "sem_extend.lua");
+const SEM_STATUS_LUA: &str = lua!("sem_status.lua");
+const ELECT_LEADER_LUA: &str = lua!("elect_leader.lua");
+const ELECT_PROCLAIM_LUA: &str = lua!("elect_proclaim.lua");
+const ELECT_RESIGN_LUA: &str = lua!("elect_resign.lua");
 
 /// One embedded script: its name (the file's), its source (with any
 /// shared code prepended) and, once first used, its SHA1.

@@ -11,15 +11,16 @@
 -- KEYS[3]  waiter queue  P:{N}:waiters  sorted set: member -> expiry (server ms)
 -- KEYS[4]  readers       P:{N}:readers  an RwLock's read holds (checked only)
 -- KEYS[5]  permits       P:{N}:holders  a Semaphore's permits (checked only)
--- ARGV[1]  token         this acquisition's random owner token
--- ARGV[2]  lease_ms      lease in milliseconds (> 0)
--- ARGV[3]  fence_ttl_ms  expiry of the fence key in milliseconds (> 0)
--- ARGV[4]  member        "<client id>:<waiter id>" of a waiting caller, or ""
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token         this acquisition's random owner token
+-- ARGV[3]  lease_ms      lease in milliseconds (> 0)
+-- ARGV[4]  fence_ttl_ms  expiry of the fence key in milliseconds (> 0)
+-- ARGV[5]  member        "<client id>:<waiter id>" of a waiting caller, or ""
 --                        for a caller that will not wait (nothing is queued)
--- ARGV[5]  grace_ms      how long a queue entry outlives the holder's PTTL
--- ARGV[6]  park_ms       the park of a waiter on a key without expiry
--- ARGV[7]  handoff_ms    the length of a release's hand-off reservation
--- ARGV[8]  kind          the caller's token letter: m (Mutex) or l (an
+-- ARGV[6]  grace_ms      how long a queue entry outlives the holder's PTTL
+-- ARGV[7]  park_ms       the park of a waiter on a key without expiry
+-- ARGV[8]  handoff_ms    the length of a release's hand-off reservation
+-- ARGV[9]  kind          the caller's token letter: m (Mutex) or l (an
 --                        Election's lock, the same protocol); 'm' if absent
 --
 -- Returns
@@ -90,7 +91,7 @@ local function other_kind(token, mine)
   local tag = string.sub(token, 1, 1)
   return string.find('mqwrl', tag, 1, true) ~= nil and tag ~= mine
 end
-local kind = ARGV[8] or 'm'
+local kind = ARGV[9] or 'm'
 -- Live members of a sorted set of holds (token -> expiry ms): readers,
 -- permits.
 local function live(key)
@@ -103,7 +104,7 @@ end
 local function advance_fence()
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local prev = redis.pcall('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3], 'GET')
+  local prev = redis.pcall('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4], 'GET')
   if type(prev) == 'table' and prev.err then
     redis.call('DEL', KEYS[1]) -- foreign data under the fence key: undo
     return nil
@@ -113,13 +114,13 @@ local function advance_fence()
     -- The clock is behind the counter (a step back, or a failover to a
     -- server whose clock lags): keep counting up instead.
     fence = prev + 1
-    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
   end
   return fence
 end
 
-local member = ARGV[4]
-local holder = redis.pcall('SET', KEYS[1], ARGV[1], 'GET', 'NX', 'PX', ARGV[2])
+local member = ARGV[5]
+local holder = redis.pcall('SET', KEYS[1], ARGV[2], 'GET', 'NX', 'PX', ARGV[3])
 if type(holder) == 'table' then
   if string.sub(holder.err, 1, 9) == 'WRONGTYPE' then
     return redis.error_reply('WRONGTYPE lock key holds a value that is not a redbell token')
@@ -154,7 +155,7 @@ local mine = 'm:' .. member .. '@'
 if member ~= '' and (string.sub(holder, 1, #mine) == mine or holder == 'm:' .. member) then
   -- Reserved for us by the release that woke us (which also took us out
   -- of the queue). No reader can have joined: a reservation is a Mutex's.
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   local fence = advance_fence()
   if not fence then
     return redis.error_reply(FENCE_WRONGTYPE)
@@ -167,7 +168,7 @@ if not reserved_until and other_kind(holder, kind) then
   -- Election's: the next attempt judges the token taken after it.)
   return redis.error_reply(KIND_ERROR)
 end
-if holder == ARGV[1] then
+if holder == ARGV[2] then
   -- A re-sent attempt (its first run's reply was lost) finds its own token:
   -- that run acquired, so this one reports it again and changes nothing.
   if member ~= '' then
@@ -200,10 +201,10 @@ end
 --     on the holder or the reservation, so a crashed holder is still taken
 --     over at its expiry
 if reserved_until then
-  local park = tonumber(ARGV[7])
+  local park = tonumber(ARGV[8])
   if member ~= '' then
-    local expiry = tonumber(reserved_until) - tonumber(ARGV[7]) + tonumber(ARGV[2])
-      + tonumber(ARGV[5])
+    local expiry = tonumber(reserved_until) - tonumber(ARGV[8]) + tonumber(ARGV[3])
+      + tonumber(ARGV[6])
     local err = queue_error(redis.pcall('ZADD', KEYS[3], expiry, member))
     if err then
       return err
@@ -211,12 +212,12 @@ if reserved_until then
     if redis.call('ZRANK', KEYS[3], member) <= 1 then
       redis.call('ZADD', KEYS[3], string.format('%d.5', expiry), member)
     else
-      park = park + tonumber(ARGV[2])
+      park = park + tonumber(ARGV[3])
     end
     -- The queue outlives its entries: this one ends at most ttl from now
     -- (the reservation ends within handoff_ms). Twice that, so that the
     -- next entries rarely need a PEXPIRE.
-    local ttl = tonumber(ARGV[2]) + tonumber(ARGV[5]) + tonumber(ARGV[7])
+    local ttl = tonumber(ARGV[3]) + tonumber(ARGV[6]) + tonumber(ARGV[8])
     if redis.call('PTTL', KEYS[3]) < ttl then
       redis.call('PEXPIRE', KEYS[3], 2 * ttl)
     end
@@ -228,7 +229,7 @@ local pttl = redis.call('PTTL', KEYS[1])
 if member ~= '' then
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local ttl = (pttl >= 0 and pttl or tonumber(ARGV[6])) + tonumber(ARGV[5])
+  local ttl = (pttl >= 0 and pttl or tonumber(ARGV[7])) + tonumber(ARGV[6])
   local err = queue_error(redis.pcall('ZADD', KEYS[3], now_ms + ttl, member))
   if err then
     return err

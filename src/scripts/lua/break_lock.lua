@@ -13,10 +13,11 @@
 -- KEYS[6]  (unused)     P:{N}:fifo:expiry  older clients' FairMutex queue expiries
 -- KEYS[7]  readers      P:{N}:readers      RwLock read holds: token -> expiry ms
 -- KEYS[8]  channel      P:{N}:rw           the RwLock's release channel
--- ARGV[1]  wake prefix   P:{N}:wake:
--- ARGV[2]  handoff_ms    how long a Mutex is reserved for the woken waiter
--- ARGV[3]  claim_ms      the lease of a FairMutex grant until it is confirmed
--- ARGV[4]  fence_ttl_ms  expiry of the fence key
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  wake prefix   P:{N}:wake:
+-- ARGV[3]  handoff_ms    how long a Mutex is reserved for the woken waiter
+-- ARGV[4]  claim_ms      the lease of a FairMutex grant until it is confirmed
+-- ARGV[5]  fence_ttl_ms  expiry of the fence key
 --
 -- The kind is told by the holder's token, which opens with its kind's
 -- letter (m Mutex, q FairMutex, w RwLock writer, l Election: broken as a
@@ -50,7 +51,7 @@ if not holder then
 end
 redis.call('DEL', KEYS[1])
 if tag == 'q' then
-  if grant_next(KEYS[1], KEYS[4], KEYS[5], KEYS[3], ARGV[1], ARGV[3], ARGV[4], now_us, '',
+  if grant_next(KEYS[1], KEYS[4], KEYS[5], KEYS[3], ARGV[2], ARGV[4], ARGV[5], now_us, '',
                 false) ~= 1 then
     redis.call('DEL', KEYS[1]) -- a grant that met no receiver
   end
@@ -59,5 +60,5 @@ end
 if string.sub(holder, 1, 2) == 'm:' then
   return {''} -- only reserved for a woken waiter: nothing is held
 end
-wake_next(KEYS[1], KEYS[2], ARGV[1], ARGV[2], redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES'))
+wake_next(KEYS[1], KEYS[2], ARGV[2], ARGV[3], redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES'))
 return {tag == 'l' and 'election' or 'mutex', holder}

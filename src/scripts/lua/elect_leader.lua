@@ -6,6 +6,7 @@
 --
 -- KEYS[1]  lock key    P:{N}         string: the leader's owner token, PX = lease
 -- KEYS[2]  leader key  P:{N}:leader  hash: token, value, term, rev
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
 --
 -- Returns
 --   {1, term, rev, pttl, value}  the leader: its term (the fence of its

@@ -4,13 +4,14 @@
 --
 -- KEYS[1]  lock key    P:{N}         string: the leader's owner token
 -- KEYS[2]  leader key  P:{N}:leader  hash: token, value, term, rev
--- ARGV[1]  token       the leader's owner token
--- ARGV[2]  term        the leader's term (the fence of its acquisition)
--- ARGV[3]  value       the value observers are to see
--- ARGV[4]  event       "elected" (takes the leader key over) or "proclaimed"
+-- ARGV[1]  version     the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token       the leader's owner token
+-- ARGV[3]  term        the leader's term (the fence of its acquisition)
+-- ARGV[4]  value       the value observers are to see
+-- ARGV[5]  event       "elected" (takes the leader key over) or "proclaimed"
 --                      (only while the leader key still names the token)
--- ARGV[5]  channel     P:{N}:leader:events
--- ARGV[6]  ttl_ms      expiry of the leader key (the fence key's, > 0)
+-- ARGV[6]  channel     P:{N}:leader:events
+-- ARGV[7]  ttl_ms      expiry of the leader key (the fence key's, > 0)
 --
 -- Publishes "<event>:<term>:<rev>:<pttl>:<value>" on the channel, pttl being
 -- the remaining ms of the leader's lease.
@@ -24,28 +25,28 @@
 --             (the lease expired), or, for "proclaimed", the leader key no
 --             longer names the token (resigned); nothing is written
 --   error WRONGTYPE  the lock key is not a string or the leader key not a hash
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return {0, 0}
 end
-local mine = redis.call('HGET', KEYS[2], 'token') == ARGV[1]
+local mine = redis.call('HGET', KEYS[2], 'token') == ARGV[2]
 local rev
-if ARGV[4] == 'elected' then
+if ARGV[5] == 'elected' then
   if mine then
     return {1, tonumber(redis.call('HGET', KEYS[2], 'rev')) or 1}
   end
   rev = 1
-  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'value', ARGV[3], 'term', ARGV[2], 'rev', rev)
+  redis.call('HSET', KEYS[2], 'token', ARGV[2], 'value', ARGV[4], 'term', ARGV[3], 'rev', rev)
 else
   if not mine then
     return {0, 0}
   end
   rev = redis.call('HINCRBY', KEYS[2], 'rev', 1)
-  redis.call('HSET', KEYS[2], 'value', ARGV[3])
+  redis.call('HSET', KEYS[2], 'value', ARGV[4])
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
 local pttl = redis.call('PTTL', KEYS[1])
 -- pcall: a PUBLISH the ACL refuses must not fail the script after its
 -- writes (observers then learn on their next read).
-redis.pcall('PUBLISH', ARGV[5],
-            ARGV[4] .. ':' .. ARGV[2] .. ':' .. rev .. ':' .. pttl .. ':' .. ARGV[3])
+redis.pcall('PUBLISH', ARGV[6],
+            ARGV[5] .. ':' .. ARGV[3] .. ':' .. rev .. ':' .. pttl .. ':' .. ARGV[4])
 return {1, rev}

@@ -3,8 +3,9 @@
 -- itself is released by the plain release script, after this one.
 --
 -- KEYS[1]  leader key  P:{N}:leader  hash: token, value, term, rev
--- ARGV[1]  token       the resigning leader's owner token
--- ARGV[2]  channel     P:{N}:leader:events
+-- ARGV[1]  version     the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token       the resigning leader's owner token
+-- ARGV[3]  channel     P:{N}:leader:events
 --
 -- Publishes "resigned:<term>" on the channel.
 --
@@ -14,10 +15,10 @@
 --   0   it names another token or none (a newer leader, or resigned
 --       already): nothing changes, nothing is published
 --   error WRONGTYPE  the leader key is not a hash
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'token', '')
 -- pcall: a PUBLISH the ACL refuses must not fail the script after its write.
-redis.pcall('PUBLISH', ARGV[2], 'resigned:' .. (redis.call('HGET', KEYS[1], 'term') or '0'))
+redis.pcall('PUBLISH', ARGV[3], 'resigned:' .. (redis.call('HGET', KEYS[1], 'term') or '0'))
 return 1

@@ -3,8 +3,9 @@
 -- together); a single extend passes one key.
 --
 -- KEYS[1..n]  lock keys     P:{N}
--- ARGV[1]     lease_ms      the new lease in milliseconds, counted from now (> 0)
--- ARGV[2..n+1] tokens       ARGV[i+1] is the owner token expected in KEYS[i]
+-- ARGV[1]     version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]     lease_ms      the new lease in milliseconds, counted from now (> 0)
+-- ARGV[3..n+2] tokens       ARGV[i+2] is the owner token expected in KEYS[i]
 --
 -- Returns an array with one code per key, in KEYS order:
 --   1   the key was ours; its expiry is now lease_ms from now
@@ -18,8 +19,8 @@ for i, key in ipairs(KEYS) do
   if type(v) == 'table' then
     v = false
   end
-  if v == ARGV[i + 1] then
-    redis.call('PEXPIRE', key, ARGV[1])
+  if v == ARGV[i + 2] then
+    redis.call('PEXPIRE', key, ARGV[2])
     out[i] = 1
   elseif v then
     out[i] = 0

@@ -8,16 +8,17 @@
 -- KEYS[4]  hand-off      P:{N}:handoff      string: the standby marker (fair_common)
 -- KEYS[5]  readers       P:{N}:readers      an RwLock's read holds (checked only)
 -- KEYS[6]  permits       P:{N}:holders      a Semaphore's permits (checked only)
--- ARGV[1]  token         this waiter's owner token
--- ARGV[2]  lease_ms      the lease once acquired (> 0)
--- ARGV[3]  fence_ttl_ms  expiry of the fence key
--- ARGV[4]  member        "<client id>:<waiter id>:<token>", or "" for a
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token         this waiter's owner token
+-- ARGV[3]  lease_ms      the lease once acquired (> 0)
+-- ARGV[4]  fence_ttl_ms  expiry of the fence key
+-- ARGV[5]  member        "<client id>:<waiter id>:<token>", or "" for a
 --                        caller that will not wait (try_lock)
--- ARGV[5]  grace_ms      how long the queue outlives its members' parks
--- ARGV[6]  park_ms       the park of a waiter on a key without expiry
--- ARGV[7]  wake prefix   P:{N}:wake:
--- ARGV[8]  claim_ms      the lease of a grant until its waiter confirms it
--- ARGV[9]  arrival_us    when the waiter first reached the server (a failed
+-- ARGV[6]  grace_ms      how long the queue outlives its members' parks
+-- ARGV[7]  park_ms       the park of a waiter on a key without expiry
+-- ARGV[8]  wake prefix   P:{N}:wake:
+-- ARGV[9]  claim_ms      the lease of a grant until its waiter confirms it
+-- ARGV[10] arrival_us    when the waiter first reached the server (a failed
 --                        attempt's now_us, made before its client's turn to
 --                        queue it came, acquire.rs "One place per client"),
 --                        or "": it queues by that arrival (never later than
@@ -62,10 +63,10 @@ local holder = redis.call('GET', KEYS[1])
 if holder and other_kind(holder, 'q') then
   return redis.error_reply(KIND_ERROR)
 end
-local member = ARGV[4]
-if holder == ARGV[1] then
+local member = ARGV[5]
+if holder == ARGV[2] then
   -- A grant to us (its message lost or not yet read), or a re-sent attempt.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   if member ~= '' then
     redis.call('ZREM', KEYS[3], member)
   end
@@ -80,12 +81,12 @@ if not holder then
            or (KEYS[6] and redis.call('ZCOUNT', KEYS[6], now_ms, '+inf') > 0)) then
     return redis.error_reply(KIND_ERROR)
   end
-  local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[8], ARGV[3],
+  local moved = grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[8], ARGV[9], ARGV[4],
                            now_us, member, true)
   if moved ~= 1 then
     -- We are the head (popped: out of the queue), or nobody live waits.
-    local fence = next_fence(KEYS[2], now_us, ARGV[3])
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    local fence = next_fence(KEYS[2], now_us, ARGV[4])
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
     return {1, fence}
   end
 end
@@ -93,13 +94,13 @@ local pttl = redis.call('PTTL', KEYS[1])
 if member == '' then
   return {0, pttl, now_us}
 end
-redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[9]) or now_us, now_us), member)
+redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[10]) or now_us, now_us), member)
 local park = pttl
 if park < 0 then
-  park = tonumber(ARGV[6])
+  park = tonumber(ARGV[7])
 end
-local grace = tonumber(ARGV[5])
-if park > tonumber(ARGV[8]) then
+local grace = tonumber(ARGV[6])
+if park > tonumber(ARGV[9]) then
   -- A long park: grants to waiters that arrived no later than now send
   -- standbys (LONG, see fair_common). An attempt by the waiter last told to
   -- stand by shows it alive: it is no longer marked.

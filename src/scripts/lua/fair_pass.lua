@@ -6,10 +6,11 @@
 -- KEYS[2]  fence key  P:{N}:fence
 -- KEYS[3]  queue      P:{N}:fifo
 -- KEYS[4]  hand-off   P:{N}:handoff
--- ARGV[1]  member        "<client id>:<waiter id>:<token>" of the leaving waiter
--- ARGV[2]  wake prefix   P:{N}:wake:
--- ARGV[3]  claim_ms      the lease of a grant until its waiter confirms it
--- ARGV[4]  fence_ttl_ms  expiry of the fence key
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  member        "<client id>:<waiter id>:<token>" of the leaving waiter
+-- ARGV[3]  wake prefix   P:{N}:wake:
+-- ARGV[4]  claim_ms      the lease of a grant until its waiter confirms it
+-- ARGV[5]  fence_ttl_ms  expiry of the fence key
 --
 -- Only a waiter that never returned a guard passes (a waiter that did has
 -- marked its registration acquired), so a lock holding the leaver's token
@@ -20,16 +21,16 @@
 --       was granted it
 --   0   the leaver was neither queued nor granted, the lock is held by
 --       someone else, or nobody else waits
-local removed = redis.call('ZREM', KEYS[3], ARGV[1])
+local removed = redis.call('ZREM', KEYS[3], ARGV[2])
 if removed == 1 and redis.call('ZCARD', KEYS[3]) == 1 then
   redis.call('ZREM', KEYS[3], LONG) -- nobody else is queued: no long park either
 end
-local _, _, token = split(ARGV[1])
+local _, _, token = split(ARGV[2])
 local holder = redis.call('GET', KEYS[1])
 if not (holder and holder == token) and (holder or removed == 0) then
   return 0
 end
-if grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], nil, '',
+if grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], nil, '',
               false) == 1 then
   return 1
 end

@@ -7,10 +7,11 @@
 -- KEYS[2]  fence key  P:{N}:fence
 -- KEYS[3]  queue      P:{N}:fifo
 -- KEYS[4]  hand-off   P:{N}:handoff
--- ARGV[1]  token         the owner token being released
--- ARGV[2]  wake prefix   P:{N}:wake:
--- ARGV[3]  claim_ms      the lease of a grant until its waiter confirms it
--- ARGV[4]  fence_ttl_ms  expiry of the fence key
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token         the owner token being released
+-- ARGV[3]  wake prefix   P:{N}:wake:
+-- ARGV[4]  claim_ms      the lease of a grant until its waiter confirms it
+-- ARGV[5]  fence_ttl_ms  expiry of the fence key
 --
 -- The commands: GET (still ours?) and ZPOPMIN (the head, out of the queue);
 -- nobody waits: DEL. Someone waits: TIME, GET of the hand-off (standbys
@@ -23,13 +24,13 @@
 --  -1   the key is gone
 --   error WRONGTYPE  the lock key is not a string
 local v = redis.call('GET', KEYS[1])
-if v ~= ARGV[1] then
+if v ~= ARGV[2] then
   if v then
     return 0
   end
   return -1
 end
-if grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], nil, '',
+if grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], nil, '',
               false) ~= 1 then
   redis.call('DEL', KEYS[1])
 end

@@ -9,6 +9,7 @@
 -- KEYS[6]  intents      P:{N}:writers      RwLock waiting writers: member -> expiry ms
 -- KEYS[7]  owner notes  P:{N}:owners       hash: token -> note (e.g. "host:pid")
 -- KEYS[8]  leader key   P:{N}:leader       Election: hash of token, value, term
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
 --
 -- Returns {holder, pttl, fence, waiters, fair, intents, note, readers, term,
 -- value}:

@@ -3,9 +3,10 @@
 --
 -- KEYS[1]  lock key      P:{N}
 -- KEYS[2]  waiter queue  P:{N}:waiters
--- ARGV[1]  token         the owner token of the acquisition being released
--- ARGV[2]  wake prefix   P:{N}:wake:  (a client's wake channel is prefix .. id)
--- ARGV[3]  handoff_ms    how long the lock is reserved for the woken waiter
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token         the owner token of the acquisition being released
+-- ARGV[3]  wake prefix   P:{N}:wake:  (a client's wake channel is prefix .. id)
+-- ARGV[4]  handoff_ms    how long the lock is reserved for the woken waiter
 --
 -- Returns
 --   1   the key was ours: deleted (or turned into the woken waiter's
@@ -25,14 +26,14 @@
 -- DEL: an attempt that queued before it is seen, one after it finds the
 -- lock free.
 local v = redis.call('GET', KEYS[1])
-if v ~= ARGV[1] then
+if v ~= ARGV[2] then
   if v then
     return 0
   end
   return -1
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES')
-if wake_next(KEYS[1], KEYS[2], ARGV[2], ARGV[3], head) == 0 then
+if wake_next(KEYS[1], KEYS[2], ARGV[3], ARGV[4], head) == 0 then
   redis.call('DEL', KEYS[1])
 end
 return 1

@@ -7,12 +7,13 @@
 -- KEYS[2]  channel  P:{N}:rw
 -- KEYS[3]  writer   P:{N}
 -- KEYS[4]  readers  P:{N}:readers   sorted set: reader token -> expiry ms
--- ARGV[1]  member   "<client id>:<waiter id>" of the leaving writer
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
+-- ARGV[2]  member   "<client id>:<waiter id>" of the leaving writer
 --
 -- Returns
 --   1   the waiters were woken ("i" published)
 --   0   nothing to wake for: the lock is held and other writers still wait
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[2])
 local free = false
 if redis.call('EXISTS', KEYS[3]) == 0 then
   local t = redis.call('TIME')

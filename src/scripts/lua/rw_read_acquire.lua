@@ -7,9 +7,10 @@
 -- KEYS[4]  fence    P:{N}:fence      string: fencing counter (read only here)
 -- KEYS[5]  count    P:{N}:permits    a Semaphore's permit count (checked only)
 -- KEYS[6]  permits  P:{N}:holders    a Semaphore's permits (checked only)
--- ARGV[1]  token    this reader's owner token
--- ARGV[2]  lease_ms the read lease (> 0)
--- ARGV[3]  park_ms  the park when the writer's key has no expiry
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token    this reader's owner token
+-- ARGV[3]  lease_ms the read lease (> 0)
+-- ARGV[4]  park_ms  the park when the writer's key has no expiry
 --
 -- Returns
 --   {1, fence}  held: the token is in the readers set with expiry now +
@@ -50,7 +51,7 @@ end
 if writer then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then
-    pttl = tonumber(ARGV[3])
+    pttl = tonumber(ARGV[4])
   end
   return {0, pttl}
 end
@@ -69,9 +70,9 @@ if first[2] then
   return {0, math.max(tonumber(first[2]) - now_ms, 1)}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-local expiry = now_ms + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], expiry, ARGV[1])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local expiry = now_ms + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[2], expiry, ARGV[2])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return {1, tonumber(read[1]) or 0}

@@ -2,8 +2,9 @@
 -- renews many (the renewal task batches them).
 --
 -- KEYS[1..n]   readers sets  P:{N}:readers
--- ARGV[1]      lease_ms      the new lease in milliseconds, from now (> 0)
--- ARGV[2..n+1] tokens        ARGV[i+1] is the reader token in KEYS[i]
+-- ARGV[1]      version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]      lease_ms      the new lease in milliseconds, from now (> 0)
+-- ARGV[3..n+2] tokens        ARGV[i+2] is the reader token in KEYS[i]
 --
 -- Returns an array with one code per key, in KEYS order:
 --   1   the hold was live; its expiry is now lease_ms from now
@@ -12,11 +13,11 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for i, key in ipairs(KEYS) do
-  local expiry = redis.call('ZSCORE', key, ARGV[i + 1])
+  local expiry = redis.call('ZSCORE', key, ARGV[i + 2])
   if expiry and tonumber(expiry) > now_ms then
-    redis.call('ZADD', key, 'XX', now_ms + tonumber(ARGV[1]), ARGV[i + 1])
-    if redis.call('PTTL', key) < tonumber(ARGV[1]) then
-      redis.call('PEXPIRE', key, ARGV[1])
+    redis.call('ZADD', key, 'XX', now_ms + tonumber(ARGV[2]), ARGV[i + 2])
+    if redis.call('PTTL', key) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', key, ARGV[2])
     end
     out[i] = 1
   else

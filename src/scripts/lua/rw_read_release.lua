@@ -4,8 +4,9 @@
 -- KEYS[1]  readers  P:{N}:readers   sorted set: reader token -> expiry ms
 -- KEYS[2]  channel  P:{N}:rw        the read-write lock's release channel
 -- KEYS[3]  intents  P:{N}:writers   sorted set: waiting writer -> expiry ms
--- ARGV[1]  token    the reader's owner token
--- ARGV[2]  window_ms  how long a woken writer's intent lasts unless it
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token    the reader's owner token
+-- ARGV[3]  window_ms  how long a woken writer's intent lasts unless it
 --                     attempts (renewing it)
 --
 -- Returns
@@ -24,14 +25,14 @@ local function cut_intents(intents, now_ms, window_ms)
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[2])
+redis.call('ZREM', KEYS[1], ARGV[2])
 if not expiry or tonumber(expiry) <= now_ms then
   return -1
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  cut_intents(KEYS[3], now_ms, ARGV[2])
+  cut_intents(KEYS[3], now_ms, ARGV[3])
   -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
   redis.pcall('PUBLISH', KEYS[2], 'r')
 end

@@ -9,13 +9,14 @@
 -- KEYS[5]  channel  P:{N}:rw         the read-write lock's release channel
 -- KEYS[6]  count    P:{N}:permits    a Semaphore's permit count (checked only)
 -- KEYS[7]  permits  P:{N}:holders    a Semaphore's permits (checked only)
--- ARGV[1]  token         this writer's owner token
--- ARGV[2]  lease_ms      the write lease (> 0)
--- ARGV[3]  fence_ttl_ms  expiry of the fence key
--- ARGV[4]  member        "<client id>:<waiter id>" of a waiting writer, or ""
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token         this writer's owner token
+-- ARGV[3]  lease_ms      the write lease (> 0)
+-- ARGV[4]  fence_ttl_ms  expiry of the fence key
+-- ARGV[5]  member        "<client id>:<waiter id>" of a waiting writer, or ""
 --                        for a caller that will not wait (no intent)
--- ARGV[5]  grace_ms      how long an intent outlives the writer's park
--- ARGV[6]  park_ms       the park when the writer's key has no expiry
+-- ARGV[6]  grace_ms      how long an intent outlives the writer's park
+-- ARGV[7]  park_ms       the park when the writer's key has no expiry
 --
 -- Returns
 --   {1, fence}  held; fence = max(previous + 1, server TIME in us); the
@@ -58,17 +59,17 @@ local writer = redis.call('GET', KEYS[1])
 if writer and other_kind(writer, 'w') then
   return redis.error_reply(KIND_ERROR)
 end
-if writer == ARGV[1] then
+if writer == ARGV[2] then
   -- A re-sent attempt whose first run acquired: report it again.
-  if ARGV[4] ~= '' then
-    redis.call('ZREM', KEYS[3], ARGV[4])
+  if ARGV[5] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[5])
   end
   return {1, tonumber(redis.call('GET', KEYS[4])) or 0}
 end
 if writer then
   park = redis.call('PTTL', KEYS[1])
   if park < 0 then
-    park = tonumber(ARGV[6])
+    park = tonumber(ARGV[7])
   end
 else
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
@@ -87,10 +88,10 @@ else
     -- Everything that can fail on foreign data comes before the writer's
     -- key is set: the intents' ZREM, and the fence's SET ... GET (which
     -- aborts, writing nothing, on a value that is not a string).
-    local had_intent = ARGV[4] ~= '' and redis.call('ZREM', KEYS[3], ARGV[4]) == 1
+    local had_intent = ARGV[5] ~= '' and redis.call('ZREM', KEYS[3], ARGV[5]) == 1
     local fence = math.max((tonumber(read[1]) or 0) + 1, now_us)
-    redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[3], 'GET')
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[4], 'GET')
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
     if had_intent then
       -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
       redis.pcall('PUBLISH', KEYS[5], 'g')
@@ -99,9 +100,9 @@ else
   end
   park = math.max(tonumber(last[2]) - now_ms, 1)
 end
-if ARGV[4] ~= '' then
-  local ttl = park + tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], now_ms + ttl, ARGV[4])
+if ARGV[5] ~= '' then
+  local ttl = park + tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], now_ms + ttl, ARGV[5])
   if redis.call('PTTL', KEYS[3]) < ttl then
     redis.call('PEXPIRE', KEYS[3], ttl)
   end

@@ -4,8 +4,9 @@
 -- KEYS[1]  writer   P:{N}
 -- KEYS[2]  channel  P:{N}:rw
 -- KEYS[3]  intents  P:{N}:writers   sorted set: waiting writer -> expiry ms
--- ARGV[1]  token    the writer's owner token
--- ARGV[2]  window_ms  how long a woken writer's intent lasts unless it
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token    the writer's owner token
+-- ARGV[3]  window_ms  how long a woken writer's intent lasts unless it
 --                     attempts (renewing it)
 --
 -- Returns
@@ -23,7 +24,7 @@ local function cut_intents(intents, now_ms, window_ms)
   end
 end
 local v = redis.call('GET', KEYS[1])
-if v ~= ARGV[1] then
+if v ~= ARGV[2] then
   if v then
     return 0
   end
@@ -31,7 +32,7 @@ if v ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 local t = redis.call('TIME')
-cut_intents(KEYS[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[2])
+cut_intents(KEYS[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[3])
 -- pcall: a PUBLISH the ACL refuses must not fail the script after its writes.
 redis.pcall('PUBLISH', KEYS[2], 'w')
 return 1

@@ -11,17 +11,18 @@
 -- KEYS[5]  count         P:{N}:permits       string: the permit count
 -- KEYS[6]  lock key      P:{N}               another kind's token (checked only)
 -- KEYS[7]  readers       P:{N}:readers       an RwLock's read holds (checked only)
--- ARGV[1]  token         this acquisition's random permit token
--- ARGV[2]  lease_ms      the permit's lease in milliseconds (> 0)
--- ARGV[3]  fence_ttl_ms  expiry of the fence key (> 0)
--- ARGV[4]  member        "<client id>:<waiter id>" of a waiting caller, or ""
+-- ARGV[1]  version       the protocol version, "1" (protocol.lua)
+-- ARGV[2]  token         this acquisition's random permit token
+-- ARGV[3]  lease_ms      the permit's lease in milliseconds (> 0)
+-- ARGV[4]  fence_ttl_ms  expiry of the fence key (> 0)
+-- ARGV[5]  member        "<client id>:<waiter id>" of a waiting caller, or ""
 --                        for a caller that will not wait (nothing is queued)
--- ARGV[5]  grace_ms      how long a queue entry outlives the park it is told
--- ARGV[6]  park_ms       the park when no holder has an expiry to wait for
--- ARGV[7]  wake prefix   P:{N}:wake:
--- ARGV[8]  permits       the caller's permit count (> 0)
--- ARGV[9]  reserve_ms    how long a woken waiter keeps its place unconfirmed
--- ARGV[10] arrival_us    when the waiter first reached the server (a failed
+-- ARGV[6]  grace_ms      how long a queue entry outlives the park it is told
+-- ARGV[7]  park_ms       the park when no holder has an expiry to wait for
+-- ARGV[8]  wake prefix   P:{N}:wake:
+-- ARGV[9]  permits       the caller's permit count (> 0)
+-- ARGV[10] reserve_ms    how long a woken waiter keeps its place unconfirmed
+-- ARGV[11] arrival_us    when the waiter first reached the server (a failed
 --                        attempt's now_us, made before its client's turn to
 --                        queue it came, acquire.rs "One place per client"),
 --                        or "": it queues by that arrival (never later than
@@ -57,8 +58,8 @@
 --                    it): the uncontended path keeps its length.
 --   error WRONGTYPE  a key holds foreign data
 local now_us, now_ms = now()
-local token, member = ARGV[1], ARGV[4]
-local lease = tonumber(ARGV[2])
+local token, member = ARGV[2], ARGV[5]
+local lease = tonumber(ARGV[3])
 local read = redis.call('MGET', KEYS[5], KEYS[6] or KEYS[5])
 local stored, other = read[1], KEYS[6] and read[2]
 -- Tokens open with their kind (m Mutex, q FairMutex, w RwLock writer, l
@@ -72,13 +73,13 @@ if (other and other ~= '' and string.find('mqwl', string.sub(other, 1, 1), 1, tr
   -- caller, not checked.)
   return redis.error_reply('WRONGKIND the lock name is in use as another kind of lock')
 end
-if stored and stored ~= ARGV[8] then
+if stored and stored ~= ARGV[9] then
   if not tonumber(stored) then
     return redis.error_reply('WRONGTYPE count key holds a value that is not a permit count')
   end
   return redis.error_reply('PERMITS ' .. stored)
 end
-local permits = tonumber(ARGV[8])
+local permits = tonumber(ARGV[9])
 
 local function leave_queue()
   if member ~= '' then
@@ -108,23 +109,23 @@ if rank < free then
     return redis.error_reply('WRONGTYPE fence key holds a value that is not a redbell fence')
   end
   local fence = math.max((tonumber(prev) or 0) + 1, now_us)
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
   redis.call('ZADD', KEYS[1], now_ms + lease, token)
   keep_key(KEYS[1], lease + HOLDERS_GRACE_MS)
   keep_count(KEYS[5], permits, lease + HOLDERS_GRACE_MS, stored)
   leave_queue()
-  settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
+  settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[8], freed, ARGV[10], now_ms)
   return {1, fence}
 end
 
-local park = tonumber(ARGV[6])
+local park = tonumber(ARGV[7])
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then
   park = math.max(tonumber(first[2]) - now_ms, 1)
 end
 if member ~= '' then
-  local ttl = park + tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[10]) or now_us, now_us), member)
+  local ttl = park + tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[11]) or now_us, now_us), member)
   redis.call('ZADD', KEYS[4], now_ms + ttl, member)
   for _, key in ipairs({KEYS[3], KEYS[4]}) do
     if redis.call('PTTL', key) < ttl then
@@ -133,7 +134,7 @@ if member ~= '' then
   end
   keep_count(KEYS[5], permits, ttl, stored)
 end
-settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[7], freed, ARGV[9], now_ms)
+settle(KEYS[1], KEYS[3], KEYS[4], permits, ARGV[8], freed, ARGV[10], now_ms)
 if free > 0 then
   -- Free permits owed to the members ahead (ranks 0..free-1, after the
   -- settle above cut the newly owed ones to the reservation): a live one

@@ -5,6 +5,7 @@
 -- KEYS[2]  fence    P:{N}:fence         string: fencing counter
 -- KEYS[3]  expiry   P:{N}:queue:expiry  sorted set: member -> expiry (server ms)
 -- KEYS[4]  count    P:{N}:permits       string: the permit count
+-- ARGV[1]  version  the protocol version, "1" (protocol.lua)
 --
 -- Returns {permits, fence, waiters, token1, ms1, token2, ms2, ...}:
 --   permits  the stored permit count ("" when none is stored)
