@@ -9,9 +9,8 @@ use redbell_model::scripts::{
 use crate::replay::{Act, Call, Num, Obs, Outcome, Replay};
 use crate::wire;
 
-/// ARGV[1] of every script since the protocol was versioned; `None`
-/// before.
-const PROTOCOL: Option<&str> = None;
+/// ARGV[1] of every script: the protocol version (`protocol.lua`).
+const PROTOCOL: Option<&str> = Some("1");
 
 impl Replay<'_> {
     pub(crate) fn call(&self, act: Act) -> Call {

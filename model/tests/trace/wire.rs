@@ -13,28 +13,55 @@ pub struct Scripts(HashMap<String, String>);
 
 impl Scripts {
     /// Reads `src/scripts/registry.rs`, assembles each script from the
-    /// `.lua` parts its `const` lists (in that order, as `concat!` does) and
-    /// loads it into the server (SCRIPT LOAD), so a change to either the
-    /// files or the registry's rules reaches this test.
+    /// `.lua` parts its `const` lists (in that order, after those its
+    /// `lua!` macro prepends to every script, as `concat!` does) and loads
+    /// it into the server (SCRIPT LOAD), so a change to the files or to the
+    /// registry's rules reaches this test.
     pub fn load(con: &mut redis::Connection) -> Scripts {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src/scripts");
         let registry = std::fs::read_to_string(root.join("registry.rs")).expect("registry.rs");
+        let literals = |text: &str, after: &str| -> Vec<String> {
+            text.split(after)
+                .skip(1)
+                .map(|piece| piece[..piece.find('"').expect("closing quote")].to_owned())
+                .collect()
+        };
+        // `macro_rules! lua`: the files every script opens with, and the
+        // folder the listed files are in.
+        let (common, folder) = match registry.find("macro_rules! lua") {
+            Some(at) => {
+                let body = &registry[at..];
+                let body = &body[..body.find("};").unwrap_or(body.len())];
+                let (before, each) = body.split_once("$(").unwrap_or((body, ""));
+                let folder = literals(each, "concat!(\"").pop().unwrap_or_default();
+                (literals(before, "include_str!(\""), folder)
+            }
+            None => (Vec::new(), String::new()),
+        };
         let mut parts: HashMap<&str, String> = HashMap::new();
         let mut rest = registry.as_str();
-        // `const NAME_LUA: &str = include_str!(..);` or `= concat!(include_str!(..), ..);`
+        // `const NAME_LUA: &str = lua!("a.lua", ..);` or
+        // `= concat!(include_str!("lua/a.lua"), ..);`
         while let Some(at) = rest.find("const ") {
             rest = &rest[at + 6..];
             let Some(colon) = rest.find(':') else { break };
             let name = rest[..colon].trim();
-            let end = rest.find(';').unwrap_or(rest.len());
-            let body = &rest[..end];
-            if !name.ends_with("_LUA") || !body.contains("include_str!") {
+            let body = &rest[..rest.find(';').unwrap_or(rest.len())];
+            let Some(expr) = body.split_once('=').map(|(_, e)| e.trim()) else {
+                continue;
+            };
+            let files: Vec<String> = if let Some(args) = expr.strip_prefix("lua!(") {
+                let listed = args.split('"').skip(1).step_by(2);
+                common.iter().cloned().chain(listed.map(|f| format!("{folder}{f}"))).collect()
+            } else {
+                literals(expr, "include_str!(\"")
+            };
+            if !name.ends_with("_LUA") || files.is_empty() {
                 continue;
             }
             let mut source = String::new();
-            for piece in body.split("include_str!(\"").skip(1) {
-                let file = &piece[..piece.find('"').expect("closing quote")];
-                source += &std::fs::read_to_string(root.join(file))
+            for file in files {
+                source += &std::fs::read_to_string(root.join(&file))
                     .unwrap_or_else(|e| panic!("{file}: {e}"));
             }
             parts.insert(name, source);
