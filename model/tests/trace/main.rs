@@ -20,6 +20,7 @@
 //! `REDBELL_TEST_PORT=6412 scripts/with-redis.sh cargo test -p redbell-model --test trace -- --nocapture`.
 
 mod draw;
+mod observe;
 mod replay;
 mod steps;
 mod wire;

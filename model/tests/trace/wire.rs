@@ -9,7 +9,7 @@ use redbell_model::scripts::{FairMember, LockValue, Member, Message, Token};
 use redis::Value;
 
 /// Every script of the registry: name -> (SHA1, source).
-pub struct Scripts(HashMap<String, String>);
+pub struct Scripts(HashMap<String, (String, String)>);
 
 impl Scripts {
     /// Reads `src/scripts/registry.rs`, assembles each script from the
@@ -52,7 +52,11 @@ impl Scripts {
             };
             let files: Vec<String> = if let Some(args) = expr.strip_prefix("lua!(") {
                 let listed = args.split('"').skip(1).step_by(2);
-                common.iter().cloned().chain(listed.map(|f| format!("{folder}{f}"))).collect()
+                common
+                    .iter()
+                    .cloned()
+                    .chain(listed.map(|f| format!("{folder}{f}")))
+                    .collect()
             } else {
                 literals(expr, "include_str!(\"")
             };
@@ -77,12 +81,7 @@ impl Scripts {
             let Some(source) = parts.get(konst) else {
                 continue; // `const fn new(name, source)` itself
             };
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(source)
-                .query(con)
-                .unwrap_or_else(|e| panic!("SCRIPT LOAD {name}: {e}"));
-            shas.insert(name.to_owned(), sha);
+            shas.insert(name.to_owned(), (script_load(con, source), source.clone()));
         }
         assert!(
             shas.len() >= 20,
@@ -94,10 +93,25 @@ impl Scripts {
 
     /// The SHA1 of script `name`.
     pub fn sha(&self, name: &str) -> &str {
-        self.0
+        &self
+            .0
             .get(name)
             .unwrap_or_else(|| panic!("no script {name} in registry.rs"))
+            .0
     }
+
+    /// Loads `name` again (another test flushed the server's scripts).
+    pub fn reload(&self, con: &mut redis::Connection, name: &str) {
+        script_load(con, &self.0[name].1);
+    }
+}
+
+fn script_load(con: &mut redis::Connection, source: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query(con)
+        .unwrap_or_else(|e| panic!("SCRIPT LOAD: {e}"))
 }
 
 /// The keys and channels of one lock name (`keys.rs`'s `LockKeys`, every
