@@ -30,6 +30,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use redbell_model::scripts::Bugs;
 use replay::{Outcome, Replay};
 use wire::{Names, Scripts};
 
@@ -51,19 +52,39 @@ struct Stats {
     events: BTreeMap<String, usize>,
 }
 
-#[test]
-fn model_and_scripts_agree() {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+/// One batch of sequences.
+struct Run {
+    /// Tells this batch's lock names from another's in the same process.
+    tag: &'static str,
+    seed: u64,
+    sequences: usize,
+    steps: usize,
+    /// The model's historic behaviours switched on (default: today's).
+    bugs: Bugs,
+}
+
+/// What a batch did.
+struct Done {
+    stats: Stats,
+    sequences: usize,
+    failures: Vec<String>,
+    secs: f64,
+}
+
+fn url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn seed() -> u64 {
     let clock = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let seed: u64 = env_or("TRACE_SEED", clock.as_nanos() as u64 % 1_000_000_007);
-    let sequences: usize = env_or("TRACE_SEQUENCES", 300);
-    let steps: usize = env_or("TRACE_STEPS", 40);
-    println!(
-        "trace: seed {seed} (TRACE_SEED={seed} replays it): {sequences} sequences of {steps} steps on {url}"
-    );
-    let client = redis::Client::open(url.as_str()).expect("REDIS_URL");
+    env_or("TRACE_SEED", clock.as_nanos() as u64 % 1_000_000_007)
+}
+
+/// Replays `run`'s sequences, `THREADS` at a time, until one disagrees.
+fn replay_all(run: &Run) -> Done {
+    let client = redis::Client::open(url().as_str()).expect("REDIS_URL");
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -76,10 +97,10 @@ fn model_and_scripts_agree() {
                 let scripts = Scripts::load(&mut con);
                 while !stop.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= sequences {
+                    if i >= run.sequences {
                         break;
                     }
-                    match sequence(&client, &scripts, seed, i, steps) {
+                    match sequence(&client, &scripts, run, i) {
                         Ok(s) => {
                             let mut t = totals.lock().unwrap();
                             t.0.steps += s.steps;
@@ -99,37 +120,113 @@ fn model_and_scripts_agree() {
             });
         }
     });
-    let (t, done) = &*totals.lock().unwrap();
+    let (stats, sequences) = totals.into_inner().unwrap();
+    Done {
+        stats,
+        sequences,
+        failures: failures.into_inner().unwrap(),
+        secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+#[test]
+fn model_and_scripts_agree() {
+    let seed = seed();
+    let run = Run {
+        tag: "today",
+        seed,
+        sequences: env_or("TRACE_SEQUENCES", 300),
+        steps: env_or("TRACE_STEPS", 40),
+        bugs: Bugs::default(),
+    };
     println!(
-        "trace: seed {seed}: replayed {done} sequences, {} steps ({} script calls compared; {} sequences cut short near a deadline) in {:.1} s",
-        t.steps,
-        t.compared,
-        t.cut,
-        started.elapsed().as_secs_f64()
+        "trace: seed {seed} (TRACE_SEED={seed} replays it): {} sequences of {} steps on {}",
+        run.sequences,
+        run.steps,
+        url()
+    );
+    let done = replay_all(&run);
+    let t = &done.stats;
+    println!(
+        "trace: seed {seed}: replayed {} sequences, {} steps ({} script calls compared; {} sequences cut short near a deadline) in {:.1} s",
+        done.sequences, t.steps, t.compared, t.cut, done.secs
     );
     for (e, n) in &t.events {
         println!("trace:   {n:6}  {e}");
     }
-    let failures = failures.lock().unwrap();
     assert!(
-        failures.is_empty(),
+        done.failures.is_empty(),
         "the model and the scripts disagree:\n{}",
-        failures.join("\n\n")
+        done.failures.join("\n\n")
     );
-    assert_eq!(*done, sequences, "every sequence ran");
+    assert_eq!(done.sequences, run.sequences, "every sequence ran");
+}
+
+/// The replay has teeth: the model switched back to an old script's
+/// behaviour disagrees with today's scripts within a few sequences.
+#[test]
+fn old_script_behaviours_disagree() {
+    let seed = seed();
+    let old = [
+        (
+            "frozen_woken_waiter",
+            Bugs {
+                frozen_woken_waiter: true,
+                ..Bugs::default()
+            },
+        ),
+        (
+            "resent_acquire_parks",
+            Bugs {
+                resent_acquire_parks: true,
+                ..Bugs::default()
+            },
+        ),
+    ];
+    for (tag, bugs) in old {
+        let run = Run {
+            tag,
+            seed,
+            sequences: 200,
+            steps: 40,
+            bugs,
+        };
+        let done = replay_all(&run);
+        let first = done.failures.first().unwrap_or_else(|| {
+            panic!(
+                "seed {seed}: with the model's {tag} on, {} sequences of today's scripts agreed with it",
+                done.sequences
+            )
+        });
+        let summary: Vec<&str> = first
+            .lines()
+            .filter(|l| !l.starts_with("model state"))
+            .take(6)
+            .collect();
+        println!(
+            "trace: {tag}: caught after {} sequences in {:.1} s:\n  {}",
+            done.sequences,
+            done.secs,
+            summary.join("\n  ")
+        );
+    }
 }
 
 /// Runs sequence `index` of `seed` on a lock name of its own.
 fn sequence(
     client: &redis::Client,
     scripts: &Scripts,
-    seed: u64,
+    run: &Run,
     index: usize,
-    steps: usize,
 ) -> Result<Stats, String> {
+    let (seed, steps) = (run.seed, run.steps);
     let own = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ index as u64;
     let (mut draw, consts) = draw::Gen::new(own);
-    let names = Names::new(&format!("trace-{}-{seed}-{index}", std::process::id()));
+    let names = Names::new(&format!(
+        "trace-{}-{}-{seed}-{index}",
+        std::process::id(),
+        run.tag
+    ));
     let mut con = client.get_connection().expect("connect");
     let mut conns: Vec<redis::Connection> = (0..draw.clients)
         .map(|_| client.get_connection().expect("connect"))
@@ -138,6 +235,7 @@ fn sequence(
     let mut cleanup = client.get_connection().expect("connect");
     let fence_ahead = draw.fence_ahead();
     let mut replay = Replay::new(&mut con, subs, scripts, names.clone(), draw.kind, consts);
+    replay.model.bugs = run.bugs;
     if fence_ahead {
         let ahead = 4_000_000_000_000_000u64 + index as u64;
         let _: () = redis::cmd("SET")
