@@ -1,0 +1,115 @@
+//! Each historic bug, switched back on, must come back as a counterexample;
+//! with today's behaviour the same instance must hold. Each test prints the
+//! trace it found (run with `--nocapture` to read it).
+
+use redbell_model::client::{Config, Faults, Kind};
+use redbell_model::scripts::Bugs;
+use redbell_model::{Outcome, check, presets};
+
+fn instance(kind: Kind, tasks: &[u8], faults: Faults, bugs: Bugs) -> Config {
+    let mut cfg = presets::config(kind, tasks, 5, 1);
+    cfg.faults = faults;
+    cfg.bugs = bugs;
+    cfg
+}
+
+fn only(f: impl FnOnce(&mut Faults)) -> Faults {
+    let mut faults = Faults::NONE;
+    f(&mut faults);
+    faults
+}
+
+/// Checks `cfg` with and without `bug`: the old behaviour must break
+/// `property`, today's must not.
+fn old_breaks_today_holds(
+    name: &str,
+    kind: Kind,
+    tasks: &[u8],
+    faults: Faults,
+    bug: impl Fn(&mut Bugs),
+    property: &str,
+) {
+    let mut bugs = Bugs::default();
+    bug(&mut bugs);
+    let old: Outcome = check(instance(kind, tasks, faults, bugs), 1);
+    let trace = old.found(property).unwrap_or_else(|| {
+        panic!(
+            "{name}: the old behaviour should break {property:?}, but {} states held it",
+            old.states
+        )
+    });
+    println!(
+        "{name}: old behaviour breaks {property:?} ({} states, {:.2} s):\n{trace}",
+        old.states,
+        old.elapsed.as_secs_f64()
+    );
+    let today = check(instance(kind, tasks, faults, Bugs::default()), 1);
+    if let Some(trace) = today.found(property) {
+        panic!("{name}: today's behaviour breaks {property:?}:\n{trace}");
+    }
+    println!(
+        "{name}: today's behaviour holds {property:?} ({} states, {:.2} s)",
+        today.states,
+        today.elapsed.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_frozen_woken_waiter_took_every_wake_up() {
+    old_breaks_today_holds(
+        "(a) frozen woken waiter",
+        Kind::Mutex,
+        &[1, 1, 1],
+        only(|f| f.freeze = true),
+        |b| b.frozen_woken_waiter = true,
+        "no lost wake-up",
+    );
+}
+
+#[test]
+fn b_cancelled_shortening_extend() {
+    old_breaks_today_holds(
+        "(b) cancelled shortening extend",
+        Kind::Mutex,
+        &[1, 1],
+        only(|f| f.short_extend = true),
+        |b| b.cancelled_shortening_extend = true,
+        "exclusion",
+    );
+}
+
+#[test]
+fn c_resent_acquire_parked_on_its_own_lock() {
+    old_breaks_today_holds(
+        "(c) re-sent acquire",
+        Kind::Mutex,
+        &[1, 1],
+        only(|f| f.resend = true),
+        |b| b.resent_acquire_parks = true,
+        "no lost wake-up",
+    );
+}
+
+#[test]
+fn d_frozen_process_with_three_queued_tasks() {
+    old_breaks_today_holds(
+        "(d) frozen pool",
+        Kind::Mutex,
+        &[3, 2],
+        only(|f| f.freeze = true),
+        |b| b.pool_queues_every_task = true,
+        "no lost wake-up",
+    );
+}
+
+#[test]
+fn e_fair_claim_lapsed_under_a_stalled_holder() {
+    old_breaks_today_holds(
+        "(e) fair guard on the grant",
+        Kind::Fair,
+        &[1, 1, 1],
+        only(|f| f.freeze = true),
+        |b| b.fair_guard_on_grant = true,
+        "exclusion",
+    );
+}
