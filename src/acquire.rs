@@ -1,367 +1,86 @@
-//! The acquisition engine every lock type shares, and the wait protocol.
+//! The acquisition engine every lock type shares: the wait loop.
 //! [`Mutex`](crate::Mutex), [`FairMutex`](crate::FairMutex),
 //! [`RwLock`](crate::RwLock) and [`Semaphore`](crate::Semaphore) are thin
-//! handles over an [`Acquirer`]; the
-//! lock's [`Kind`] picks the scripts (`scripts/layout.rs`). The parts: the
-//! waiter's loop here; its registration and wake-ups in the [hub](crate::hub)
-//! (one subscription per lock per client, the client's wake channel for that
-//! lock); the scripts that queue, wake and hand over on the server; the
-//! [background worker](crate::background) that passes wake-ups on.
-//!
-//! # Implementation details
-//!
-//! ## The lost wake-up race, and why the notification is armed first
-//!
-//! A waiter that failed to acquire must park until the holder releases. The
-//! release script deletes the key and publishes the wake-up in one atomic
-//! step, so the only way to miss a release is to not be listening when it
-//! happens. There are two windows:
-//!
-//! 1. **Before the subscription exists.** A waiter that attempts, fails, and
-//!    only then subscribes misses a release published between its attempt
-//!    and the server's SUBSCRIBE confirmation, and sleeps for a whole lease.
-//!    So a waiter whose first attempt failed while its client was not yet
-//!    subscribed calls [`Hub::subscribe`](crate::hub::Hub::subscribe), which returns only once the
-//!    server confirmed the SUBSCRIBE, and attempts *again* before it parks.
-//! 2. **Between the failed attempt and the park.** A release can arrive while
-//!    the attempt's reply is on the wire. The waiter therefore creates and
-//!    `enable`s its [`Notified`](tokio::sync::futures::Notified) *before*
-//!    each attempt: a wake-up that lands during the attempt is kept by the
-//!    armed future (or as its [`Notify`](tokio::sync::Notify)'s permit) and the park returns at
-//!    once.
+//! handles over an [`Acquirer`]; the lock's [`Kind`] picks the scripts
+//! (`scripts/layout.rs`). The wire protocol (keys, scripts, messages, the
+//! client's duties, what bounds each stall) is `PROTOCOL.md`'s; each kind's
+//! rules are on its type. This is what the Rust engine adds.
 //!
 //! ```text
 //! join the hub (local)          an uncontended lock costs one attempt, no SUBSCRIBE
 //! loop {
-//!     arm Notified              a release from here on is not lost
-//!     attempt -> acquired? done (a failed attempt queues the waiter)
+//!     arm Notified              a message from here on is kept
+//!     attempt -> acquired? done (only the client's queuer passes its member)
 //!     not subscribed yet? subscribe (confirmed), then attempt again
-//!     park: notified | sleep(pttl) | deadline
+//!     park: notified | sleep(park) | standby or backup window | deadline
 //! }
 //! ```
 //!
-//! The second attempt after subscribing costs one extra script call, once per
-//! client and lock while the subscription lasts (it lingers after the last
-//! waiter leaves, so a busy lock pays it once); in steady state a contended
-//! acquisition costs two attempts: the one that queued the waiter and the
-//! one after its wake-up.
+//! # Implementation details
 //!
-//! Correctness never depends on a message arriving: every park is bounded by
-//! the holder's remaining lease (its PTTL), so a holder that crashed without
-//! releasing hands over when its lease expires.
+//! The parts: the loop ([`Acquirer::wait`]); the [hub](crate::hub), which
+//! keeps one subscription per lock per client (lingering after its last
+//! waiter) and routes each message to the one waiter it names; the
+//! [background worker](crate::background), which runs the pass-ons of
+//! waiters that left and of messages for waiters that are gone.
 //!
-//! ## One waiter woken per release, across all processes
-//!
-//! A plain PUBLISH on one shared channel would wake every subscribed client,
-//! and each would send an attempt of which all but one fail. Instead each
-//! lock has a **waiter queue** in Redis, `P:{N}:waiters`: a sorted set of
-//! members `"<client id>:<waiter id>"`, each scored by its expiry in server
-//! time. A waiting caller's failed attempt adds (or refreshes) its member in
-//! the same script call, with an expiry of the holder's PTTL plus a grace
-//! period, since a parked waiter retries by then at the latest; a successful
-//! attempt removes it. The release script deletes the key and publishes the
-//! waiter id on the **head's client's own channel** `P:{N}:wake:<client id>`;
-//! when PUBLISH counts no receiver (that client is gone) the member is
-//! dropped and the next one is tried, in the same script. Nothing is
-//! published when nobody waits. Redis work per hand-off is therefore O(1)
-//! whatever the number of waiting clients, and within a client exactly one
-//! waiter (the one named) attempts: local single flight comes for free.
+//! **Lost wake-ups** (PROTOCOL.md, "Client duties", items 3 and 4). The
+//! `Notified` is `enable`d before each attempt, so a message that lands
+//! while the reply is on the wire is kept by the armed future (or as its
+//! [`Notify`](tokio::sync::Notify)'s permit). A waiter whose attempt failed
+//! before its channel was subscribed calls
+//! [`Hub::subscribe`](crate::hub::Hub::subscribe), which returns once the
+//! server confirmed, and attempts again before it parks. A reconnect wakes
+//! every waiter (the hub).
 //!
 //! ## One place per client
 //!
-//! A client puts **one waiter per lock** in the queue at a time (Mutex,
-//! FairMutex, Semaphore; the hub's `queuer`): its oldest waiter. Its other
-//! waiters attempt without queuing (a free lock is theirs as anyone's) and
-//! park in the client, bounded as every park is; when the queuing waiter
-//! leaves, with the lock or without, the oldest of them takes its turn and
-//! is notified, and its attempt queues it at once. So a client's waiters
-//! take turns in the queue, one after the other in the order they
-//! joined, and each is placed among the other clients' waiters as
-//! before: for the FIFO kinds by its arrival at the server, which a
-//! waiter that attempted before its turn learns from that attempt's
-//! answer and hands to the script that queues it (`arrival_us`), so a
-//! client's waiters keep their FIFO places (give or take the round trip
-//! between one being served and the next queuing).
+//! PROTOCOL.md, "Client duties", item 6: a client queues one waiter per
+//! lock (Mutex, FairMutex, Semaphore), so a release's two standbys reach
+//! two *other* processes however many tasks of a frozen process wait. The
+//! hub keeps the place (its entry's `queuer`): the oldest waiter; the others
+//! attempt with no member and park in the client, bounded as every park is;
+//! when the queuer leaves, with the lock or without, the oldest remaining
+//! waiter takes the turn and is notified, and its attempt queues it, by the
+//! `arrival_us` its first failed attempt learnt (the FIFO kinds). The price:
+//! one more attempt per acquisition, in a client with several waiters of
+//! one lock.
 //!
-//! Why: a release's standbys (below) go to the next two members in line,
-//! and must reach two *other* processes, since the process of the woken
-//! waiter may be the one that froze. When every waiter had a member, a
-//! frozen process whose tasks held places 1 to 3 hid a live waiter in 4th
-//! place, which slept out the holder's lease (12 s measured); looking past
-//! any number of one client's members would have cost the release a scan
-//! that grows with the queue. With one place per client, a frozen
-//! process holds one place whatever its task count, the next two members
-//! are two other clients, and the release still reads three members (flat
-//! Redis cost per hand-off). The price: the next waiter of a client that
-//! was just served attempts once more, to queue (one script call per
-//! acquisition, only in a client with several waiters of one lock).
-//!
-//! **A queuer kept but not polled.** The place is the queuing waiter's,
-//! and what its member is sent (a wake-up, a fair grant, a standby; its
-//! turn) reaches only it. Its `lock()` future may be alive but not polled
-//! (a `select!` arm left pending, a task starved on a busy thread): its
-//! process is live, so the standbys of the release went elsewhere, and its
-//! polled siblings would sleep out the holder's PTTL. So whenever the hub
-//! hands the queuer something to attempt for, it also gives the oldest
-//! other local waiter a **backup** window, the kind's standby window (plus
-//! the standby's own, if the queuer was given one): 2 x
-//! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) for the Mutex,
-//! [`CLAIM_MS`](crate::keys::CLAIM_MS) + 100 ms for the FairMutex, 2 x
-//! [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS) for the Semaphore; by
-//! then what the queuer was given (a reservation, a claim, a reserved
-//! place) has lapsed. The queuer clears its mark (`owed`) just before each
-//! attempt. When the window ends, the sibling reads the mark under the
-//! registry's lock
+//! **A queuer kept but not polled.** What the queuer's member is sent
+//! reaches only it, but its `lock()` future may be alive and not polled (a
+//! `select!` arm left pending, a starved task): its process is live, so the
+//! standbys went elsewhere. So whenever the hub hands the queuer something
+//! to attempt for, it gives the oldest other local waiter a **backup**
+//! window, the kind's standby window (plus the standby's own, if the queuer
+//! was given one): 2 x [`HANDOFF_MS`](crate::keys::HANDOFF_MS),
+//! [`CLAIM_MS`](crate::keys::CLAIM_MS) + 100 ms, or 2 x
+//! [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS); by then what the queuer
+//! was given has lapsed. The queuer clears its mark just before each
+//! attempt; at the window's end the sibling reads it
 //! ([`Registration::take_over`](crate::hub::Registration::take_over)):
-//! cleared, the queuer is live and the sibling parks on, no call sent (a
-//! live queuer costs no Redis command); still set, the sibling takes over
-//! the turn, attempts (a free lock is anyone's) and queues, and the old
-//! queuer's member is passed on. The old queuer, if ever polled, attempts
-//! without queuing and waits for its turn like any sibling, so the client
-//! still holds one place, and a frozen process still holds one (its
-//! siblings are frozen too). Measured, one release with the queuer
-//! unpolled: the sibling has the lock after the window plus a round trip
-//! (0.20 s, 0.60 s, 0.50 s; `pool_edges.rs`), instead of the holder's
-//! PTTL (7.4 s); a live queuer's sibling sends nothing
-//! (`queuer_backup.rs`).
+//! cleared, it parks on and sends nothing; still set, it takes the turn,
+//! attempts and queues, and the old queuer's member is passed on
+//! (`pool_edges.rs`, `queuer_backup.rs`).
 //!
-//! ## The hand-off reservation, and the lean paths
+//! **Fair grants.** A grant ends the park but is no guard: the waiter
+//! attempts, which confirms it (PROTOCOL.md, "Client duties", item 8), and
+//! its lease counts from that attempt's send, as for every acquisition; one
+//! read after a `lock_timeout` deadline is answered with [`Error::Timeout`]
+//! and the registration's pass-on moves the grant on. Returning the guard
+//! on the message saved a round trip but held only the claim: a holder
+//! stalled right after `lock()` lost the lock mid-section (see the
+//! [`FairMutex`](crate::FairMutex) docs).
 //!
-//! While a plain release's wake-up travels, the lock key itself holds the
-//! reservation `m:<member>@<end>` with the reservation's expiry
-//! ([`HANDOFF_MS`](crate::keys::HANDOFF_MS); `<end>` is that expiry in
-//! server ms): every other attempt's `SET NX` fails on it (and queues), the
-//! woken waiter's attempt finds its own member there and overwrites it with
-//! its token and lease. `status` reports a reserved lock as free.
+//! **Parks** last the reply's park or PTTL (`config.max_park` for a key
+//! without expiry), capped at [`MAX_PARK`], cut by a standby or backup
+//! window. A failed attempt of a waiting caller queues it with
+//! [`QUEUE_GRACE_MS`] of slack past that park; its next attempt refreshes
+//! the entry.
 //!
-//! An attempt that finds another waiter's reservation (typically the
-//! releaser, locking again at once) learns from the value alone when the
-//! reservation ends, so it queues with no `PTTL` and no `TIME`: its
-//! entry's score is the reservation's end plus its own lease and the
-//! grace, which puts it behind the waiters that queued while the last
-//! holder held (their scores are that holder's expiry plus the grace), not
-//! ahead of them as the reservation's short expiry would. Among the first
-//! two in the queue it parks no longer than the reservation (the woken
-//! waiter may be frozen, or take the lock with a short lease and crash:
-//! the next attempt learns its PTTL), and its score's fraction `.5` tells
-//! a later release that it needs no standby message (below); further
-//! back it parks for the lease it assumed, and releases standby it once it
-//! is among the next two in line. So the acquire's first command, `SET
-//! NX GET`, both takes a free lock and reads a held one's value; one
-//! `EXISTS` of the readers and the queue rules out, on a free lock, live
-//! RwLock readers (a Mutex must not be taken beside them) and a queue entry
-//! to remove. The release reads the queue's head (`ZRANGE 0 2 WITHSCORES`)
-//! in the same script as its `DEL`: empty means nobody waits, so no `TIME`,
-//! no pruning and no PUBLISH; scripts run atomically, so an attempt that
-//! queued before the release is seen by it, and one after it finds the
-//! lock free. An uncontended lock+unlock is 9 commands in all (two script
-//! calls); each script's header says what its commands buy.
-//!
-//! ## Passing a wake-up on
-//!
-//! A waiter can be gone by the time its wake-up arrives, or leave right
-//! after it arrived (cancelled, timed out). Either way nobody would attempt
-//! and the others would sleep until the lease ran out. So:
-//!
-//! - a message naming a waiter this client no longer has is passed on
-//!   (not a fair grant: see below);
-//! - a waiter that leaves without the lock (its [`Registration`](crate::hub::Registration) is dropped
-//!   without [`Registration::acquired`](crate::hub::Registration::acquired)) passes on.
-//!
-//! Passing on is the `pass` script, run by the client's [background
-//! worker](crate::background):
-//! remove the member from the queue and, if the lock is free, wake the next
-//! head. A spurious wake-up only costs the woken waiter one attempt.
-//!
-//! ## The fair hand-off: a grant, then the grantee's own attempt
-//!
-//! A fair release makes the lock the head's (its token, a fresh fence, a
-//! claim lease of [`CLAIM_MS`](crate::keys::CLAIM_MS)) and publishes
-//! `"<waiter id>:<token>:g<fence>:<claim end, server µs>"`. The claim only
-//! keeps everyone else out while the message travels: the waiter does not
-//! return a guard on it, but attempts at once, like a woken plain waiter.
-//! The attempt finds its own token, sets its lease (`PEXPIRE`) and reads
-//! the fence: the confirm. Its guard's lease counts from when that attempt
-//! was sent, as for every acquisition, so from the moment `lock()` returns
-//! the server holds the full lease for it and the argument of "When can
-//! two holders coexist?" in `lease.rs` applies unchanged. A grantee whose
-//! attempt comes after the claim lapsed (its client was paused) finds the
-//! lock free or another's, and takes it or queues again like any attempt.
-//!
-//! A guard returned on the message alone (an earlier version did, with
-//! the claim as its lease until a confirm 100 ms later) would save a round
-//! trip, but hold a lease of the claim's length: a holder whose runtime
-//! stalled right after `lock()` lost the lock mid-section. Giving the
-//! grant the full lease instead would let a grantee frozen before it read
-//! the message hold the queue for a lease (see the
-//! [`FairMutex`](crate::FairMutex) docs, "A guard holds its full lease from
-//! the start").
-//!
-//! A grant read once a `lock_timeout` deadline has passed is not
-//! confirmed: the waiter returns [`Error::Timeout`] and its pass-on moves
-//! the grant on.
-//!
-//! A grant message for a waiter its client no longer has is not passed on:
-//! either the waiter left without the lock, and its registration's pass-on
-//! frees the grant (`fair_pass` deletes a lock holding the leaver's token),
-//! or it has the lock (its attempt found the grant first and the message
-//! came late), which a pass-on must not touch.
-//!
-//! Each waiter parks for the holder's PTTL. That is at most a claim only
-//! while a grant waits for its grantee's attempt; a waiter that queued
-//! behind a confirmed hold (its full lease, however short the hold turns
-//! out to be) parks longer, so it marks the queue (`fair_common.lua`), and
-//! grants to waiters that arrived no later send the standbys: a frozen
-//! grantee is noticed by them. A hand-off between busy workers, each
-//! queuing again right after its release, is then about 27 commands in
-//! all (measured): the release's `GET`, `ZPOPMIN` (twice: the long-park
-//! marker first), `TIME`, the probe's `PUBLISH`, the fence's `SET` (with
-//! `GET`), the lock's `SET`, the grant's `PUBLISH`, and for the standbys
-//! `ZADD` (the marker back), `ZCARD`, `ZRANGEBYSCORE`, the hand-off
-//! marker's `SET` and two `PUBLISH`es; the grantee's attempt (the
-//! confirm): `GET`, `PEXPIRE`, `ZREM`, the fence's `GET`; the releaser's
-//! next attempt, which queues it: `GET`, `PTTL`, `TIME`, `ZADD`, the
-//! queue's `PTTL`, and for its long park `ZSCORE` and the marker's `GET`
-//! (and a `PEXPIRE` every couple of seconds); three `EVALSHA`s.
-//!
-//! ## What bounds each stall
-//!
-//! Every park ends by what it waits for, never by the longest lease in
-//! sight; the holder's PTTL is only the bound while the holder lives.
-//!
-//! - **A holder that crashed** never releases: the park ends at its PTTL,
-//!   and the waiter takes the lock within milliseconds of the expiry.
-//! - **A woken waiter that is gone** (its client disconnected): PUBLISH
-//!   counts 0 receivers, and the release drops it and wakes the next one, in
-//!   the same script.
-//! - **A woken waiter that freezes** (SIGSTOP, a GC or VM pause, a dead host
-//!   whose socket stays open) still counts as a receiver. So the plain
-//!   release also takes the woken member out of the queue (a live one's
-//!   attempt takes the reservation, or queues it again if it came too
-//!   late; the fair one pops the head it grants), and sends the **next two
-//!   in line a standby** message (the fair one only while a waiter behind
-//!   may park past the claim, see below)
-//!   naming a window (twice the reservation for the plain mutex; the claim
-//!   plus a little for the fair one): they park no longer than that, then
-//!   attempt. (The plain release skips the standby of a member that parks
-//!   no longer than a reservation already, its score's fraction `.5`, of
-//!   a member of the woken one's own client (rare with one place per
-//!   client: a member whose pass-on is still on its way), and of a member
-//!   it told already: to them it would change
-//!   nothing, since a standby only ever shortens a park. A member told
-//!   gets the fraction `.5` too, until its next attempt queues it again.
-//!   In a steady stream of hand-offs, where every releaser queues again
-//!   during the reservation its release made, a hand-off thus publishes
-//!   one message, or two with more than two waiting: the wake-up and the
-//!   standby of the member that just became third in line.) A live woken
-//!   waiter has attempted by then (they find the lock held and park
-//!   again); a frozen one has not, the lock is free, and the first live
-//!   standby waiter takes it. The frozen member is out of the queue (plain,
-//!   and a fair grantee), or dropped by the next attempt that finds the
-//!   lock free (a fair standby that missed its window), so it does not take
-//!   later wake-ups either. One frozen waiter, or two in a row, at the
-//!   head of the queue cost the others one window, not a lease (the
-//!   Semaphore's second one a reservation more: the standby's attempt
-//!   prunes the first, the permit is then owed to the second, which is
-//!   woken and cut to [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS), and
-//!   the standby parks until that lapses: 0.76 s measured, pool_edges.rs);
-//!   a longer run of frozen waiters falls back to the parks' own bounds.
-//! - **A frozen process with a pool of waiters** holds one place in the
-//!   queue, whatever its number of waiting tasks (one place per client,
-//!   above): the standbys of the release that woke it reach the next two
-//!   *other* clients. This is where the bound of 1 s comes from, for a
-//!   live waiter of another process to get the free lock after the
-//!   release: the woken waiter's reservation, and the standby window that
-//!   outlasts it: 2 x [`HANDOFF_MS`](crate::keys::HANDOFF_MS) = 200 ms for
-//!   the Mutex; [`CLAIM_MS`] + 100 ms = 600 ms for the FairMutex (its
-//!   grant's claim lapses, then the standby attempts); 2 x
-//!   [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS) = 500 ms for the
-//!   Semaphore (the woken member's entry lapses and the standby's attempt
-//!   prunes it); plus a round trip. Measured behind a SIGSTOPped process
-//!   with 32 waiting tasks: 0.20 s, 0.61 s and 0.51 s
-//!   (`integration-tests/tests/pool_freeze.rs`). RwLock writers never
-//!   depended on it: a writer's release is broadcast to every client.
-//! - **A live process whose queuing waiter is not polled** (its future
-//!   kept, not dropped) holds its place with nobody attempting for it: its
-//!   oldest sibling's backup window (the same window as the standby's)
-//!   ends, and the sibling takes over the turn and attempts ("One place
-//!   per client", above).
-//! - **A waiting writer of a read-write lock that froze** keeps its intent,
-//!   which holds new readers back: the release that woke it (a writer's, or
-//!   the last reader's) cuts every waiting writer's intent to
-//!   [`INTENT_WINDOW_MS`](crate::keys::INTENT_WINDOW_MS); a live writer
-//!   attempts at once and renews its own, a frozen one's lapses, and the
-//!   readers get in.
-//! - **An attempt during a hand-off reservation** parks until the
-//!   reservation ends (the acquire script answers its PTTL), not for a
-//!   lease.
-//! - **A re-sent attempt** (a cluster client re-sends a request whose reply
-//!   was lost) finds its own token and reports the acquisition again,
-//!   instead of "held": the acquire scripts are idempotent.
-//! - **A half-open pub/sub connection** (NAT timeout, a dead primary host)
-//!   delivers nothing while releases count it as a receiver or as gone: the
-//!   hub proves the connection alive with a PING every
-//!   [`probe_interval`](crate::ClientBuilder::probe_interval) and treats a
-//!   late answer as a lost connection (below).
-//! - **A silent command connection** (the same faults): an attempt times
-//!   out after the [response
-//!   timeout](crate::ClientBuilder::response_timeout) `T`, `conn`
-//!   replaces the socket, and the attempt is sent once more on the fresh
-//!   one (`attempt`, below). With the pub/sub probe, a waiter parked
-//!   through such a fault attempts again within about `T` plus 1.5 probe
-//!   periods, and the client works again within 2 × `T` + 1 s (one `T` to
-//!   notice, in sentinel mode one more to ask the silent node its role, a
-//!   second for the fresh connection; `conn` says why a cluster takes
-//!   longer).
-//!
-//! ## Lost messages
-//!
-//! Pub/sub is at-most-once. When the pub/sub connection drops (or fails its
-//! liveness probe, or the primary moved), the hub reconnects with backoff,
-//! resubscribes every channel that still has local waiters, and only then
-//! wakes **every** waiter (a stored permit on each waiter's own
-//! [`Notify`](tokio::sync::Notify), so one between two parks is not
-//! missed): whatever was published while we were away, they all retry.
-//! While we are away, releases find no receiver on our channels and skip
-//! our members.
-//!
-//! ## Semaphores: several permits, the same wake-ups
-//!
-//! A [`Semaphore`](crate::Semaphore) runs the same loop over other scripts
-//! (`sem_*.lua`; the data model is in `sem_common.lua`). Its holders are a
-//! sorted set of permit tokens scored by their lease expiry in server time;
-//! its queue is FIFO by arrival (a second sorted set holds each entry's
-//! expiry, as for the fair mutex). With `free` permits not held, the first
-//! `free` queued waiters are *owed* one: a caller at rank `r` takes a permit
-//! iff `r < free`, and a newcomer counts as the back of the queue, so it
-//! never takes a permit a waiter is owed. Whatever frees permits (a
-//! release, expired holders reclaimed by any script, an owed waiter that
-//! left or lapsed) wakes the waiters newly owed, one PUBLISH each, on their
-//! clients' channels, with the same standby to the next two in line as the
-//! plain mutex: a woken member's entry is cut to
-//! [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS), the standbys attempt
-//! after twice that, and their attempt prunes a frozen woken member. As for
-//! the fair mutex a waiter queues only once its wake channel is subscribed
-//! (a wake-up published before would reach nobody and cost it its place).
-//! A parked waiter parks until the earliest holder's lease ends at the
-//! latest: that is when a crashed holder's permit comes back, and the first
-//! attempt after it reclaims the permit and wakes whoever it is owed to.
-//! While permits are free but owed to members ahead, it parks no longer
-//! than the earliest owed entry: a frozen owed member's lapses a
-//! reservation after its wake-up, and nobody else would tell the waiter
-//! (a newcomer gets no standby); its attempt then prunes the member and
-//! takes the permit.
-//!
-//! ## The timings
-//!
-//! Beside the loop: [`QUEUE_GRACE_MS`] (how long a queue entry outlives the
-//! PTTL it parks on) and [`MAX_PARK`] (the cap on any single park). Shared
-//! with the scripts' callers, in [`keys`](crate::keys):
-//! [`HANDOFF_MS`](crate::keys::HANDOFF_MS) (the plain release's reservation
-//! for the woken waiter) and [`CLAIM_MS`](crate::keys::CLAIM_MS) (a fair
-//! grant's claim lease, until its grantee's attempt confirms it). The
-//! standby windows are the scripts' own
-//! (`wake_next.lua`, `fair_common.lua`), carried in the message.
+//! **Cancel safety and re-sends.** An attempt in flight owns an `InFlight`
+//! that releases its token in the background if the future is dropped or
+//! the outcome is unknown; an attempt that timed out on a silent connection
+//! is sent once more on the fresh one (argued in `attempt`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -752,7 +471,8 @@ impl Acquirer {
             Err(
                 e @ (Error::WrongType { .. }
                 | Error::KindConflict { .. }
-                | Error::PermitsMismatch { .. }),
+                | Error::PermitsMismatch { .. }
+                | Error::Protocol { .. }),
             ) => {
                 in_flight.token = None; // the script wrote nothing
                 Err(e)

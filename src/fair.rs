@@ -1,4 +1,29 @@
 //! The fair mutex: FIFO order and direct hand-off.
+//!
+//! # Implementation details
+//!
+//! The wire protocol is `PROTOCOL.md`, "FairMutex" (`fair_acquire.lua`,
+//! `fair_release.lua`, `fair_pass.lua`, `fair_common.lua`); the wait loop
+//! is `acquire.rs`. The kind's own rules:
+//!
+//! - **The queue** `P:{N}:fifo` holds `"<client id>:<waiter id>:<token>"`
+//!   scored by arrival (server µs), kept when the waiter attempts again. A
+//!   waiter queues only once its wake channel is subscribed: a grant
+//!   published before would reach nobody and cost it its place.
+//! - **A grant, then the grantee's own attempt.** The release pops the
+//!   head, probes its client's channel (a client with no subscriber is
+//!   dropped and the next one tried), sets the lock to the head's token for
+//!   a claim of [`CLAIM_MS`](crate::keys::CLAIM_MS) with a fresh fence,
+//!   and publishes the grant. The grantee's attempt finds its token and
+//!   sets its full lease: the confirm (see "A guard holds its full lease
+//!   from the start" on [`FairMutex`]).
+//! - **Long parks and standbys.** A waiter that parks longer than a claim
+//!   marks the queue (`~`); a grant to a waiter that arrived no later
+//!   tells the next two to stand by for about a claim and records the first
+//!   in `P:{N}:handoff`, so a frozen grantee or standby costs the queue
+//!   about a claim, not a lease; an attempt on the free lock drops a
+//!   standby that missed its deadline. With short holds, nobody parks long
+//!   and a grant sends no standby.
 
 use std::time::Duration;
 

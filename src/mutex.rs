@@ -3,6 +3,29 @@
 //! The plain mutex is not fair: a newcomer's first attempt can take the lock
 //! ahead of a waiter that was just woken (throughput first). The woken waiter
 //! then parks again until the next release.
+//!
+//! # Implementation details
+//!
+//! The wire protocol is `PROTOCOL.md`, "Mutex and Election" (`acquire.lua`,
+//! `release.lua`, `pass.lua`, `wake_next.lua`); the wait loop is
+//! `acquire.rs`. The kind's own rules:
+//!
+//! - **A queue in Redis, one wake-up per release.** A waiting caller's
+//!   failed attempt puts its member `"<client id>:<waiter id>"` in
+//!   `P:{N}:waiters`, scored by its expiry; the release publishes the waiter
+//!   id on the head's client's own channel `P:{N}:wake:<client id>`, drops
+//!   a head whose client receives nothing and tries the next, and publishes
+//!   nothing when nobody waits. So one waiter in the whole fleet attempts
+//!   per release, at O(1) Redis work.
+//! - **The hand-off reservation.** While the wake-up travels the lock key
+//!   holds `m:<member>@<end>` for [`HANDOFF_MS`](crate::keys::HANDOFF_MS):
+//!   other attempts fail and queue on it, the woken waiter's attempt
+//!   overwrites it with its token. An attempt that finds another's
+//!   reservation learns its end from the value and queues behind the
+//!   waiters of the last hold, not ahead of them.
+//! - **A frozen woken waiter** still counts as a receiver: the release takes
+//!   it out of the queue and tells the next two members of *other* clients
+//!   to stand by, so it costs the others 2 x `HANDOFF_MS`, not a lease.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,4 +1,21 @@
 //! The distributed read-write lock.
+//!
+//! # Implementation details
+//!
+//! The wire protocol is `PROTOCOL.md`, "RwLock" (`rw_*.lua`); the wait loop
+//! is `acquire.rs`. The kind's own rules:
+//!
+//! - **No queue, a broadcast.** Readers never queue; a waiting writer
+//!   registers an intent in `P:{N}:writers`. The writer's release, the last
+//!   reader's, a waiting writer that gives up, and a writer that got in
+//!   past its intent publish on the one channel `P:{N}:rw`, and each client
+//!   wakes all its waiting readers and one waiting writer (the hub).
+//! - **Writer preference.** A live intent makes new readers park until it
+//!   lapses; readers already in keep their holds.
+//! - **A frozen waiting writer** would hold readers back until its intent
+//!   expires: every release that wakes writers cuts their intents to
+//!   [`INTENT_WINDOW_MS`](crate::keys::INTENT_WINDOW_MS); a live writer
+//!   attempts at once and renews its own.
 
 use std::fmt;
 use std::time::Duration;

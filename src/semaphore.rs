@@ -1,4 +1,24 @@
 //! The distributed counting [`Semaphore`] and its [`Permit`].
+//!
+//! # Implementation details
+//!
+//! The wire protocol is `PROTOCOL.md`, "Semaphore" (`sem_*.lua`, the data
+//! model in `sem_common.lua`); the wait loop is `acquire.rs`, the same as
+//! the mutexes'. The kind's own rules:
+//!
+//! - **Owed permits.** With `free` permits not held, the first `free`
+//!   queued waiters are owed one: a caller at rank `r` takes a permit iff
+//!   `r < free`, and a caller not queued counts as the back of the queue.
+//! - **Wake-ups.** Whatever frees permits (a release, expired holders
+//!   reclaimed by any script, an owed waiter that left or lapsed) wakes the
+//!   waiters newly owed, one message each on their clients' channels, and
+//!   cuts their entries to [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS);
+//!   the next two in line stand by for twice that, and their attempt
+//!   prunes a woken member that froze.
+//! - **Parks.** Until the earliest holder's lease ends (when a crashed
+//!   holder's permit comes back), or, while permits are free but owed to
+//!   members ahead, until the earliest owed entry lapses. A waiter queues
+//!   only once its wake channel is subscribed, as for the fair mutex.
 
 use std::fmt;
 use std::time::Duration;

@@ -10,6 +10,16 @@ use futures_util::StreamExt;
 use redbell::{Error, PROTOCOL_VERSION};
 use redbell_integration_tests::{lock_key, raw, redis_url, unique};
 use redis::Value;
+use redis::aio::MultiplexedConnection;
+
+/// A connection to the shared server that waits out another test file's
+/// `CLIENT PAUSE` (observe.rs pauses writes for seconds) instead of
+/// failing at redis-rs's default 500 ms response timeout.
+async fn patient() -> MultiplexedConnection {
+    let mut conn = raw(&redis_url()).await;
+    conn.set_response_timeout(Duration::from_secs(20));
+    conn
+}
 
 /// A far expiry (server ms): entries that stay live for the test.
 const FAR: i64 = 4_000_000_000_000;
@@ -265,10 +275,7 @@ fn case(script: &str, name: &str) -> Case {
 }
 
 /// Every key of lock `name`, with its serialized value and its PTTL.
-async fn snapshot(
-    conn: &mut redis::aio::MultiplexedConnection,
-    name: &str,
-) -> Vec<(String, Vec<u8>, i64)> {
+async fn snapshot(conn: &mut MultiplexedConnection, name: &str) -> Vec<(String, Vec<u8>, i64)> {
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", lock_key(name)))
         .query_async(conn)
@@ -317,7 +324,7 @@ async fn run(
     Vec<(String, Vec<u8>, i64)>,
     Vec<String>,
 ) {
-    let mut conn = raw(&redis_url()).await;
+    let mut conn = patient().await;
     let name = unique(&format!("proto-{}", script.name));
     let case = case(script.name, &name);
     for c in &case.setup {
@@ -431,7 +438,7 @@ async fn every_script_refuses_another_version_and_touches_nothing() {
 /// safely.
 #[tokio::test]
 async fn a_missing_or_odd_version_is_refused_and_echoed_safely() {
-    let mut conn = raw(&redis_url()).await;
+    let mut conn = patient().await;
     let acquire = redbell::scripts()
         .into_iter()
         .find(|s| s.name == "acquire")
@@ -470,7 +477,10 @@ async fn a_missing_or_odd_version_is_refused_and_echoed_safely() {
 /// The client sends the version it speaks: its calls are served.
 #[tokio::test]
 async fn the_client_speaks_the_scripts_version() {
-    let client = redbell::Client::connect(&redis_url())
+    // Patient, as above: another file's CLIENT PAUSE only delays it.
+    let client = redbell::Client::builder(redis_url().as_str())
+        .response_timeout(Duration::from_secs(20))
+        .connect()
         .await
         .expect("connect");
     let guard = client
