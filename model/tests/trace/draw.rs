@@ -42,7 +42,7 @@ pub struct Gen {
 impl Gen {
     pub fn new(seed: u64) -> (Gen, Consts) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let kind = [Kind::Mutex, Kind::Fair][rng.random_range(0..2)];
+        let kind = [Kind::Mutex, Kind::Fair, Kind::Rw][rng.random_range(0..3)];
         let clients = rng.random_range(2..=3u8);
         let per = rng.random_range(1..=2u8);
         let tasks = (0..clients)

@@ -267,11 +267,41 @@ impl Replay<'_> {
                 )]);
                 Outcome::Done
             }
-            Act::ReadAcquire { .. }
-            | Act::ReadRelease { .. }
-            | Act::WriteAcquire { .. }
-            | Act::WriteRelease { .. } => {
-                unreachable!("the model has no RwLock scripts yet")
+            Act::ReadAcquire { token, lease } => acquired(
+                m::rw_read_acquire(s, token, lease, c.park_ms, now),
+                &mut put,
+            ),
+            Act::ReadRelease { token } => {
+                put(vec![released(m::rw_read_release(
+                    s,
+                    token,
+                    c.window_ms,
+                    now,
+                ))]);
+                Outcome::Done
+            }
+            Act::WriteAcquire {
+                token,
+                lease,
+                member,
+            } => {
+                let a = m::RwWriteArgs {
+                    token,
+                    lease_ms: lease,
+                    member,
+                    grace_ms: c.grace_ms,
+                    park_ms: c.park_ms,
+                };
+                acquired(m::rw_write_acquire(s, &a, now), &mut put)
+            }
+            Act::WriteRelease { token } => {
+                put(vec![released(m::rw_write_release(
+                    s,
+                    token,
+                    c.window_ms,
+                    now,
+                ))]);
+                Outcome::Done
             }
             Act::Sleep(_) | Act::Subscribe(_) | Act::Unsubscribe(_) => Outcome::Done,
         };
