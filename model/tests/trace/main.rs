@@ -13,6 +13,8 @@
 //! ([`replay`]); the reply, every key read back and every message
 //! published must agree. A mismatch fails the test with the seed, the
 //! sequence, the step, the model's prediction and the server's reply.
+//! A second test switches the model back to old script behaviours (its
+//! `Bugs`) and requires a mismatch: the check can fail.
 //!
 //! `TRACE_SEED` replays a seed (timing differs from run to run, so the
 //! sequences drawn after the first sleep may too); `TRACE_SEQUENCES` and

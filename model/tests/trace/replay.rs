@@ -145,16 +145,24 @@ pub enum Outcome {
 /// A step on which the model and the server disagree.
 pub struct Mismatch(pub String);
 
+/// One sequence's replay: its connections, its lock name and the model's
+/// copy of that name's keys.
 pub struct Replay<'a> {
+    /// Runs the scripts.
     con: &'a mut redis::Connection,
+    /// Client `c`'s subscriber: always on `ctl`, and on its wake channel and
+    /// the RwLock's channel while `c` is in `model.subscribed`.
     subs: Vec<redis::PubSub<'a>>,
     scripts: &'a Scripts,
     pub names: Names,
     pub kind: Kind,
     pub consts: Consts,
+    /// The keys as of the last step (read back from the server), and the
+    /// clients subscribed.
     pub model: Server,
     /// The queue keys' PEXPIRETIME (ms; < 0: none) as last read.
     pub(crate) key_ttls: [i64; 4],
+    /// Markers published on `ctl` so far.
     markers: u64,
     /// The server's ms at the end of the last script step.
     last_ms: u64,
