@@ -42,7 +42,7 @@ pub struct Gen {
 impl Gen {
     pub fn new(seed: u64) -> (Gen, Consts) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let kind = [Kind::Mutex, Kind::Fair, Kind::Rw][rng.random_range(0..3)];
+        let kind = [Kind::Mutex, Kind::Election, Kind::Fair, Kind::Rw][rng.random_range(0..4)];
         let clients = rng.random_range(2..=3u8);
         let per = rng.random_range(1..=2u8);
         let tasks = (0..clients)
@@ -122,7 +122,7 @@ impl Gen {
         {
             // A stale or foreign token: a late release or renewal.
             let act = match (self.kind, self.rng.random_bool(0.5)) {
-                (Kind::Mutex, true) => Act::Release { token },
+                (Kind::Mutex | Kind::Election, true) => Act::Release { token },
                 (Kind::Fair, true) => Act::FairRelease { token },
                 (Kind::Rw, true) => Act::WriteRelease { token },
                 (_, false) => Act::Extend {
@@ -145,7 +145,7 @@ impl Gen {
             (_, St::Idle) => {
                 let token = self.token();
                 match self.kind {
-                    Kind::Mutex => Act::Acquire {
+                    Kind::Mutex | Kind::Election => Act::Acquire {
                         token,
                         lease,
                         member: wait,
@@ -174,8 +174,8 @@ impl Gen {
             ) => {
                 let give_up = self.rng.random_bool(0.15);
                 match kind {
-                    Kind::Mutex if give_up => Act::Pass { member },
-                    Kind::Mutex => Act::Acquire {
+                    Kind::Mutex | Kind::Election if give_up => Act::Pass { member },
+                    Kind::Mutex | Kind::Election => Act::Acquire {
                         token,
                         lease,
                         member: Some(member),
@@ -202,13 +202,13 @@ impl Gen {
                 (Kind::Rw, 0..=4) if reader => Act::ReadRelease { token },
                 (Kind::Rw, _) if reader => Act::ReadAcquire { token, lease },
                 (_, 0..=4) => match kind {
-                    Kind::Mutex => Act::Release { token },
+                    Kind::Mutex | Kind::Election => Act::Release { token },
                     Kind::Fair => Act::FairRelease { token },
                     Kind::Rw => Act::WriteRelease { token },
                 },
                 (_, 5..=7) => Act::Extend { token, lease },
                 // A re-sent attempt (its first reply lost).
-                (Kind::Mutex, _) => Act::Acquire {
+                (Kind::Mutex | Kind::Election, _) => Act::Acquire {
                     token,
                     lease,
                     member: wait,

@@ -53,6 +53,8 @@ pub type Obs = BTreeMap<String, Num>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Mutex,
+    /// An Election's lock: the Mutex's scripts and model, `l` tokens.
+    Election,
     Fair,
     Rw,
 }
@@ -61,6 +63,7 @@ impl Kind {
     pub fn letter(self) -> char {
         match self {
             Kind::Mutex => 'm',
+            Kind::Election => 'l',
             Kind::Fair => 'q',
             Kind::Rw => 'w',
         }
