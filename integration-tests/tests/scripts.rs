@@ -161,3 +161,82 @@ async fn the_client_runs_only_listed_scripts() {
         "a cached script was sent by EVAL again"
     );
 }
+
+/// PROTOCOL.md, the normative description other clients are written from,
+/// names the version the scripts speak and lists every script in a table
+/// row `` | `name` | KEYS | ARGV[2..] | reply | `` whose KEYS and ARGV
+/// counts are those of the script's own header (rows of a variable length,
+/// written with `…`, are not counted). So a script added, or a key or
+/// argument added to one, without PROTOCOL.md, fails here.
+#[test]
+fn protocol_md_lists_every_script_with_its_keys_and_argv() {
+    let spec = std::fs::read_to_string(redbell_integration_tests::repo_root().join("PROTOCOL.md"))
+        .expect("PROTOCOL.md at the repository root");
+    assert!(
+        spec.starts_with(&format!(
+            "# The redbell wire protocol, version {}\n",
+            redbell::PROTOCOL_VERSION
+        )),
+        "PROTOCOL.md's title names another version"
+    );
+    // The largest index `kind[i]` in the operation's own header.
+    fn last_index(header: &str, kind: &str) -> usize {
+        header
+            .match_indices(&format!("{kind}["))
+            .filter_map(|(i, _)| {
+                let digits: String = header[i + kind.len() + 1..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                digits.parse().ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+    // The items of a table cell: `(none)` is none.
+    fn items(cell: &str) -> Option<usize> {
+        let cell = cell.trim();
+        if cell.contains('…') {
+            None
+        } else if cell == "(none)" {
+            Some(0)
+        } else {
+            Some(cell.split(", ").count())
+        }
+    }
+    for s in redbell::scripts() {
+        // (The table of shared code names scripts too, in two columns.)
+        let row = spec
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", s.name)) && l.split(" | ").count() >= 4)
+            .unwrap_or_else(|| panic!("PROTOCOL.md has no table row for {}", s.name));
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let lines: Vec<&str> = s.source.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("-- {}:", s.name)))
+            .expect("header");
+        let header = lines[start..]
+            .iter()
+            .take_while(|l| l.starts_with("--"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n");
+        if let Some(keys) = items(cells[1]) {
+            assert_eq!(
+                keys,
+                last_index(&header, "KEYS"),
+                "{}: PROTOCOL.md lists {keys} KEYS: {row}",
+                s.name
+            );
+        }
+        if let Some(args) = items(cells[2]) {
+            assert_eq!(
+                args + 1,
+                last_index(&header, "ARGV"),
+                "{}: PROTOCOL.md lists {args} ARGV after the version: {row}",
+                s.name
+            );
+        }
+    }
+}
