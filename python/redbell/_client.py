@@ -49,6 +49,7 @@ SEM_RESERVE_MS = 250
 MAX_LEASE_MS = 31_536_000_000
 RESPONSE_TIMEOUT = 2.0
 RENEW_BATCH = 512
+POOL_SIZE = 32
 
 
 def _lease_ms(seconds: float) -> int:
@@ -161,14 +162,16 @@ class Guard:
             NotHeld: it was no longer held (expired, or taken by another token).
             RedisError: the release could not be sent; the lease then ends it.
 
-        Cancel safety: renewal stops at once; a cancelled release may or may
-        not have run on the server, and the lease ends it otherwise.
+        Cancel safety: renewal stops at once and the release runs to its end
+        in the background.
         """
         if self._done:
             raise NotHeld(f"lock {self.name!r} was already released")
         self._done = True
         self._client._holds.discard(self)
-        code = await self._client._release(self._kind, self._keys, self.token, self._permits)
+        # Shielded: a cancelled unlock still releases (redis-py #3847).
+        code = await asyncio.shield(asyncio.ensure_future(
+            self._client._release(self._kind, self._keys, self.token, self._permits)))
         if code != 1:
             self.lost.set()
             raise NotHeld(f"lock {self.name!r} was no longer held")
@@ -288,6 +291,13 @@ class _Reply:
         self.now_us = int(reply[2]) if len(reply) > 2 else None
 
 
+def _answered(value: Any) -> "asyncio.Future[Any]":
+    """A future already answered {0, 0}: an attempt that took nothing."""
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(_Reply([0, 0]))
+    return fut
+
+
 class Client:
     """A redbell client: one Redis connection pool, one pub/sub connection
     (opened by the first waiter), one renewal task. Create it with
@@ -299,9 +309,12 @@ class Client:
         self.prefix = prefix
         self.id = uuid.uuid4().hex
         """The client id ``C``: 32 lowercase hex digits, random per instance."""
-        self._redis = aioredis.Redis.from_url(
+        # redis-py does not multiplex: each call in flight takes a pooled
+        # connection, so the pool is bounded and a call beyond it waits.
+        self._redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
             url, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
-            socket_connect_timeout=RESPONSE_TIMEOUT)
+            socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE,
+            timeout=None))
         self._hub = Hub(url, self._orphan, socket_connect_timeout=RESPONSE_TIMEOUT)
         self._scripts = {s.name: s for s in _scripts.all_scripts()}
         self._holds: Set[Guard] = set()
@@ -385,16 +398,32 @@ class Client:
 
     # -- acquiring -----------------------------------------------------------
 
-    async def _guarded(self, kind: str, k: _Keys, token: str, lease_ms: int,
-                       member: str, arrival: str, permits: Optional[int]) -> _Reply:
-        """One attempt; an unknown outcome releases the token in the background (duty 10)."""
+    def _start(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
+               arrival: str, permits: Optional[int]) -> "asyncio.Future[_Reply]":
+        """Send one attempt as a task of its own, awaited through ``shield``:
+        a cancelled caller leaves it running, so redis-py never sees the
+        cancel (it would drop the connection mid-reply) and ``_undo`` learns
+        the outcome."""
+        return asyncio.ensure_future(
+            self._attempt(kind, k, token, lease_ms, member, arrival, permits))
+
+    async def _undo(self, attempt: "asyncio.Future[_Reply]", kind: str, k: _Keys, token: str,
+                    permits: Optional[int], member: Optional[str]) -> None:
+        """Duties 9 and 10 for a caller that left with an attempt in flight
+        (cancelled) or of unknown outcome (connection lost): once the attempt
+        has answered, give back what it took, then pass the member on. In
+        that order: a pass sent first could be overtaken by the attempt,
+        which would queue the member again."""
         try:
-            return await self._attempt(kind, k, token, lease_ms, member, arrival, permits)
+            taken = (await attempt).acquired
         except (KindConflict, PermitsMismatch, ProtocolMismatch, WrongType, NoPermission):
-            raise  # refused: nothing was taken
+            taken = False  # refused: nothing was written
         except BaseException:
-            self._spawn(self._quiet(self._release(kind, k, token, permits)))
-            raise
+            taken = True  # unknown: a release of a lock never taken answers 0 / -1
+        if taken:
+            await self._quiet(self._release(kind, k, token, permits))
+        if member is not None:
+            await self._quiet(self._pass(kind, k, member, permits))
 
     async def _acquire(self, kind: str, k: _Keys, lease_ms: int, timeout: Optional[float],
                        wait: bool, permits: Optional[int]) -> Optional[Guard]:
@@ -405,15 +434,22 @@ class Client:
                 raise InvalidLease(f"timeout {timeout!r} s is negative")
             deadline = loop.time() + timeout
         token = _KINDS[kind][0] + uuid.uuid4().hex
+        member: Optional[str] = None  # set once passed in an attempt: pass it on leaving
+        inflight: Optional[asyncio.Future] = None  # the attempt on the wire, if any
         sent = loop.time()
-        r = await self._guarded(kind, k, token, lease_ms, "", "", permits)  # fast path (duty 2)
+        inflight = self._start(kind, k, token, lease_ms, "", "", permits)  # fast path (duty 2)
+        try:
+            r = await asyncio.shield(inflight)
+        except BaseException:
+            self._spawn(self._undo(inflight, kind, k, token, permits, None))
+            raise
         if r.acquired:
             return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
         if not wait:
             return None
         arrival = str(r.now_us) if r.now_us is not None else ""  # duty 6: keep FIFO position
         ch, w = self._hub.join((k.b + ":wake:" + self.id).encode(), k.b, kind, token, permits)
-        member: Optional[str] = None  # set once passed in an attempt: pass it on leaving
+        inflight = None
         try:
             while True:
                 if deadline is not None and loop.time() >= deadline:
@@ -425,13 +461,14 @@ class Client:
                 w.event.clear()
                 w.woken = w.turn = False
                 w.standby_until = None
+                sent = loop.time()
                 if ch.take_place(w):  # duty 6: only the client's queuer queues
                     member = f"{self.id}:{w.id}" + (f":{token}" if kind == "fair" else "")
-                    sent = loop.time()
-                    r = await self._guarded(kind, k, token, lease_ms, member, arrival, permits)
+                    inflight = self._start(kind, k, token, lease_ms, member, arrival, permits)
                 else:
-                    sent = loop.time()
-                    r = await self._guarded(kind, k, token, lease_ms, "", "", permits)
+                    inflight = self._start(kind, k, token, lease_ms, "", "", permits)
+                r = await asyncio.shield(inflight)
+                inflight = None
                 if r.acquired:
                     member = None  # the acquire took it out of the queue
                     return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
@@ -446,14 +483,18 @@ class Client:
                     left = until - loop.time()
                     if left <= 0:
                         break
+                    # Not wait_for: before Python 3.12 a wait_for timing out
+                    # as the caller's cancel lands swallows the cancel.
+                    timer = loop.call_later(left, w.event.set)
                     try:
-                        await asyncio.wait_for(w.event.wait(), left)
-                    except asyncio.TimeoutError:
-                        break
+                        await w.event.wait()
+                    finally:
+                        timer.cancel()
                     w.event.clear()
         except BaseException:
-            if member is not None:  # duty 9: leaving without the lock
-                self._spawn(self._quiet(self._pass(kind, k, member, permits)))
+            if inflight is not None or member is not None:  # duties 9 and 10
+                done: asyncio.Future = inflight or _answered(None)
+                self._spawn(self._undo(done, kind, k, token, permits, member))
             raise
         finally:
             self._hub.leave(ch, w)
@@ -463,10 +504,16 @@ class Client:
             await coro
             return
         left = deadline - asyncio.get_running_loop().time()
+        task = asyncio.ensure_future(coro)
         try:
-            await asyncio.wait_for(coro, max(left, 0))
-        except asyncio.TimeoutError:
-            raise Timeout(f"lock {k.name!r}: not subscribed before the timeout") from None
+            # asyncio.wait, not wait_for, which can swallow a cancel (above).
+            await asyncio.wait({task}, timeout=max(left, 0))
+        finally:
+            if not task.done():
+                task.cancel()
+        if task.cancelled() or not task.done():
+            raise Timeout(f"lock {k.name!r}: not subscribed before the timeout")
+        task.result()
 
     # -- holding ---------------------------------------------------------
 
