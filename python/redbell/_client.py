@@ -321,6 +321,8 @@ class Client:
         self._background: Set[asyncio.Task] = set()
         self._renewal: Optional[asyncio.Task] = None
         self._renew_now = asyncio.Event()
+        self._renew_at = -math.inf
+        """Loop time the renewal loop sleeps until (-inf while it runs)."""
         self._closed = False
 
     # -- scripts -----------------------------------------------------------
@@ -523,7 +525,8 @@ class Client:
         self._holds.add(g)
         if self._renewal is None:
             self._renewal = asyncio.ensure_future(self._renew_loop())
-        self._renew_now.set()
+        if g._next_renew < self._renew_at:  # else the loop wakes in time anyway
+            self._renew_now.set()
         return g
 
     async def _renew_loop(self) -> None:
@@ -548,10 +551,13 @@ class Client:
             nxt = min([g._next_renew for g in self._holds] + [g._deadline for g in self._holds]
                       + [now + 3600])
             self._renew_now.clear()
+            self._renew_at = nxt
+            timer = loop.call_later(max(nxt - loop.time(), 0.001), self._renew_now.set)
             try:
-                await asyncio.wait_for(self._renew_now.wait(), max(nxt - loop.time(), 0.001))
-            except asyncio.TimeoutError:
-                pass
+                await self._renew_now.wait()
+            finally:
+                timer.cancel()
+            self._renew_at = -math.inf  # scanning: every new hold wakes the loop
 
     def _lose(self, g: Guard) -> None:
         g.lost.set()
