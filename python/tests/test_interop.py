@@ -179,9 +179,15 @@ async def test_a_frozen_python_waiter_stalls_nobody(client, raw):
     try:
         assert await read_line(frozen, 20) == "waiting"
         assert await queued(raw, waiters, 1), "python waiter never queued"
+        [py_member] = await raw.zrange(waiters, 0, -1)
         frozen.send_signal(signal.SIGSTOP)
         rust = rust_run("-w", "60s", name, "--", *PRINT_FENCE)
         assert await queued(raw, waiters, 2), "rust waiter never queued"
+        # The Mutex queue is ordered by entry expiry, equal here to the ms:
+        # put the frozen waiter first so the release wakes it, not Rust.
+        rust_score = min(sc for m, sc in await raw.zrange(waiters, 0, -1, withscores=True)
+                         if m != py_member)
+        await raw.zadd(waiters, {py_member: int(rust_score) - 1})
         t0 = await server_us(raw)
         await g.unlock()
         rust_fence = int((await read_line(rust, 30)).split()[1])
