@@ -18,7 +18,7 @@ use redbell_integration_tests::acl::User;
 use redbell_integration_tests::cli::{
     code, finish, kill, redbell, run, scratch, stderr, stdout, wait_for_file,
 };
-use redbell_integration_tests::sentinel::{MASTER, ScriptTopology, free_layout_base};
+use redbell_integration_tests::sentinel::{MASTER, Topology, free_layout_base};
 use redbell_integration_tests::{PrivateRedis, free_port, lock_key};
 use serde_json::Value;
 
@@ -164,7 +164,7 @@ async fn password_from_env_or_file_never_reaches_the_command() {
 async fn sentinel_with_requirepass_from_the_environment() {
     let base = free_layout_base();
     let (_topo, urls) =
-        ScriptTopology::start_with(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
+        Topology::start_at(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
     // The sentinels' URLs without their password: it comes from the env.
     let sentinels = urls
         .iter()

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use redbell::{Client, Error};
 use redbell_integration_tests::sentinel::{
-    MASTER, ScriptTopology, Topology, as_strs, free_layout_base, replica_caught_up,
-    sentinel_agrees, sentinel_client, works_again,
+    MASTER, Topology, as_strs, free_layout_base, replica_caught_up, sentinel_agrees,
+    sentinel_client, works_again,
 };
 use redbell_integration_tests::{
     Proxy, exists, fence_key, get, incr, join_waiters, lock_key, node_url, query, raw, recovering,
@@ -42,7 +42,7 @@ use tokio::time::{Instant, sleep, timeout};
 /// other, within seconds (the holder's lease is 60 s: no expiry helps).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_follows_a_failover_and_parked_waiters_get_the_lock() {
-    let mut topo = Topology::start().await;
+    let topo = Topology::start().await;
     let holder = sentinel_client(&topo).await;
     let (wa, wb) = (sentinel_client(&topo).await, sentinel_client(&topo).await);
     let name = unique("failover");
@@ -69,7 +69,7 @@ async fn the_client_follows_a_failover_and_parked_waiters_get_the_lock() {
     );
 
     let killed = Instant::now();
-    topo.kill_primary();
+    topo.kill_primary().await;
     let failover = topo.wait_for_failover().await;
 
     let failed = works_again(&holder, Duration::from_secs(15)).await;
@@ -215,7 +215,7 @@ async fn on_old_primary_until_moved(
 async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_again() {
     let topo = Topology::start().await;
     let sentinel_port = topo.sentinel_ports()[0];
-    let proxy = Proxy::start(0, sentinel_port).await;
+    let proxy = Proxy::start(0, sentinel_port).await.expect("a proxy");
     let port = proxy.port();
     let client = Client::sentinel(&[proxy.url().as_str()], MASTER)
         .await
@@ -224,9 +224,9 @@ async fn a_client_that_missed_the_announcement_moves_once_it_hears_the_sentinel_
     let warm = client.mutex(&name).lock().await.expect("lock before");
     warm.unlock().await.expect("unlock before");
 
-    proxy.cut().await; // its subscription dropped, and no new connection
+    proxy.cut().await.expect("cut the proxy"); // its subscription dropped, and no new connection
     topo.sentinel_failover(1).await;
-    let _proxy = Proxy::start(port, sentinel_port).await; // reachable again
+    let _proxy = Proxy::start(port, sentinel_port).await.expect("a proxy"); // reachable again
     let back = Instant::now();
 
     let on_old = on_old_primary_until_moved(
@@ -327,7 +327,7 @@ async fn a_client_connecting_mid_failover_waits_for_the_primary() {
 /// is elected in a higher term.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
-    let mut topo = Topology::start().await;
+    let topo = Topology::start().await;
     let (a, b) = (sentinel_client(&topo).await, sentinel_client(&topo).await);
     let (sem, vote) = (unique("failover-sem"), unique("failover-vote"));
     let lease = Duration::from_secs(60);
@@ -371,7 +371,7 @@ async fn a_semaphore_and_an_election_carry_on_through_a_failover() {
         replica_caught_up(&topo.primary_url()).await,
         "the replica did not catch up before the kill"
     );
-    topo.kill_primary();
+    topo.kill_primary().await;
     topo.wait_for_failover().await;
     sleep(Duration::from_secs(1)).await;
     assert!(
@@ -431,7 +431,7 @@ struct WindowRun {
 /// `min_replica_acks(1, 200ms)`), the primary is killed, and after the
 /// failover client B tries the same lock.
 async fn window_run(with_wait: bool) -> WindowRun {
-    let (mut topo, proxy) = Topology::start_with_proxy().await;
+    let (topo, proxy) = Topology::start_with_proxy().await;
     let urls = topo.sentinel_urls();
     let a = if with_wait {
         Client::sentinel_builder(&as_strs(&urls), MASTER)
@@ -477,8 +477,8 @@ async fn window_run(with_wait: bool) -> WindowRun {
     }
 
     let killed = Instant::now();
-    topo.kill_primary();
-    proxy.cut().await;
+    topo.kill_primary().await;
+    proxy.cut().await.expect("cut the proxy");
     let failover = topo.wait_for_failover().await;
     let (second, _) = recovering(
         "B's try_lock after the failover",
@@ -590,7 +590,7 @@ async fn with_min_replica_acks_an_unreplicated_acquire_is_refused() {
 /// side, hands out a value again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_keep_increasing_across_a_failover_that_lost_increments() {
-    let (mut topo, proxy) = Topology::start_with_proxy().await;
+    let (topo, proxy) = Topology::start_with_proxy().await;
     let c = sentinel_client(&topo).await;
     let name = unique("fence");
     let counter = unique("plain-incr");
@@ -636,8 +636,8 @@ async fn fences_keep_increasing_across_a_failover_that_lost_increments() {
         "the replica saw a held-back fence"
     );
 
-    topo.kill_primary();
-    proxy.cut().await;
+    topo.kill_primary().await;
+    proxy.cut().await.expect("cut the proxy");
     let failover = topo.wait_for_failover().await;
     let mut new_primary = raw(&topo.replica_url()).await;
     let fence_at_promotion = get(&mut new_primary, &fence_key(&name)).await;
@@ -695,7 +695,7 @@ async fn fences_keep_increasing_across_a_failover_that_lost_increments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_sh_starts_and_stops_a_topology() {
     let base = free_layout_base();
-    let (mut started, urls) = ScriptTopology::start(base).await;
+    let (mut started, urls) = Topology::start_at(base, &[]).await;
     let expected: Vec<String> = [10, 11, 12].iter().map(|o| node_url(base + o)).collect();
     assert_eq!(urls, expected);
     for o in [10, 11, 12] {
