@@ -25,7 +25,8 @@
 //! ([`spawn_waiter`]), and the built binaries ([`built_binary`]).
 //!
 //! ACL users of a test's own are in [`acl`], the CLI tests' process helpers
-//! in [`cli`].
+//! in [`cli`], the set-ups that several test files of one lock kind share
+//! in [`scenes`].
 //!
 //! Topologies of a test's own, on free ports, live in modules of their own,
 //! as their helpers take a server's port where the flat ones take a
@@ -48,6 +49,7 @@
 pub mod acl;
 pub mod cli;
 pub mod cluster;
+pub mod scenes;
 pub mod sentinel;
 
 mod client;
@@ -69,8 +71,9 @@ pub use counter::{counter_key, counter_value, non_atomic_increment};
 pub use env::{built_binary, log_output, redbell_binary, redis_port, redis_url, run_redis_script};
 pub use handoff::hand_off;
 pub use keys::{
-    fence_key, fifo_expiry_key, fifo_key, hash_tag, intents_key, lock_key, lock_pattern,
-    readers_key, script_sha, script_source, test_key, unique, waiters_key, wake_channel,
+    fence_key, fifo_expiry_key, fifo_key, hash_tag, holders_key, intents_key, lock_key,
+    lock_pattern, permits_key, queue_key, readers_key, script_sha, script_source, test_key, unique,
+    waiters_key, wake_channel,
 };
 pub use monitor::Monitor;
 pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
@@ -80,7 +83,9 @@ pub use raw::{
     incr, kill_client, kill_clients_of_type, pttl, raw, reset_stats, scan, server_ms, set, set_px,
     subscribers, subscriptions, zcard, zrange,
 };
-pub use redbell_testkit::{Proxy, ServerOptions, redis_script, redis_server_bin, repo_root};
+pub use redbell_testkit::{
+    Proxy, ServerOptions, TlsServers, redis_script, redis_server_bin, repo_root,
+};
 pub use server::{PrivateRedis, free_port};
 pub use side::{Frozen, Side, on_own_runtime};
 pub use wait::{

@@ -10,6 +10,8 @@
 //! - [`Cluster`] (`scripts/redis/cluster.sh`) and [`Sentinel`]
 //!   (`scripts/redis/sentinel.sh`): the topologies, and their failovers
 //!   and slot migrations; [`parse_nodes`] reads `CLUSTER NODES`.
+//! - [`TlsServers`] (`scripts/redis/tls.sh`): two TLS servers, one
+//!   requiring a client certificate.
 //! - [`connect`], [`command`], [`query`]: plain connections with timeouts;
 //!   [`free_port`], [`free_base`]: where to put things.
 //!
@@ -28,6 +30,7 @@ mod port;
 mod proxy;
 pub mod sentinel;
 mod server;
+mod tls;
 
 pub use cluster::Cluster;
 pub use conn::{command, connect, info_field, poll_until, query, replication_field};
@@ -40,3 +43,4 @@ pub use port::{free_base, free_port, node_url};
 pub use proxy::Proxy;
 pub use sentinel::Sentinel;
 pub use server::{Server, ServerOptions};
+pub use tls::TlsServers;

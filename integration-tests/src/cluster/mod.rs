@@ -19,7 +19,8 @@
 //!   ([`shard_subscribers`]) and a [`Monitor`](crate::Monitor) of one node
 //!   ([`monitor_node`]), to show that a lock's traffic stays in its shard.
 //! - Cluster clients ([`cluster_client`]) and waiters queued on a lock's
-//!   shard ([`queue_waiters`]).
+//!   shard ([`queue_waiters`]); the scene of the tests that change who
+//!   serves a lock under it ([`Contended`]: a holder, four parked waiters).
 //!
 //! Every key and channel of lock `N` contains the hash tag `{N}`, so its
 //! slot is the CRC16 of `N` ([`slot_of`], checked against `CLUSTER
@@ -33,6 +34,7 @@
 mod changes;
 mod clients;
 mod commands;
+mod contended;
 mod health;
 mod nodes;
 
@@ -44,6 +46,7 @@ pub use clients::{cluster_client, cluster_client_with, holder_and_waiters, queue
 pub use commands::{
     conn, get, monitor_node, must, pttl, read, renewed_on, shard_subscribers, zcard,
 };
+pub use contended::{Contended, served_in_time};
 pub use nodes::name_in;
 pub use redbell_testkit::{Node, slot_of};
 
