@@ -30,7 +30,9 @@ pub fn slot_of(name: &str) -> u16 {
 pub struct Node {
     /// The node id.
     pub id: String,
-    /// The node's port (on 127.0.0.1).
+    /// The address clients use, `host:port` (bus port and hostname cut).
+    pub addr: String,
+    /// The node's port.
     pub port: u16,
     /// Its flags (`master`, `slave`, `fail`, `fail?`, ...), without
     /// `myself`.
@@ -67,7 +69,7 @@ pub fn parse_nodes(text: &str) -> Vec<Node> {
         if f.len() < 8 {
             continue;
         }
-        let addr = f[1].split('@').next().unwrap_or_default();
+        let addr = f[1].split(['@', ',']).next().unwrap_or_default();
         let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
         let Some(port) = port else { continue };
         let slots = f[8..]
@@ -80,6 +82,7 @@ pub fn parse_nodes(text: &str) -> Vec<Node> {
             .collect();
         nodes.push(Node {
             id: f[0].to_owned(),
+            addr: addr.to_owned(),
             port,
             flags: f[2]
                 .split(',')
@@ -101,7 +104,7 @@ mod tests {
     #[test]
     fn parses_primaries_replicas_failures_and_migrations() {
         let text = "\
-b1 127.0.0.1:7001@17001 master - 0 1 2 connected 5461-10922 [5000->-a1]
+b1 127.0.0.1:7001@17001,host-b master - 0 1 2 connected 5461-10922 [5000->-a1]
 a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 16000
 c1 127.0.0.1:7003@17003 slave,fail a1 0 1 4 disconnected
 bad line
@@ -112,6 +115,7 @@ bad line
         assert_eq!(nodes[0].flags, ["master"], "without myself");
         assert_eq!(nodes[0].slots, [(0, 5460), (16000, 16000)]);
         assert_eq!(nodes[1].slots, [(5461, 10922)], "no migrating slot");
+        assert_eq!(nodes[1].addr, "127.0.0.1:7001", "no bus port, no hostname");
         assert!(nodes[2].failed() && !nodes[2].is_primary());
         assert_eq!(nodes[2].master.as_deref(), Some("a1"));
         assert!(nodes[0].serves(16000) && !nodes[0].serves(5461));
