@@ -68,10 +68,10 @@ async fn lock_unlock_and_hand_off(a: &Client, b: &Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_a_contended_hand_off_over_tls_with_a_custom_ca() {
     let servers = tls_servers().await;
-    let a = connect(&servers.optional_url(), false)
+    let a = connect(servers.optional_url(), false)
         .await
         .expect("connect a");
-    let b = connect(&servers.optional_url(), false)
+    let b = connect(servers.optional_url(), false)
         .await
         .expect("connect b");
     lock_unlock_and_hand_off(&a, &b).await;
@@ -85,17 +85,17 @@ async fn a_server_that_requires_a_client_certificate() {
     let servers = tls_servers().await;
     let refused = promptly(
         "connecting without a certificate",
-        connect(&servers.required_url(), false),
+        connect(servers.required_url(), false),
     )
     .await;
     assert!(
         matches!(refused, Err(Error::Redis(_))),
         "a client without a certificate connected: {refused:?}"
     );
-    let a = connect(&servers.required_url(), true)
+    let a = connect(servers.required_url(), true)
         .await
         .expect("connect a");
-    let b = connect(&servers.required_url(), true)
+    let b = connect(servers.required_url(), true)
         .await
         .expect("connect b");
     lock_unlock_and_hand_off(&a, &b).await;
@@ -109,7 +109,7 @@ async fn the_server_certificate_is_verified() {
     let servers = tls_servers().await;
     let unknown_ca = promptly(
         "connecting without the CA",
-        Client::connect(&servers.optional_url()),
+        Client::connect(servers.optional_url()),
     )
     .await;
     assert!(
@@ -148,15 +148,15 @@ async fn the_cli_runs_a_command_under_a_lock_over_tls() {
             .output()
             .expect("run redbell")
     };
-    let out = run(&servers.optional_url(), false);
+    let out = run(servers.optional_url(), false);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "held");
-    let refused = run(&servers.required_url(), false);
+    let refused = run(servers.required_url(), false);
     assert_eq!(
         refused.status.code(),
         Some(69),
         "no client certificate: {refused:?}"
     );
-    let out = run(&servers.required_url(), true);
+    let out = run(servers.required_url(), true);
     assert!(out.status.success(), "with the client certificate: {out:?}");
 }
