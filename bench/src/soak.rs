@@ -31,7 +31,7 @@
 //!    its lease then SIGCONT (or a *woken waiter*: one waiting on a lock
 //!    whose holder just let go), partition a worker or half-open its
 //!    connections (each worker reaches Redis through a proxy of the soak's,
-//!    `proxy.rs`), `CLIENT KILL TYPE normal`, `CLIENT KILL TYPE pubsub`,
+//!    the kit's `Proxy`), `CLIENT KILL TYPE normal`, `CLIENT KILL TYPE pubsub`,
 //!    `CLIENT PAUSE 300 ALL`; a black hole of every connection of a worker
 //!    (silent for good, new connections work; it must get a lock again
 //!    within 2 × response timeout + 1 s, + the lease and 1 s), SIGSTOP of
@@ -43,7 +43,7 @@
 //!    the first soak passed (shared pitfalls), in `faults.rs`, judged in
 //!    `checker/run.rs`; every 8 s at most, a fault of the servers
 //!    instead: on `single` (the soak's own redis-server with AOF
-//!    `everysec`, `server.rs`) a SIGKILL and restart; on `sentinel`
+//!    `everysec`, the kit's `Server`) a SIGKILL and restart; on `sentinel`
 //!    `SENTINEL FAILOVER` or a SIGKILL of the primary; on `cluster` `CLUSTER
 //!    FAILOVER` of a lock's shard or a migration of a lock's slot
 //!    (`topology.rs`). Each is printed with its time. The proxy faults
@@ -74,15 +74,14 @@ use crate::fail::{EX_FAILURE, Failure};
 mod checker;
 mod faults;
 mod plan;
-mod proxy;
 mod report;
 mod runner;
-mod server;
 mod topology;
 mod worker;
+mod worker_io;
 
 pub use runner::{StoreArgs, store};
-pub use worker::{WorkerArgs, run as worker};
+pub use worker_io::WorkerArgs;
 
 use faults::Pool;
 use plan::{LEASE, WorkerKind};
@@ -92,6 +91,17 @@ use topology::Topology;
 /// How long after the leases the soak waits for the lock keys to expire:
 /// the library's waiter-queue entries outlive a park by 2 s, plus margin.
 const KEY_GRACE: Duration = Duration::from_millis(3000);
+
+/// Runs one worker process (the hidden `soak-worker` subcommand) until its
+/// stop file appears: `redbell run` workers by `runner.rs`, the others by
+/// `worker.rs`.
+pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
+    if args.kind == WorkerKind::Run {
+        runner::drive(url, args).await
+    } else {
+        worker::run(url, args).await
+    }
+}
 
 /// Options of `redbell-bench soak`.
 #[derive(Debug, Clone, clap::Args)]
@@ -139,7 +149,7 @@ pub async fn run(_url: &str, args: &SoakArgs) -> Result<(), Failure> {
         return recheck(&args.out);
     }
     let seed = args.seed.unwrap_or_else(|| {
-        plan::Rng::new(worker::now_us() ^ u64::from(std::process::id())).next_u64()
+        plan::Rng::new(worker_io::now_us() ^ u64::from(std::process::id())).next_u64()
     });
     let name = args.topology.as_str();
     println!(
@@ -183,7 +193,7 @@ async fn soak(
     }
 
     let t0 = Instant::now();
-    let t0_us = worker::now_us();
+    let t0_us = worker_io::now_us();
     let end = Duration::from_secs(args.secs);
     let mut next = schedule.iter().peekable();
     while t0.elapsed() < end {
@@ -196,7 +206,7 @@ async fn soak(
     }
 
     println!("soak: stopping the workers");
-    let end_us = worker::now_us();
+    let end_us = worker_io::now_us();
     let late = pool.stop(LEASE * 4 + Duration::from_secs(2)).await?;
     // Leases run out, and so do the waiter-queue entries of killed waiters
     // (they outlive a park by a 2 s grace).
@@ -212,7 +222,7 @@ async fn soak(
             keys_left.push(key);
         }
     }
-    fence_keys.extend(locks.iter().map(|lock| worker::store_key(lock)));
+    fence_keys.extend(locks.iter().map(|lock| worker_io::store_key(lock)));
     topo.del(&fence_keys).await;
 
     // The servers' own faults count as faults too (the sentinels' own

@@ -1,8 +1,8 @@
-//! Where things are: the shared test server, the redis-server binary, the
-//! built binaries of the workspace, the scripts under `scripts/redis/`.
+//! Where things are: the shared test server, the built binaries of the
+//! workspace, and the scripts under `scripts/redis/` run to the end.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 /// The shared test server's URL, from `REDIS_URL`.
 ///
@@ -20,13 +20,19 @@ pub fn redis_url() -> String {
     }
 }
 
-/// The redis-server binary for [`PrivateRedis`](crate::PrivateRedis):
-/// `REDBELL_REDIS_SERVER`, else `redis-server` on `PATH`.
-pub fn redis_server_bin() -> String {
-    std::env::var("REDBELL_REDIS_SERVER")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "redis-server".to_owned())
+/// The port of the shared test server ([`redis_url`]; 6379 if the URL
+/// names none), for a [`Proxy`](crate::Proxy) in front of it.
+///
+/// # Panics
+///
+/// As [`redis_url`], or when the port is not a number.
+pub fn redis_port() -> u16 {
+    let url = redis_url();
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    let port = host_port.rsplit_once(':').map_or("6379", |(_, p)| p);
+    port.parse().expect("a port in REDIS_URL")
 }
 
 /// `<target>/debug/<name>` (`name` may be `examples/<example>`):
@@ -67,40 +73,14 @@ pub fn log_output(what: &str, out: &Output) {
     );
 }
 
-/// The repository's root (the workspace).
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace root")
-        .to_path_buf()
-}
-
-/// `bash scripts/redis/<script> <action> <base>` without stdin, not yet
-/// run (`cluster.sh start 7400`, `sentinel.sh stop 7500`).
-pub fn redis_script(script: &str, action: &str, base: u16) -> Command {
-    let mut cmd = Command::new("bash");
-    cmd.arg(repo_root().join("scripts/redis").join(script))
-        .arg(action)
-        .arg(base.to_string())
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// Runs [`redis_script`] to the end; what it printed on stdout.
+/// Runs the kit's [`redis_script`](redbell_testkit::redis_script) to the
+/// end; what it printed on stdout.
 ///
 /// # Panics
 ///
 /// When it cannot be run or fails (with its stderr).
 pub async fn run_redis_script(script: &str, action: &str, base: u16) -> String {
-    let out = tokio::process::Command::from(redis_script(script, action, base))
-        .output()
+    redbell_testkit::run_redis_script(script, action, base, &[])
         .await
-        .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {action} {base}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+        .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -40,6 +40,23 @@ pub fn intents_key(name: &str) -> String {
     format!("{}:writers", lock_key(name))
 }
 
+/// The permit holders of semaphore `name`: `redbell:{name}:holders`
+/// (holder token -> expiry in server ms).
+pub fn holders_key(name: &str) -> String {
+    format!("{}:holders", lock_key(name))
+}
+
+/// The waiter queue of semaphore `name`: `redbell:{name}:queue`.
+pub fn queue_key(name: &str) -> String {
+    format!("{}:queue", lock_key(name))
+}
+
+/// The permit count semaphore `name` was created with:
+/// `redbell:{name}:permits`.
+pub fn permits_key(name: &str) -> String {
+    format!("{}:permits", lock_key(name))
+}
+
 /// The queue of fair mutex `name`: `redbell:{name}:fifo` (member ->
 /// arrival in server µs).
 pub fn fifo_key(name: &str) -> String {

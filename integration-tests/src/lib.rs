@@ -1,4 +1,5 @@
-//! Shared helpers for redbell's integration tests.
+//! Shared helpers for redbell's integration tests, on the servers, proxy
+//! and topologies of `redbell-testkit` (shared with the soak).
 //!
 //! Every test talks to a real Redis:
 //!
@@ -19,12 +20,13 @@
 //! [`commandstats`], ...), waiting helpers ([`eventually`], [`gone_within`],
 //! [`promptly`], [`join_within`]), the non-atomic counter that proves mutual
 //! exclusion ([`non_atomic_increment`]), a runtime that can be frozen
-//! ([`Side`]), a TCP [`Proxy`] that can hold back, partition and cut a
-//! client's connections, waiters that retry through a failover
+//! ([`Side`]), the kit's TCP [`Proxy`] that can hold back, drop,
+//! partition, black-hole, half-open and cut a client's connections, waiters that retry through a failover
 //! ([`spawn_waiter`]), and the built binaries ([`built_binary`]).
 //!
 //! ACL users of a test's own are in [`acl`], the CLI tests' process helpers
-//! in [`cli`].
+//! in [`cli`], the set-ups that several test files of one lock kind share
+//! in [`scenes`].
 //!
 //! Topologies of a test's own, on free ports, live in modules of their own,
 //! as their helpers take a server's port where the flat ones take a
@@ -37,7 +39,7 @@
 //! as the tests configure them), `raw` (raw Redis commands), `node` (one
 //! server of a topology, by port), `wait` (bounded waiting and retrying),
 //! `waiter`, `counter`, `monitor`, `process` (child processes to freeze:
-//! [`signal`], [`Stoppable`]), `proxy`, `server`, `side`, and
+//! [`signal`], [`Stoppable`]), `server`, `side`, and
 //! `handoff` (one contended hand-off between two clients, timed:
 //! [`hand_off`]).
 
@@ -47,6 +49,7 @@
 pub mod acl;
 pub mod cli;
 pub mod cluster;
+pub mod scenes;
 pub mod sentinel;
 
 mod client;
@@ -57,7 +60,6 @@ mod keys;
 mod monitor;
 mod node;
 mod process;
-mod proxy;
 mod raw;
 mod server;
 mod side;
@@ -66,27 +68,25 @@ mod waiter;
 
 pub use client::{LONG, client, renewing_client, warm_up};
 pub use counter::{counter_key, counter_value, non_atomic_increment};
-pub use env::{
-    built_binary, log_output, redbell_binary, redis_script, redis_server_bin, redis_url, repo_root,
-    run_redis_script,
-};
+pub use env::{built_binary, log_output, redbell_binary, redis_port, redis_url, run_redis_script};
 pub use handoff::hand_off;
 pub use keys::{
-    fence_key, fifo_expiry_key, fifo_key, hash_tag, intents_key, lock_key, lock_pattern,
-    readers_key, script_sha, script_source, test_key, unique, waiters_key, wake_channel,
+    fence_key, fifo_expiry_key, fifo_key, hash_tag, holders_key, intents_key, lock_key,
+    lock_pattern, permits_key, queue_key, readers_key, script_sha, script_source, test_key, unique,
+    waiters_key, wake_channel,
 };
 pub use monitor::Monitor;
 pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
 pub use process::{Stoppable, signal};
-pub use proxy::Proxy;
 pub use raw::{
     client_ids, client_list, commandstats, config_set, del, exists, fair_queue, get, hgetall, hset,
     incr, kill_client, kill_clients_of_type, pttl, raw, reset_stats, scan, server_ms, set, set_px,
     subscribers, subscriptions, zcard, zrange,
 };
-pub use server::{
-    PrivateRedis, free_port, print_log_tail, redis_server_command, spawn_redis_server,
+pub use redbell_testkit::{
+    Proxy, ServerOptions, TlsServers, redis_script, redis_server_bin, repo_root,
 };
+pub use server::{PrivateRedis, free_port};
 pub use side::{Frozen, Side, on_own_runtime};
 pub use wait::{
     PROMPT, eventually, eventually_every, fails_promptly, gone_within, got_within, join_within,

@@ -54,7 +54,7 @@ async fn setup_with(
     configure: impl FnOnce(redbell::ClientBuilder) -> redbell::ClientBuilder,
 ) -> Setup {
     let redis = PrivateRedis::start().await;
-    let proxy = Proxy::start(0, redis.port()).await;
+    let proxy = Proxy::start(0, redis.port()).await.expect("a proxy");
     let builder = Client::builder(proxy.url())
         .response_timeout(RESPONSE)
         .probe_interval(Duration::from_millis(500));
@@ -139,7 +139,7 @@ async fn a_fresh_lock_works_within_the_bound_of_the_fault() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_default_timeouts_a_fresh_lock_works_within_6_s() {
     let redis = PrivateRedis::start().await;
-    let proxy = Proxy::start(0, redis.port()).await;
+    let proxy = Proxy::start(0, redis.port()).await.expect("a proxy");
     let c = client(&proxy.url()).await;
     warm_up(&c).await;
     let name = unique("bh-default");

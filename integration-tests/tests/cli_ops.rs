@@ -18,7 +18,7 @@ use redbell_integration_tests::acl::User;
 use redbell_integration_tests::cli::{
     code, finish, kill, redbell, run, scratch, stderr, stdout, wait_for_file,
 };
-use redbell_integration_tests::sentinel::{MASTER, ScriptTopology, free_layout_base};
+use redbell_integration_tests::sentinel::{MASTER, Topology, free_layout_base};
 use redbell_integration_tests::{PrivateRedis, free_port, lock_key};
 use serde_json::Value;
 
@@ -164,7 +164,7 @@ async fn password_from_env_or_file_never_reaches_the_command() {
 async fn sentinel_with_requirepass_from_the_environment() {
     let base = free_layout_base();
     let (_topo, urls) =
-        ScriptTopology::start_with(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
+        Topology::start_at(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
     // The sentinels' URLs without their password: it comes from the env.
     let sentinels = urls
         .iter()
@@ -332,16 +332,15 @@ fn a_lease_below_the_floor_is_refused_and_durations_print_rounded() {
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_certificate_authority_is_a_configuration_error() {
-    use redbell_integration_tests::{free_base, run_redis_script};
-    let port = free_base(2, &[0, 1], "two TLS servers");
-    let urls = run_redis_script("tls.sh", "start", port).await;
-    let _stop = Stop(port);
-    let url = urls.lines().next().expect("tls.sh printed URLs").to_owned();
+    let servers = redbell_integration_tests::TlsServers::start()
+        .await
+        .expect("tls.sh");
+    let url = servers.optional_url().to_owned();
     let name = unique("tls");
     let out = run(&["--url", &url, "status", &name]);
     assert_exit(&out, 78, "an unknown CA");
     // With the CA: it works (so the 78 above was the certificate's).
-    let ca = redbell_integration_tests::repo_root().join("target/redis/tls/ca.crt");
+    let ca = redbell_integration_tests::TlsServers::certificates_dir().join("ca.crt");
     let out = run(&[
         "--url",
         &url,
@@ -353,19 +352,6 @@ async fn an_unknown_certificate_authority_is_a_configuration_error() {
     assert_exit(&out, 0, "with --tls-ca");
 }
 
-/// Stops the servers of `scripts/redis/tls.sh` at this port base on drop.
-#[cfg(feature = "tls")]
-struct Stop(u16);
-
-#[cfg(feature = "tls")]
-impl Drop for Stop {
-    fn drop(&mut self) {
-        let _ = redbell_integration_tests::redis_script("tls.sh", "stop", self.0)
-            .stdout(std::process::Stdio::null())
-            .status();
-    }
-}
-
 /// `--tls-insecure` (like `redis-cli --insecure`) reaches the TLS server
 /// whose CA is unknown, with a warning on stderr; so does a URL ending in
 /// `#insecure`, which before gave a redis-rs message about a build feature
@@ -374,11 +360,10 @@ impl Drop for Stop {
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_insecure_skips_the_certificate_check_with_a_warning() {
-    use redbell_integration_tests::{free_base, run_redis_script};
-    let port = free_base(2, &[0, 1], "two TLS servers");
-    let urls = run_redis_script("tls.sh", "start", port).await;
-    let _stop = Stop(port);
-    let url = urls.lines().next().expect("tls.sh printed URLs").to_owned();
+    let servers = redbell_integration_tests::TlsServers::start()
+        .await
+        .expect("tls.sh");
+    let url = servers.optional_url().to_owned();
     let name = unique("tls-insecure");
     let out = run(&["--url", &url, "status", &name]);
     assert_exit(&out, 78, "no flag");

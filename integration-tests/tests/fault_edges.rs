@@ -50,7 +50,7 @@ fn bound() -> Duration {
 
 async fn through_proxy() -> (PrivateRedis, Proxy, Client) {
     let redis = PrivateRedis::start().await;
-    let proxy = Proxy::start(0, redis.port()).await;
+    let proxy = Proxy::start(0, redis.port()).await.expect("a proxy");
     let c = Client::builder(proxy.url())
         .response_timeout(RESPONSE)
         .connect_timeout(CONNECT)
@@ -321,7 +321,7 @@ async fn a_black_holed_redbell_run_with_ttl_13_s_keeps_its_lease() {
 
 async fn black_holed_run_keeps_its_lease(ttl: &str) {
     let redis = PrivateRedis::start().await;
-    let proxy = Proxy::start(0, redis.port()).await;
+    let proxy = Proxy::start(0, redis.port()).await.expect("a proxy");
     let name = unique("rv29-run-bh");
     let dir = redbell_integration_tests::cli::scratch();
     let out = dir.join("stamps");

@@ -375,7 +375,7 @@ async fn fair_timeout_at_grant_time() {
 #[tokio::test]
 async fn fair_grantee_partitioned_at_grant() {
     let redis = PrivateRedis::start().await;
-    let proxy = Proxy::start(0, redis.port()).await;
+    let proxy = Proxy::start(0, redis.port()).await.expect("a proxy");
     let url = redis.url();
     let name = unique("r29b-fair-partition");
     let (conn, holder, b) = (raw(&url).await, client(&url).await, client(&url).await);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use redbell_integration_tests::cli::{
     code, delete_lock, finish, kill, lock_exists, redbell, scratch, stderr, wait_for_file,
 };
-use redbell_integration_tests::{Proxy, redis_url};
+use redbell_integration_tests::{Proxy, redis_port, redis_url};
 
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("run-frozen-{what}"))
@@ -55,16 +55,6 @@ enum Fault {
     Partition,
 }
 
-/// The port of the test Redis (`redis://[auth@]host:port[/db]`).
-fn redis_port() -> u16 {
-    let url = redis_url();
-    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let host_port = rest.split('/').next().unwrap_or(rest);
-    let port = host_port.rsplit_once(':').map_or("6379", |(_, p)| p);
-    port.parse().expect("a port in REDIS_URL")
-}
-
 /// `redbell SUBCOMMAND --ttl 3s NAME -- LOOP_A` meets `fault`; a second
 /// `redbell SUBCOMMAND NAME -- LINES_B` then gets the lock (or the
 /// leadership) once the lease runs out. No line of the first command may
@@ -74,7 +64,9 @@ fn holder_stops_its_command(subcommand: &str, fault: Fault) {
     let dir = scratch();
     let file = dir.join("lines");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let proxy = runtime.block_on(Proxy::start(0, redis_port()));
+    let proxy = runtime
+        .block_on(Proxy::start(0, redis_port()))
+        .expect("a proxy");
     let url = match fault {
         Fault::Freeze => redis_url(),
         Fault::Partition => proxy.url(),

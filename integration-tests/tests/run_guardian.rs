@@ -253,7 +253,9 @@ fn frozen_guardian_and_partition(subcommand: &str) {
     let dir = scratch();
     let file = dir.join("lines");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let proxy = runtime.block_on(Proxy::start(0, redis_port()));
+    let proxy = runtime
+        .block_on(Proxy::start(0, redis_port()))
+        .expect("a proxy");
     let first = redbell(&[
         "--url",
         &proxy.url(),

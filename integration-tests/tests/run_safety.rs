@@ -8,17 +8,13 @@
 //! the test's comment. Needs `REDIS_URL` and the built binary, as `cli.rs`.
 
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redbell_integration_tests::cli::{
     code, delete_lock, finish, lock_exists, redbell, redis, scratch, wait_for_file,
 };
-use redbell_integration_tests::{lock_key, redis_url};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use redbell_integration_tests::{Proxy, lock_key, redis_port};
 
 fn unique(what: &str) -> String {
     redbell_integration_tests::unique(&format!("run-safety-{what}"))
@@ -35,83 +31,35 @@ fn gone(pid: i32) -> bool {
     }
 }
 
-/// A TCP proxy to the test Redis that can be partitioned: forwarding stops
-/// in both directions while every socket stays open, as when a network
-/// drops packets.
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    _runtime: tokio::runtime::Runtime,
+/// The kit's [`Proxy`] to the test Redis, on a runtime of its own (the
+/// tests here are synchronous), that drops every packet when
+/// [partitioned](CutProxy::partition): forwarding stops in both directions
+/// while every socket stays open, as when a network drops packets.
+struct CutProxy {
+    proxy: Proxy,
+    runtime: tokio::runtime::Runtime,
 }
 
-impl Proxy {
-    fn start() -> Proxy {
-        let target = redis_addr();
+impl CutProxy {
+    fn start() -> CutProxy {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .expect("a runtime");
-        let listener = runtime
-            .block_on(TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let port = listener.local_addr().expect("local addr").port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let flag = cut.clone();
-        runtime.spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(&target).await else {
-                    continue;
-                };
-                let (from_client, to_client) = client.into_split();
-                let (from_server, to_server) = server.into_split();
-                tokio::spawn(pump(from_client, to_server, flag.clone()));
-                tokio::spawn(pump(from_server, to_client, flag.clone()));
-            }
-        });
-        Proxy {
-            port,
-            cut,
-            _runtime: runtime,
-        }
+        let proxy = runtime
+            .block_on(Proxy::start(0, redis_port()))
+            .expect("a proxy");
+        CutProxy { proxy, runtime }
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.proxy.url()
     }
 
     fn partition(&self) {
-        self.cut.store(true, Ordering::SeqCst);
+        self.runtime.block_on(self.proxy.drop_all());
     }
-}
-
-/// Copies `from` to `to`, dropping what it reads while `cut` is set.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    cut: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if cut.load(Ordering::SeqCst) {
-            continue;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// `host:port` of the test Redis (`redis://[auth@]host:port[/db]`).
-fn redis_addr() -> String {
-    let url = redis_url();
-    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest).to_owned()
 }
 
 /// The nanosecond timestamps of the lines `TAG <ns>` in `text`.
@@ -133,7 +81,7 @@ fn a_partitioned_holder_stops_its_command_before_the_lease_expires() {
     let name = unique("partition");
     let dir = scratch();
     let file = dir.join("lines");
-    let proxy = Proxy::start();
+    let proxy = CutProxy::start();
     let holder = redbell(&[
         "--url",
         &proxy.url(),

@@ -1,14 +1,12 @@
-//! The counting semaphore against a real Redis: never more than N holders
-//! (8 processes), FIFO order, crashed holders' permits coming back at their
-//! lease expiry, releases that are not ours refused, a mismatched permit
-//! count refused, no traffic while parked, cancel storms, a frozen woken
-//! waiter, a killed waiter at the head behind a killed holder, renewal and
-//! status, and a Redis Cluster.
+//! The counting semaphore against a real Redis, in one process: never more
+//! than N holders, FIFO order, releases that are not ours refused, a
+//! mismatched permit count refused, no traffic while parked, cancel storms,
+//! a frozen woken waiter, renewal and status, and a Redis Cluster. (Holders
+//! and waiters in processes of their own: `semaphore_processes.rs`.)
 //!
 //! The measured figures are printed to stderr:
 //! `cargo test --test semaphore -- --nocapture`.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,36 +14,15 @@ use std::time::Duration;
 use redbell::Error;
 use redbell_integration_tests::cluster::{Cluster, cluster_client};
 use redbell_integration_tests::{
-    LONG, Monitor, PROMPT, Side, built_binary, client, eventually, fence_key, hash_tag, raw,
-    redis_url, renewing_client, script_sha, unique, wait_for_members, wait_for_parked, warm_up,
+    LONG, Monitor, PROMPT, Side, client, eventually, fence_key, hash_tag, holders_key, permits_key,
+    queue_key, raw, redis_url, renewing_client, script_sha, unique, wait_for_members,
+    wait_for_parked, warm_up, zcard,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{Instant, sleep, timeout};
 
 /// How long a live waiter may take to get a free permit after the release
 /// that freed it, frozen waiters ahead or not (as for the Mutex).
 const BOUND: Duration = Duration::from_secs(1);
-
-fn holders_key(name: &str) -> String {
-    format!("redbell:{{{name}}}:holders")
-}
-
-fn queue_key(name: &str) -> String {
-    format!("redbell:{{{name}}}:queue")
-}
-
-fn permits_key(name: &str) -> String {
-    format!("redbell:{{{name}}}:permits")
-}
-
-async fn zcard(conn: &redis::aio::MultiplexedConnection, key: &str) -> i64 {
-    let mut conn = conn.clone();
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
 
 /// N permits are handed out, not one more; each has its own token and a
 /// fence greater than every earlier one; a release lets the next one in.
@@ -68,7 +45,7 @@ async fn at_most_n_permits_with_increasing_fences() {
     assert_eq!(permits[0].name(), name);
 
     let conn = raw(&url).await;
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 3);
+    assert_eq!(zcard(&mut conn.clone(), &holders_key(&name)).await, 3);
     permits.pop().unwrap().unlock().await.unwrap();
     let again = sem
         .acquire_timeout(PROMPT)
@@ -79,7 +56,7 @@ async fn at_most_n_permits_with_increasing_fences() {
         p.unlock().await.unwrap();
     }
     again.unlock().await.unwrap();
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 0);
+    assert_eq!(zcard(&mut conn.clone(), &holders_key(&name)).await, 0);
     let mut conn2 = conn.clone();
     for key in [holders_key(&name), queue_key(&name), permits_key(&name)] {
         let pttl: i64 = redis::cmd("PTTL")
@@ -107,7 +84,7 @@ async fn releases_that_are_not_ours_are_refused() {
     assert!(matches!(stale.unlock().await, Err(Error::NotHeld)));
     let conn = raw(&url).await;
     assert_eq!(
-        zcard(&conn, &holders_key(&name)).await,
+        zcard(&mut conn.clone(), &holders_key(&name)).await,
         1,
         "the taker's permit"
     );
@@ -130,13 +107,13 @@ async fn releases_that_are_not_ours_are_refused() {
         .await
         .unwrap();
     assert_eq!(code, -1);
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 1);
+    assert_eq!(zcard(&mut conn.clone(), &holders_key(&name)).await, 1);
     assert!(!taker.is_lost());
 
     // An extend of a lost permit is refused too; a live one works.
     taker.extend(Duration::from_secs(5)).await.unwrap();
     taker.unlock().await.unwrap();
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 0);
+    assert_eq!(zcard(&mut conn.clone(), &holders_key(&name)).await, 0);
 }
 
 /// Another permit count is a typed error, not a resize; zero permits are
@@ -166,160 +143,8 @@ async fn a_mismatched_permit_count_is_refused() {
         Err(Error::InvalidPermits { permits: 0, .. })
     ));
     let conn = raw(&url).await;
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 1);
+    assert_eq!(zcard(&mut conn.clone(), &holders_key(&name)).await, 1);
     held.unlock().await.unwrap();
-}
-
-/// `sem_worker` processes: `loop` (many acquisitions, gauge-checked) or
-/// `hold` (one permit held until killed).
-fn sem_worker(url: &str, args: &[&str]) -> Child {
-    Command::new(built_binary("sem_worker"))
-        .args(args)
-        .env("REDIS_URL", url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sem_worker")
-}
-
-/// A `sem_worker hold` process on the 1-permit semaphore `name` with a
-/// renewed lease of `lease_ms`, once it holds the permit: the process and
-/// the permit's token.
-async fn holding_process(url: &str, name: &str, lease_ms: &str) -> (Child, String) {
-    let mut holder = sem_worker(url, &["hold", name, "1", lease_ms]);
-    let stdout = holder.stdout.take().unwrap();
-    let mut lines = BufReader::new(tokio::process::ChildStdout::from_std(stdout).unwrap()).lines();
-    let line = timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("the holder took its permit")
-        .unwrap()
-        .unwrap();
-    let token = line.strip_prefix("held ").expect("held <token>").to_owned();
-    (holder, token)
-}
-
-/// How many ms after the lease expiry of the killed holder's permit `token`
-/// (still in the holders set) the `waiter` got a permit (its fence is the
-/// server's clock at its acquire); the permit is released.
-async fn taken_after_expiry(
-    conn: &redis::aio::MultiplexedConnection,
-    name: &str,
-    token: &str,
-    waiter: tokio::task::JoinHandle<Result<redbell::Permit, Error>>,
-) -> f64 {
-    let mut conn = conn.clone();
-    let expiry: f64 = redis::cmd("ZSCORE")
-        .arg(holders_key(name))
-        .arg(token)
-        .query_async(&mut conn)
-        .await
-        .expect("the killed holder's permit is still there");
-    let permit = timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter got the permit")
-        .unwrap()
-        .unwrap();
-    let late_ms = (permit.fence() / 1000) as f64 - expiry;
-    assert!(late_ms >= 0.0, "taken before the expiry: {late_ms} ms");
-    permit.unlock().await.unwrap();
-    late_ms
-}
-
-/// 8 processes x 40 acquisitions of a 3-permit semaphore: the INCR/DECR
-/// gauge inside the section never exceeds 3.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn never_more_than_n_holders_across_8_processes() {
-    let url = redis_url();
-    let name = unique("sem-procs");
-    let started = Instant::now();
-    let workers: Vec<Child> = (0..8)
-        .map(|_| sem_worker(&url, &["loop", &name, "3", "40"]))
-        .collect();
-    let outputs = tokio::task::spawn_blocking(move || {
-        workers
-            .into_iter()
-            .map(|w| w.wait_with_output().expect("sem_worker output"))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    let mut max = 0;
-    for out in &outputs {
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "sem_worker: {} {text}", out.status);
-        let field = |key: &str| -> i64 {
-            text.split_whitespace()
-                .find_map(|f| f.strip_prefix(key))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no {key} in {text:?}"))
-        };
-        assert_eq!(field("over="), 0, "more than 3 holders: {text}");
-        assert_eq!(field("done="), 40);
-        max = max.max(field("max="));
-    }
-    eprintln!(
-        "8 processes x 40 acquisitions of 3 permits in {:?}; highest gauge {max}",
-        started.elapsed()
-    );
-    assert!(max <= 3);
-    let conn = raw(&url).await;
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 0);
-    assert_eq!(zcard(&conn, &queue_key(&name)).await, 0);
-}
-
-/// A SIGKILLed holder's permit comes back at its lease expiry, and the
-/// parked waiter takes it within 50 ms of that, measured on the server
-/// (the waiter's fence is the server's clock at its acquire).
-#[tokio::test]
-async fn a_killed_holders_permit_returns_at_its_lease_expiry() {
-    let url = redis_url();
-    let name = unique("sem-killed");
-    let (mut holder, token) = holding_process(&url, &name, "1500").await;
-
-    let c = client(&url).await;
-    let sem = c.semaphore(&name, 1);
-    let waiter = tokio::spawn(async move { sem.acquire().await });
-    let conn = raw(&url).await;
-    wait_for_members(&conn, &queue_key(&name), 1, Duration::from_millis(10)).await;
-    sleep(Duration::from_millis(700)).await; // a renewal or two
-    holder.kill().unwrap();
-    let _ = holder.wait();
-    // The holder's last renewal set its expiry; nothing moves it now.
-    let late_ms = taken_after_expiry(&conn, &name, &token, waiter).await;
-    eprintln!("the waiter took the killed holder's permit {late_ms} ms after its lease expiry");
-    assert!(late_ms < 50.0, "taken {late_ms} ms after the expiry");
-}
-
-/// A waiter SIGKILLed while at the head of the queue does not hold up the
-/// live waiter behind it once a SIGKILLed holder's permit expires: the
-/// first attempt after the expiry reclaims the permit and wakes the head,
-/// finds it gone and wakes the next. (The holders set once expired with its
-/// last lease, so that attempt found no holder to reclaim and woke nobody:
-/// the permit stayed owed to the dead head until its queue entry ran out,
-/// about 2 s later. After a failover the same befell queue entries whose
-/// waits had ended on the old primary.)
-#[tokio::test]
-async fn a_killed_head_waiter_does_not_hold_up_a_killed_holders_permit() {
-    let url = redis_url();
-    let name = unique("sem-dead-head");
-    let conn = raw(&url).await;
-    let (mut holder, token) = holding_process(&url, &name, "600").await;
-    // The second `hold` process queues behind it: the head of the queue.
-    let mut head = sem_worker(&url, &["hold", &name, "1", "600"]);
-    wait_for_members(&conn, &queue_key(&name), 1, Duration::from_millis(5)).await;
-    let c = client(&url).await;
-    let sem = c.semaphore(&name, 1);
-    let waiter = tokio::spawn(async move { sem.acquire().await });
-    wait_for_members(&conn, &queue_key(&name), 2, Duration::from_millis(5)).await;
-
-    head.kill().unwrap();
-    let _ = head.wait();
-    holder.kill().unwrap();
-    let _ = holder.wait();
-    let late_ms = taken_after_expiry(&conn, &name, &token, waiter).await;
-    eprintln!("behind a killed head: the permit was taken {late_ms} ms after its lease expiry");
-    assert!(late_ms < 250.0, "taken {late_ms} ms after the expiry");
 }
 
 /// Waiters get their permits in the order they queued, and a newcomer does
@@ -488,8 +313,8 @@ async fn cancel_storms_leave_nothing_held() {
         let conn = conn.clone();
         let name = name.clone();
         async move {
-            zcard(&conn, &holders_key(&name)).await == 0
-                && zcard(&conn, &queue_key(&name)).await == 0
+            zcard(&mut conn.clone(), &holders_key(&name)).await == 0
+                && zcard(&mut conn.clone(), &queue_key(&name)).await == 0
         }
     })
     .await;
@@ -627,7 +452,7 @@ async fn renewal_status_and_replica_acks() {
         ),
         "{acks:?}"
     );
-    assert_eq!(zcard(&conn, &holders_key(&name)).await, 0);
+    assert_eq!(zcard(&mut conn.clone(), &holders_key(&name)).await, 0);
 }
 
 /// On a Redis Cluster: 2 permits, 8 workers in two clients, fixed long

@@ -10,13 +10,10 @@
 //!   is not believed: the node is asked `ROLE`, answers `slave`, and the
 //!   next sentinel is asked.
 
-use std::process::Command;
 use std::time::Duration;
 
 use redbell::{Client, Error};
-use redbell_integration_tests::sentinel::{
-    MASTER, ScriptTopology, Topology, free_layout_base, works_again,
-};
+use redbell_integration_tests::sentinel::{MASTER, Topology, free_layout_base, works_again};
 use redbell_integration_tests::{
     POLL, eventually_every, get, hand_off, lock_key, promptly, raw, unique,
 };
@@ -52,7 +49,7 @@ async fn named_port(sentinel_url: &str) -> Option<u16> {
 async fn primary_credentials_and_db_are_kept_across_a_failover() {
     let base = free_layout_base();
     let (topo, urls) =
-        ScriptTopology::start_with(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
+        Topology::start_at(base, &["--requirepass", PW, "--sentinel-pass", SPW]).await;
     let sentinels = &urls;
     // The sentinels' password is not the primary's: without the primary's
     // own, the client cannot use the primary it found.
@@ -87,14 +84,7 @@ async fn primary_credentials_and_db_are_kept_across_a_failover() {
     guard.unlock().await.expect("unlock");
     assert_woken("before the failover", hand_off(&a, &b).await);
 
-    // SIGKILL the primary (its pid is in the script's state directory).
-    let pid = std::fs::read_to_string(topo.dir().join("primary.pid")).expect("primary.pid");
-    let killed = Command::new("kill")
-        .arg("-KILL")
-        .arg(pid.trim())
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    topo.kill_primary().await;
     let replica = base + 1;
     let url = urls[0].clone();
     let failed_over = eventually_every(Duration::from_secs(30), POLL, || {

@@ -8,18 +8,14 @@
 //! for about the holder's whole lease (see the comment above each test).
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, timeout};
 
 use redbell_integration_tests::{
-    PrivateRedis, Side, client, fifo_key, got_within, lock_key, raw, redbell_binary, redis_url,
-    signal, unique, wait_for_members, wait_for_parked, waiters_key,
+    PrivateRedis, Proxy, Side, client, fifo_key, got_within, lock_key, raw, redbell_binary,
+    redis_port, redis_url, signal, unique, wait_for_members, wait_for_parked, waiters_key,
 };
 
 /// How long a live waiter may take to get a free lock after the release.
@@ -170,7 +166,7 @@ async fn a_half_open_pubsub_connection_is_noticed_and_replaced() {
     let url = redis_url();
     let name = unique("half-open");
     let conn = raw(&url).await;
-    let proxy = Proxy::start(&url).await;
+    let proxy = Proxy::start(0, redis_port()).await.expect("a proxy");
     let waiting_client = redbell::Client::connect(proxy.url()).await.unwrap();
     // The client's connections, in order: the command connection, then the
     // pub/sub connection.
@@ -189,7 +185,7 @@ async fn a_half_open_pubsub_connection_is_noticed_and_replaced() {
 
     // Like a NAT that forgot the flow: the server sees the pub/sub
     // connection close, the client sees silence.
-    proxy.half_open(1);
+    proxy.half_open(1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
@@ -401,96 +397,6 @@ async fn info_field(conn: &mut MultiplexedConnection, section: &str, field: &str
         .unwrap_or("")
         .trim()
         .to_owned()
-}
-
-/// A TCP proxy in front of Redis that can half-open one of the
-/// connections it forwards: close its server side (the server sees the
-/// client leave) while the client side stays open and silent.
-struct Proxy {
-    port: u16,
-    accepted: Arc<AtomicUsize>,
-    cut: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>>,
-}
-
-impl Proxy {
-    async fn start(target_url: &str) -> Proxy {
-        let target = target_url
-            .trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .rsplit('@')
-            .next()
-            .unwrap()
-            .to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let cut: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
-        let (acc, cuts) = (accepted.clone(), cut.clone());
-        tokio::spawn(async move {
-            while let Ok((down, _)) = listener.accept().await {
-                let Ok(up) = TcpStream::connect(&target).await else {
-                    continue;
-                };
-                let flag = Arc::new(AtomicBool::new(false));
-                cuts.lock().unwrap().push(flag.clone());
-                acc.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(forward(down, up, flag));
-            }
-        });
-        Proxy {
-            port,
-            accepted,
-            cut,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    /// Half-opens the `i`-th connection accepted (from 0).
-    fn half_open(&self, i: usize) {
-        self.cut.lock().unwrap()[i].store(true, Ordering::SeqCst);
-    }
-}
-
-/// Copies both ways until `cut`: then drops the server side and keeps the
-/// client side open, reading and discarding whatever the client sends.
-async fn forward(down: TcpStream, up: TcpStream, cut: Arc<AtomicBool>) {
-    let (mut down_r, mut down_w) = down.into_split();
-    let (mut up_r, mut up_w) = up.into_split();
-    let mut a = [0u8; 16 * 1024];
-    let mut b = [0u8; 16 * 1024];
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    loop {
-        tokio::select! {
-            n = down_r.read(&mut a) => match n {
-                Ok(0) | Err(_) => return,
-                Ok(n) => if !cut.load(Ordering::SeqCst) && up_w.write_all(&a[..n]).await.is_err() { return },
-            },
-            n = up_r.read(&mut b), if !cut.load(Ordering::SeqCst) => match n {
-                Ok(0) | Err(_) => return,
-                Ok(n) => if down_w.write_all(&b[..n]).await.is_err() { return },
-            },
-            _ = tick.tick() => {
-                if cut.load(Ordering::SeqCst) {
-                    break;
-                }
-            }
-        }
-    }
-    drop((up_r, up_w)); // the server sees the connection close
-    // The client side stays open, silent, until the client gives up on it.
-    while let Ok(n) = down_r.read(&mut a).await {
-        if n == 0 {
-            return;
-        }
-    }
-    drop(down_w);
 }
 
 /// One name, one kind: a Mutex, FairMutex or RwLock attempt on a name in

@@ -7,49 +7,20 @@
 //! `cargo test -p redbell-integration-tests --features tls --test tls`.
 #![cfg(feature = "tls")]
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use redbell::redis::{ClientTlsConfig, TlsCertificates};
 use redbell::{Client, Error};
-use redbell_integration_tests::{
-    free_base, hand_off, promptly, redis_script, repo_root, run_redis_script, unique,
-};
+use redbell_integration_tests::{TlsServers, hand_off, promptly, unique};
 
-/// The two servers of `tls.sh start PORT`, stopped on drop.
-struct TlsServers {
-    port: u16,
-    /// `rediss://` URL of the server that takes clients without a certificate.
-    optional: String,
-    /// `rediss://` URL of the server that requires one.
-    required: String,
-}
-
-impl TlsServers {
-    async fn start() -> TlsServers {
-        let port = free_base(2, &[0, 1], "two TLS servers");
-        let out = run_redis_script("tls.sh", "start", port).await;
-        let urls: Vec<String> = out.lines().map(str::to_owned).collect();
-        assert_eq!(urls.len(), 2, "tls.sh printed {out:?}");
-        TlsServers {
-            port,
-            optional: urls[0].clone(),
-            required: urls[1].clone(),
-        }
-    }
-}
-
-impl Drop for TlsServers {
-    fn drop(&mut self) {
-        let _ = redis_script("tls.sh", "stop", self.port)
-            .stdout(Stdio::null())
-            .status();
-    }
+/// The kit's two TLS servers ([`TlsServers`]), or a panic.
+async fn tls_servers() -> TlsServers {
+    TlsServers::start().await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A PEM file `tls.sh` made.
 fn pem(file: &str) -> Vec<u8> {
-    let path = repo_root().join("target/redis/tls").join(file);
+    let path = TlsServers::certificates_dir().join(file);
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
@@ -96,9 +67,13 @@ async fn lock_unlock_and_hand_off(a: &Client, b: &Client) {
 /// that does not need one): lock, unlock and a contended hand-off work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_a_contended_hand_off_over_tls_with_a_custom_ca() {
-    let servers = TlsServers::start().await;
-    let a = connect(&servers.optional, false).await.expect("connect a");
-    let b = connect(&servers.optional, false).await.expect("connect b");
+    let servers = tls_servers().await;
+    let a = connect(servers.optional_url(), false)
+        .await
+        .expect("connect a");
+    let b = connect(servers.optional_url(), false)
+        .await
+        .expect("connect b");
     lock_unlock_and_hand_off(&a, &b).await;
     a.shutdown().await.expect("shutdown");
 }
@@ -107,18 +82,22 @@ async fn locks_and_a_contended_hand_off_over_tls_with_a_custom_ca() {
 /// cannot connect; with ours it locks, unlocks and hands off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_requires_a_client_certificate() {
-    let servers = TlsServers::start().await;
+    let servers = tls_servers().await;
     let refused = promptly(
         "connecting without a certificate",
-        connect(&servers.required, false),
+        connect(servers.required_url(), false),
     )
     .await;
     assert!(
         matches!(refused, Err(Error::Redis(_))),
         "a client without a certificate connected: {refused:?}"
     );
-    let a = connect(&servers.required, true).await.expect("connect a");
-    let b = connect(&servers.required, true).await.expect("connect b");
+    let a = connect(servers.required_url(), true)
+        .await
+        .expect("connect a");
+    let b = connect(servers.required_url(), true)
+        .await
+        .expect("connect b");
     lock_unlock_and_hand_off(&a, &b).await;
 }
 
@@ -127,17 +106,17 @@ async fn a_server_that_requires_a_client_certificate() {
 /// `redis://` URL are an error rather than a silent plaintext connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_certificate_is_verified() {
-    let servers = TlsServers::start().await;
+    let servers = tls_servers().await;
     let unknown_ca = promptly(
         "connecting without the CA",
-        Client::connect(servers.optional.as_str()),
+        Client::connect(servers.optional_url()),
     )
     .await;
     assert!(
         matches!(unknown_ca, Err(Error::Redis(_))),
         "connected to a server whose CA is not trusted: {unknown_ca:?}"
     );
-    let plain = servers.optional.replacen("rediss://", "redis://", 1);
+    let plain = servers.optional_url().replacen("rediss://", "redis://", 1);
     let mismatch = connect(&plain, false).await;
     assert!(
         matches!(&mismatch, Err(Error::Redis(e)) if e.to_string().contains("rediss")),
@@ -150,8 +129,8 @@ async fn the_server_certificate_is_verified() {
 /// could not reach a TLS server with a CA of its own at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_runs_a_command_under_a_lock_over_tls() {
-    let servers = TlsServers::start().await;
-    let dir = repo_root().join("target/redis/tls");
+    let servers = tls_servers().await;
+    let dir = TlsServers::certificates_dir();
     let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
     let run = |url: &str, with_cert: bool| {
         let mut cmd = std::process::Command::new(redbell_integration_tests::redbell_binary());
@@ -165,19 +144,19 @@ async fn the_cli_runs_a_command_under_a_lock_over_tls() {
             ]);
         }
         cmd.args(["run", &unique("tls-cli"), "--", "echo", "held"])
-            .stdin(Stdio::null())
+            .stdin(std::process::Stdio::null())
             .output()
             .expect("run redbell")
     };
-    let out = run(&servers.optional, false);
+    let out = run(servers.optional_url(), false);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "held");
-    let refused = run(&servers.required, false);
+    let refused = run(servers.required_url(), false);
     assert_eq!(
         refused.status.code(),
         Some(69),
         "no client certificate: {refused:?}"
     );
-    let out = run(&servers.required, true);
+    let out = run(servers.required_url(), true);
     assert!(out.status.success(), "with the client certificate: {out:?}");
 }

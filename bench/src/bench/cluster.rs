@@ -5,6 +5,7 @@
 //! every key of a lock, and the bench's counter, share the lock's `{name}`
 //! hash tag, so they all live in that one slot.
 
+use redbell_testkit::{Node, parse_nodes};
 use serde::Serialize;
 
 use super::contend::bookkeeping;
@@ -18,12 +19,6 @@ pub struct ClusterInfo {
     pub primaries: u32,
     pub replicas: u32,
     pub redis_version: String,
-}
-
-/// One primary of the cluster.
-struct Primary {
-    addr: String,
-    slots: Vec<(u16, u16)>,
 }
 
 /// A plain connection to the first node of `nodes` that answers, and its URL.
@@ -63,13 +58,9 @@ pub async fn check(nodes: &[String]) -> Result<ClusterInfo, Failure> {
         .query_async(&mut conn)
         .await
         .map_err(err(&url))?;
-    let replicas = text
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(2)
-                .is_some_and(|f| f.split(',').any(|f| f == "slave"))
-        })
+    let replicas = parse_nodes(&text)
+        .iter()
+        .filter(|n| n.flags.iter().any(|f| f == "slave"))
         .count() as u32;
     Ok(ClusterInfo {
         nodes: nodes.iter().map(|u| redact(u)).collect(),
@@ -107,28 +98,10 @@ pub async fn owner(nodes: &[String], key: &str) -> Result<(String, u16), Failure
 
 /// The primaries in `CLUSTER NODES` output (those flagged `fail` left out),
 /// with their stable slot ranges (migrating/importing entries skipped).
-fn primaries(text: &str) -> Vec<Primary> {
-    text.lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 8 {
-                return None;
-            }
-            let flags: Vec<&str> = f[2].split(',').collect();
-            if !flags.contains(&"master") || flags.contains(&"fail") {
-                return None;
-            }
-            let addr = f[1].split(['@', ',']).next()?.to_owned();
-            let slots = f[8..]
-                .iter()
-                .filter(|s| !s.starts_with('['))
-                .filter_map(|s| match s.split_once('-') {
-                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-                    None => s.parse().ok().map(|a| (a, a)),
-                })
-                .collect();
-            Some(Primary { addr, slots })
-        })
+fn primaries(text: &str) -> Vec<Node> {
+    parse_nodes(text)
+        .into_iter()
+        .filter(|n| n.is_primary() && !n.flags.iter().any(|f| f == "fail"))
         .collect()
 }
 

@@ -6,7 +6,7 @@
 //! [`STOP_FOR`] (past its lease) then SIGCONT, and SIGSTOP of a *woken
 //! waiter*: a worker waiting on a lock whose holder has just logged the end
 //! of its hold (so the release is on its way and wakes it). Network faults
-//! go through the worker's own proxy (`proxy.rs`): a partition for
+//! go through the worker's own proxy (the kit's `Proxy`): a partition for
 //! [`STOP_FOR`], or half-open connections. Faults of the servers are in
 //! `topology.rs`.
 //!
@@ -43,10 +43,10 @@ use super::checker::{Event, Fault, FaultKind, Record};
 use super::plan::{
     BLACK_HOLE_RECOVERY, LEASE, POOL_TASKS, Planned, RUN_HOLD, STOP_FOR, TERM_AFTER, WorkerKind,
 };
-use super::proxy::Proxy;
 use super::topology::Topology;
-use super::worker::now_us;
+use super::worker_io::now_us;
 use crate::fail::{EX_FAILURE, Failure};
+use redbell_testkit::Proxy;
 
 /// How long a woken waiter (or a waiting pool, or a running command) is
 /// looked for.
@@ -124,7 +124,7 @@ impl Pool {
             .to_owned();
         let proxy = match self.proxy_to {
             Some(port) => Some(
-                Proxy::start(port)
+                Proxy::start(0, port)
                     .await
                     .map_err(|e| Failure::new(EX_FAILURE, format!("cannot start a proxy: {e}")))?,
             ),
@@ -174,7 +174,7 @@ impl Pool {
                 match kind {
                     FaultKind::Partition => {
                         if let Some(p) = &w.proxy {
-                            p.partition(false);
+                            p.resume();
                         }
                     }
                     // Nothing to undo (their `until_us` was set when
@@ -292,13 +292,16 @@ impl Pool {
             }
             FaultKind::Partition => {
                 if let Some(p) = &self.workers[i].proxy {
-                    p.partition(true);
+                    p.partition().await;
                 }
                 self.workers[i].stopped = Some((due, self.faults.len()));
                 format!("partition {id} for {} ms", STOP_FOR.as_millis())
             }
             FaultKind::BlackHole => {
-                let n = self.workers[i].proxy.as_ref().map_or(0, Proxy::black_hole);
+                let n = match &self.workers[i].proxy {
+                    Some(p) => p.blackhole().await,
+                    None => 0,
+                };
                 // Not live until it must work again (`checker/run.rs`
                 // judges that); no other fault hits it meanwhile.
                 fault.until_us = Some(fault.at_us + BLACK_HOLE_RECOVERY.as_micros() as u64);
@@ -334,7 +337,10 @@ impl Pool {
                 )
             }
             FaultKind::HalfOpen => {
-                let n = self.workers[i].proxy.as_ref().map_or(0, Proxy::black_hole);
+                let n = match &self.workers[i].proxy {
+                    Some(p) => p.blackhole().await,
+                    None => 0,
+                };
                 // Its connections are dead until it notices: judged as
                 // stopped for a lease and a second.
                 fault.until_us =

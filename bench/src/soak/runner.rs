@@ -28,7 +28,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::checker::Event;
 use super::plan::{KILL_GRACE, LEASE, RUN_HOLD, RUN_LINE_EVERY, WorkerKind};
-use super::worker::{Log, Store, WorkerArgs, now_us, stopped};
+use super::worker_io::{Log, Store, WorkerArgs, now_us, stopped};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// Options of the hidden `soak-store` subcommand (the command `redbell

@@ -1,7 +1,7 @@
 //! The Redis topologies a soak runs on, each owned by the soak (started on
 //! free ports, stopped at the end), and the faults of their servers.
 //!
-//! - `single`: one redis-server with AOF (`server.rs`); workers reach it
+//! - `single`: one redis-server with AOF (the kit's `Server`); workers reach it
 //!   through proxies of their own; the store lives on it too. Faults:
 //!   `CLIENT KILL`, `CLIENT PAUSE`, SIGKILL + restart.
 //! - `sentinel` (`sentinel.rs`) and `cluster` (`cluster.rs`): the
@@ -12,15 +12,16 @@
 mod cluster;
 mod sentinel;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
+use redbell_testkit::{Server, ServerOptions};
+
 use super::checker::FaultKind;
 use super::plan::Planned;
-use super::server::Server;
-use super::worker::now_us;
+use super::worker_io::now_us;
 use crate::fail::{EX_FAILURE, EX_USAGE, Failure};
 use cluster::Cluster;
 use sentinel::Sentinel;
@@ -48,63 +49,23 @@ pub enum Topology {
     },
 }
 
-/// A plain connection to `url`.
-pub async fn connect(url: &str) -> Result<redis::aio::MultiplexedConnection, Failure> {
-    let client = redis::Client::open(url).map_err(|e| Failure::redis(url, "bad Redis URL", &e))?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| Failure::redis(url, "cannot connect", &e))
+/// The kit's error as the soak's failure.
+pub fn kit_failure(e: redbell_testkit::Error) -> Failure {
+    Failure::new(EX_FAILURE, e.0)
 }
 
-/// The repository (the scripts' home): the working directory if it holds
-/// them, else where this crate was built from.
-pub fn repo_root() -> PathBuf {
-    let cwd = std::env::current_dir().unwrap_or_default();
-    if cwd.join("scripts/redis").is_dir() {
-        cwd
-    } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-    }
-}
-
-/// Runs `scripts/redis/NAME ACTION BASE`; its stdout.
-pub async fn script(name: &str, action: &str, base: u16) -> Result<String, Failure> {
-    let path = repo_root().join("scripts/redis").join(name);
-    let out = tokio::process::Command::new(&path)
-        .args([action, &base.to_string()])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .map_err(|e| Failure::new(EX_FAILURE, format!("cannot run {}: {e}", path.display())))?;
-    if !out.status.success() {
-        return Err(Failure::new(
-            EX_FAILURE,
-            format!("{name} {action} {base} failed ({})", out.status),
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A random base port such that base + each offset is free (and outside
-/// 6390–6399 and the kernel's ephemeral range).
-pub fn free_base(offsets: &[u16]) -> Result<u16, Failure> {
-    let mut rng = super::plan::Rng::new(now_us() ^ u64::from(std::process::id()));
-    for _ in 0..50 {
-        let base = 20_000 + rng.range(0, 12_000) as u16;
-        let free = offsets.iter().all(|&o| {
-            let port = base + o;
-            !(6390..=6399).contains(&port)
-                && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-        });
-        if free {
-            return Ok(base);
-        }
-    }
-    Err(Failure::new(EX_FAILURE, "no free base port found"))
+/// The soak's own redis-server with an AOF (`appendfsync everysec`), its
+/// data in `dir`: SIGKILLed and restarted, it keeps what reached the AOF
+/// and loses up to about a second of writes (lock grants, renewals,
+/// releases, fences and store maxima alike).
+async fn aof_server(dir: &Path) -> Result<Server, Failure> {
+    Server::start(ServerOptions {
+        dir: Some(dir.to_owned()),
+        aof: true,
+        ..ServerOptions::default()
+    })
+    .await
+    .map_err(kit_failure)
 }
 
 async fn manager(url: &str) -> Result<ConnectionManager, Failure> {
@@ -119,12 +80,12 @@ impl Topology {
     pub async fn start(name: &str, dir: &Path) -> Result<Topology, Failure> {
         match name {
             "single" => {
-                let server = Server::start(&dir.join("redis")).await?;
+                let server = aof_server(&dir.join("redis")).await?;
                 let conn = manager(&server.url()).await?;
                 Ok(Topology::Single { server, conn })
             }
             "sentinel" => {
-                let store = Server::start(&dir.join("store")).await?;
+                let store = aof_server(&dir.join("store")).await?;
                 let conn = manager(&store.url()).await?;
                 let sentinel = Sentinel::start().await?;
                 Ok(Topology::Sentinel {
@@ -134,7 +95,7 @@ impl Topology {
                 })
             }
             "cluster" => {
-                let store = Server::start(&dir.join("store")).await?;
+                let store = aof_server(&dir.join("store")).await?;
                 let conn = manager(&store.url()).await?;
                 let cluster = Cluster::start().await?;
                 Ok(Topology::Cluster {
@@ -155,7 +116,7 @@ impl Topology {
     /// worker gets a proxy to (if any).
     pub fn worker_url(&self) -> (String, Option<u16>) {
         match self {
-            Topology::Single { server, .. } => (server.url(), Some(server.port)),
+            Topology::Single { server, .. } => (server.url(), Some(server.port())),
             Topology::Sentinel { store, .. } | Topology::Cluster { store, .. } => {
                 (store.url(), None)
             }
@@ -246,7 +207,7 @@ impl Topology {
     pub async fn inject(&mut self, planned: &Planned) -> Result<(String, Option<u64>), Failure> {
         match (self, planned.kind) {
             (Topology::Single { server, .. }, FaultKind::Restart) => {
-                server.restart(RESTART_DOWN).await?;
+                server.restart(RESTART_DOWN).await.map_err(kit_failure)?;
                 let line = format!(
                     "SIGKILL redis-server, restarted after {} ms from its AOF",
                     RESTART_DOWN.as_millis()
@@ -323,16 +284,16 @@ impl Topology {
 
     pub async fn stop(&mut self) {
         match self {
-            Topology::Single { server, .. } => server.stop().await,
+            Topology::Single { server, .. } => server.kill(),
             Topology::Sentinel {
                 sentinel, store, ..
             } => {
                 sentinel.stop().await;
-                store.stop().await;
+                store.kill();
             }
             Topology::Cluster { cluster, store, .. } => {
                 cluster.stop().await;
-                store.stop().await;
+                store.kill();
             }
         }
     }

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use crate::{POLL, eventually_every, info_field, query, replication_field};
 
 use super::Cluster;
-use super::nodes::{Node, parse_nodes};
+use redbell_testkit::{Node, parse_nodes};
 
 /// One field of `CLUSTER INFO` on a node.
 async fn cluster_info(port: u16, name: &str) -> Option<String> {
@@ -64,7 +64,7 @@ impl Cluster {
             return false;
         }
         for n in &nodes {
-            let dead = self.killed.contains(&n.port);
+            let dead = !self.live_ports().contains(&n.port);
             let fail = n.flags.iter().any(|f| f == "fail");
             if n.flags
                 .iter()
@@ -84,7 +84,7 @@ impl Cluster {
             return false;
         }
         let orphan = nodes.iter().any(|n| {
-            !self.killed.contains(&n.port)
+            self.live_ports().contains(&n.port)
                 && !serving.iter().any(|p| p.id == n.id)
                 && !serving.iter().any(|p| n.master.as_ref() == Some(&p.id))
         });
@@ -118,7 +118,7 @@ impl Cluster {
                 query(self.live_ports()[0], redis::cmd("CLUSTER").arg("NODES")).await;
             panic!(
                 "cluster {} not stable within 30 s {when}:\n{}",
-                self.base,
+                self.base(),
                 nodes.unwrap_or_default()
             );
         }

@@ -1,15 +1,15 @@
 //! A Sentinel topology per test — a primary, a replica and three sentinels
-//! — failed over by SIGKILLing the primary.
+//! — failed over by SIGKILLing the primary or by `SENTINEL FAILOVER`.
 //!
-//! - [`Topology`] spawns the five processes on loopback ports of its own, in
-//!   the layout of `scripts/redis/sentinel.sh` (primary BASE, replica BASE+1,
-//!   the replication [`Proxy`] on BASE+2, sentinels
-//!   BASE+10..BASE+12; `sentinel monitor mymaster 127.0.0.1 BASE 2`,
-//!   `down-after-milliseconds 1000`, `failover-timeout 10000`), waits until
-//!   all three sentinels agree on the master, see each other and the
-//!   replica, and none reports `s_down`; and kills everything on drop
-//!   (printing the logs' tails when the test failed).
-//! - [`Topology::start_with_proxy`] puts a [`Proxy`] on the
+//! - [`Topology`] is the kit's [`Sentinel`](redbell_testkit::Sentinel):
+//!   `scripts/redis/sentinel.sh start BASE` on a base of the test's own
+//!   (primary BASE, replica BASE+1, sentinels BASE+10..BASE+12; `sentinel
+//!   monitor mymaster 127.0.0.1 BASE 2`, `down-after-milliseconds 1000`,
+//!   `failover-timeout 10000`), which returns once all three sentinels
+//!   agree on the master, see each other and the replica, and none reports
+//!   `s_down`; stopped on drop (printing the logs' tails when the test
+//!   failed). Panics where the kit returns an error.
+//! - [`Topology::start_with_proxy`] puts a [`Proxy`] on BASE+2 on the
 //!   replication link (the replica is pointed at it with `REPLICAOF`), which
 //!   can be paused (nothing more is forwarded from the primary to the
 //!   replica) and cut (its connections are dropped with what they held).
@@ -18,108 +18,60 @@
 //!   from the wrong address back in line after `failover-timeout`
 //!   (`+fix-slave-config`): point the replica at the proxy only seconds
 //!   before the failover, and finish well within 10 s.
-//! - [`ScriptTopology`] is the same layout as `sentinel.sh` starts it.
 //!
 //! The helpers here take a server's port where the crate's flat ones take a
 //! connection, hence a module of their own: `use
 //! redbell_integration_tests::sentinel::{Topology, ...}`.
 
-mod processes;
 mod replication;
-mod script;
 mod sentinels;
 
-use std::path::PathBuf;
-use std::process::Child;
-use std::time::Duration;
+use std::ops::Deref;
 
 use tokio::time::Instant;
 
-use crate::{POLL, Proxy, eventually_every, free_base, node_url, print_log_tail};
-use crate::{replication_field, unique};
+use crate::{Proxy, node_url};
 
+pub use redbell_testkit::sentinel::{MASTER, master_port, sentinel_agrees};
 pub use replication::{replica_caught_up, write_and_wait};
-pub use script::ScriptTopology;
-pub use sentinels::{as_strs, master_port, sentinel_agrees, sentinel_client, works_again};
+pub use sentinels::{sentinel_client, works_again};
 
-/// The master name the sentinels monitor.
-pub const MASTER: &str = "mymaster";
-
-/// The offsets from BASE of the layout's ports: primary, replica, proxy,
-/// three sentinels.
-const LAYOUT: [u16; 6] = [0, 1, 2, 10, 11, 12];
-
-/// A base port whose layout ports (BASE, +1, +2, +10..+12) are free
-/// ([`free_base`]).
+/// A base port whose layout ports (BASE, +1, +2, +10..+12) are free.
+///
+/// # Panics
+///
+/// When there is none.
 pub fn free_layout_base() -> u16 {
-    free_base(16, &LAYOUT, "a sentinel topology")
+    redbell_testkit::sentinel::free_layout_base().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A primary, a replica and three sentinels of the test's own, spawned as
-/// child processes and SIGKILLed on drop.
+/// A primary, a replica and three sentinels of the test's own. The kit's
+/// [`Sentinel`](redbell_testkit::Sentinel) methods that cannot fail
+/// (`base`, `sentinel_ports`, `dir`, ...) apply.
 #[derive(Debug)]
-pub struct Topology {
-    base: u16,
-    /// Working directory, configs and logs; removed on drop unless the test
-    /// failed.
-    dir: PathBuf,
-    /// (name, process); the primary's entry goes when it is killed.
-    children: Vec<(String, Child)>,
-}
+pub struct Topology(redbell_testkit::Sentinel);
 
 impl Topology {
-    /// Starts the topology and waits (up to 30 s) until it is healthy: the
-    /// replica's link is up, and every sentinel names the primary with flags
-    /// `master`, two other sentinels and one replica.
+    /// Starts the topology on a free base and waits until it is healthy.
     ///
     /// # Panics
     ///
-    /// When a process cannot be started or it is not healthy in time.
+    /// When `sentinel.sh` fails.
     pub async fn start() -> Topology {
-        let base = free_layout_base();
-        let dir = std::env::temp_dir().join(format!("redbell-sentinel-{base}-{}", unique("t")));
-        std::fs::create_dir_all(&dir).expect("create the topology dir");
-        let mut topo = Topology {
-            base,
-            dir,
-            children: Vec::new(),
-        };
+        Topology::start_at(free_layout_base(), &[]).await.0
+    }
+
+    /// Runs `sentinel.sh start BASE OPTIONS...` (e.g. `--requirepass PW`,
+    /// `--sentinel-pass PW`); the topology and the sentinel URLs the script
+    /// printed (with the sentinels' password, if any).
+    ///
+    /// # Panics
+    ///
+    /// When the script fails.
+    pub async fn start_at(base: u16, options: &[&str]) -> (Topology, Vec<String>) {
         let started = Instant::now();
-        topo.spawn_server("primary", topo.primary_port(), &[]);
-        let primary = topo.primary_port().to_string();
-        topo.spawn_server(
-            "replica",
-            topo.replica_port(),
-            &["--replicaof", "127.0.0.1", &primary],
-        );
-        // The sentinels learn the replica from the primary's INFO when they
-        // connect (then only every 10 s): start them once it is attached.
-        let replica = topo.replica_port();
-        let linked = eventually_every(Duration::from_secs(10), POLL, || async move {
-            replication_field(replica, "master_link_status")
-                .await
-                .as_deref()
-                == Some("up")
-        })
-        .await;
-        assert!(linked, "the replica never linked to the primary");
-        for i in 0..3 {
-            topo.spawn_sentinel(i);
-        }
-        let (sentinels, primary) = (topo.sentinel_ports(), topo.primary_port());
-        let healthy = eventually_every(Duration::from_secs(30), POLL, || async move {
-            for s in sentinels {
-                if !sentinel_agrees(s, primary).await {
-                    return false;
-                }
-            }
-            true
-        })
-        .await;
-        assert!(
-            healthy,
-            "the sentinels did not agree on a healthy master within 30 s"
-        );
+        let kit = start_kit(base, options).await;
+        let topo = Topology(kit);
         eprintln!(
             "topology {base}: primary {}, replica {}, sentinels {:?}: healthy after {:?}",
             topo.primary_port(),
@@ -127,7 +79,8 @@ impl Topology {
             topo.sentinel_ports(),
             started.elapsed()
         );
-        topo
+        let urls = topo.0.sentinel_urls().to_vec();
+        (topo, urls)
     }
 
     /// [`Topology::start`], then a [`Proxy`] on the proxy port in front of
@@ -135,34 +88,21 @@ impl Topology {
     /// ([`Topology::replicate_through`]).
     pub async fn start_with_proxy() -> (Topology, Proxy) {
         let topo = Topology::start().await;
-        let proxy = Proxy::start(topo.proxy_port(), topo.primary_port()).await;
+        let proxy = Proxy::start(topo.proxy_port(), topo.primary_port())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         topo.replicate_through(&proxy).await;
         (topo, proxy)
     }
 
-    /// The primary's port: BASE.
-    pub fn primary_port(&self) -> u16 {
-        self.base
-    }
-
-    /// The replica's port: BASE+1.
-    pub fn replica_port(&self) -> u16 {
-        self.base + 1
-    }
-
     /// Where the replication [`Proxy`] listens: BASE+2.
     pub fn proxy_port(&self) -> u16 {
-        self.base + 2
-    }
-
-    /// The sentinels' ports: BASE+10..BASE+12.
-    pub fn sentinel_ports(&self) -> [u16; 3] {
-        [self.base + 10, self.base + 11, self.base + 12]
+        self.0.spare_port()
     }
 
     /// The three sentinel URLs, for `Client::sentinel`.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinel_ports().into_iter().map(node_url).collect()
+        self.0.sentinel_urls().to_vec()
     }
 
     /// The primary's URL (the replica's after a failover).
@@ -175,31 +115,39 @@ impl Topology {
         node_url(self.replica_port())
     }
 
-    /// The log file of process `name`.
-    fn log(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.log"))
+    /// SIGKILLs the primary and waits until it no longer answers.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be killed (it was killed before, say).
+    pub async fn kill_primary(&self) {
+        self.0
+            .kill(self.primary_port())
+            .await
+            .unwrap_or_else(|e| panic!("SIGKILL the primary: {e}"));
+    }
+
+    /// Runs `sentinel.sh stop BASE` (once stopped, drop does nothing).
+    ///
+    /// # Panics
+    ///
+    /// When the script fails.
+    pub async fn stop(&mut self) {
+        self.0.stop().await.unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            for name in [
-                "primary",
-                "replica",
-                "sentinel-0",
-                "sentinel-1",
-                "sentinel-2",
-            ] {
-                print_log_tail(&format!("topology {} {name}", self.base), &self.log(name));
-            }
-            eprintln!("(kept {})", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+/// The kit's topology, started, or a panic.
+async fn start_kit(base: u16, options: &[&str]) -> redbell_testkit::Sentinel {
+    redbell_testkit::Sentinel::start_at(base, options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+impl Deref for Topology {
+    type Target = redbell_testkit::Sentinel;
+
+    fn deref(&self) -> &redbell_testkit::Sentinel {
+        &self.0
     }
 }

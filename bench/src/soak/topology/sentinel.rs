@@ -4,22 +4,20 @@
 //! replica; the killed server comes back empty as a replica of the new
 //! primary once they have).
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, Instant};
 
 use tokio_stream::StreamExt;
 
-use super::{connect, free_base, script};
-use crate::fail::{EX_FAILURE, Failure};
+use super::kit_failure;
+use crate::fail::Failure;
 use crate::soak::checker::{Fault, FaultKind};
-use crate::soak::worker::now_us;
+use crate::soak::worker_io::now_us;
 
 /// The Sentinel topology of one run.
 pub struct Sentinel {
-    pub base: u16,
+    kit: redbell_testkit::Sentinel,
+    /// The sentinels' URLs, for the workers.
     pub urls: Vec<String>,
-    dir: PathBuf,
     /// What the sentinels announced (see the module docs): when we heard
     /// it, the event's channel and its payload.
     heard: Arc<StdMutex<Vec<(u64, String, String)>>>,
@@ -38,18 +36,13 @@ const SWITCH_SLACK_US: u64 = 1_000_000;
 
 impl Sentinel {
     pub async fn start() -> Result<Sentinel, Failure> {
-        let base = free_base(&[0, 1, 10, 11, 12])?;
-        let out = script("sentinel.sh", "start", base).await?;
-        let urls: Vec<String> = out
-            .lines()
-            .filter(|l| l.starts_with("redis://"))
-            .map(str::to_owned)
-            .collect();
-        let dir = super::repo_root().join(format!("target/redis-sentinel/{base}"));
+        let kit = redbell_testkit::Sentinel::start()
+            .await
+            .map_err(kit_failure)?;
+        let urls = kit.sentinel_urls().to_vec();
         let mut sentinel = Sentinel {
-            base,
+            kit,
             urls,
-            dir,
             heard: Arc::default(),
             watchers: Vec::new(),
         };
@@ -102,60 +95,26 @@ impl Sentinel {
         (own_failovers(&heard, injected), switches)
     }
 
-    pub async fn stop(&self) {
+    pub async fn stop(&mut self) {
         for w in &self.watchers {
             w.abort();
         }
-        let _ = script("sentinel.sh", "stop", self.base).await;
+        let _ = self.kit.stop().await;
     }
 
     /// The primary's port, as the first sentinel that answers names it.
     pub async fn primary(&self) -> Option<u16> {
-        for url in &self.urls {
-            let Ok(mut c) = connect(url).await else {
-                continue;
-            };
-            let addr: redis::RedisResult<Vec<String>> = redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg("mymaster")
-                .query_async(&mut c)
-                .await;
-            if let Ok(a) = addr
-                && let Some(port) = a.get(1).and_then(|p| p.parse().ok())
-            {
-                return Some(port);
-            }
-        }
-        None
-    }
-
-    /// Waits up to 30 s for the sentinels to name a primary other than
-    /// `old`; returns it.
-    async fn new_primary(&self, old: u16) -> Option<u16> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Some(p) = self.primary().await.filter(|&p| p != old) {
-                return Some(p);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
+        self.kit.primary().await
     }
 
     /// `SENTINEL FAILOVER mymaster`; returns when the sentinels name the
     /// new primary.
     pub async fn failover(&self) -> Result<String, Failure> {
         let old = self.primary().await.unwrap_or(0);
-        let mut c = connect(&self.urls[0]).await?;
-        let r: redis::RedisResult<String> = redis::cmd("SENTINEL")
-            .arg("FAILOVER")
-            .arg("mymaster")
-            .query_async(&mut c)
-            .await;
-        if let Err(e) = r {
+        if let Err(e) = self.kit.ask_failover(0).await {
             return Ok(format!("SENTINEL FAILOVER refused: {e}"));
         }
-        Ok(match self.new_primary(old).await {
+        Ok(match self.kit.new_primary(old).await {
             Some(p) => format!("SENTINEL FAILOVER: primary {old} -> {p}"),
             None => format!("SENTINEL FAILOVER: {old} still the primary after 30 s"),
         })
@@ -167,53 +126,19 @@ impl Sentinel {
         let Some(old) = self.primary().await else {
             return Ok("no primary known to kill".into());
         };
-        let name = if old == self.base {
-            "primary"
-        } else {
-            "replica"
+        let pid = match self.kit.kill(old).await {
+            Ok(pid) => pid,
+            Err(e) => return Ok(format!("SIGKILL primary {old} failed: {e}")),
         };
-        let pidfile = self.dir.join(format!("{name}.pid"));
-        let pid = std::fs::read_to_string(&pidfile).unwrap_or_default();
-        let pid = pid.trim();
-        let _ = tokio::process::Command::new("kill")
-            .args(["-KILL", pid])
-            .status()
-            .await;
-        let Some(new) = self.new_primary(old).await else {
+        let Some(new) = self.kit.new_primary(old).await else {
             return Ok(format!("SIGKILL primary {old}: no new primary within 30 s"));
         };
-        let server =
-            std::env::var("REDBELL_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let data = self.dir.join(name);
-        let status = tokio::process::Command::new(server)
-            .args([
-                "--port",
-                &old.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--daemonize",
-                "yes",
-            ])
-            .arg("--pidfile")
-            .arg(&pidfile)
-            .arg("--logfile")
-            .arg(self.dir.join(format!("{name}.log")))
-            .arg("--dir")
-            .arg(&data)
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--repl-diskless-sync-delay",
-                "0",
-            ])
-            .args(["--replicaof", "127.0.0.1", &new.to_string()])
-            .status()
+        self.kit
+            .restart_as_replica(old, new)
             .await
-            .map_err(|e| Failure::new(EX_FAILURE, format!("cannot restart {name}: {e}")))?;
+            .map_err(kit_failure)?;
         Ok(format!(
-            "SIGKILL primary {old} (pid {pid}); sentinels promoted {new}; {old} restarted as its replica ({status})"
+            "SIGKILL primary {old} (pid {pid}); sentinels promoted {new}; {old} restarted as its replica"
         ))
     }
 }

@@ -1,5 +1,5 @@
-//! [`Proxy`]: a TCP proxy on loopback that can hold back, partition,
-//! black-hole and cut the connections it relays.
+//! [`Proxy`]: a TCP proxy on loopback that can hold back, drop, partition,
+//! black-hole, half-open and cut the connections it relays.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio::task::JoinHandle;
 
-use crate::eventually_every;
+use crate::{Error, Result, poll_until};
 
 /// What the proxy does with the bytes of its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +23,8 @@ enum Flow {
     Paused,
     /// Holds back everything both ways, closes included.
     Partitioned,
+    /// Reads and discards everything both ways; closes pass.
+    Dropping,
     /// Connections dropped, with whatever they held; no new ones.
     Cut,
 }
@@ -40,7 +42,7 @@ impl Flow {
     /// Whether bytes going `direction` are held back.
     fn holds(self, direction: Direction) -> bool {
         match self {
-            Flow::Forward | Flow::Cut => false,
+            Flow::Forward | Flow::Dropping | Flow::Cut => false,
             Flow::Paused => direction == Direction::Down,
             Flow::Partitioned => true,
         }
@@ -51,26 +53,28 @@ impl Flow {
 /// for faults a real server cannot be made to show on its own. Cut on drop.
 ///
 /// The side that connects to the proxy is the *client* (a redbell client, a
-/// replica on its replication link), the server the proxy connects to for
-/// each of them is the *upstream*. Every accepted connection is relayed to
-/// a connection of its own to the upstream, byte for byte, in both
-/// directions, until one end closes or the proxy is cut:
+/// replica on its replication link, a soak worker), the server the proxy
+/// connects to for each of them is the *upstream*. Every accepted
+/// connection is relayed to a connection of its own to the upstream, byte
+/// for byte, in both directions, until one end closes or the proxy is cut:
 ///
 /// | call | upstream -> client | client -> upstream | closes | new connections |
 /// | --- | --- | --- | --- | --- |
 /// | (start), [`resume`](Proxy::resume) | forwarded | forwarded | passed on | relayed |
 /// | [`pause`](Proxy::pause) | held back | forwarded | passed on | relayed |
 /// | [`partition`](Proxy::partition) | held back | held back | held back | relayed, then held back |
+/// | [`drop_all`](Proxy::drop_all) | discarded | discarded | passed on | relayed, then discarded |
 /// | [`blackhole`](Proxy::blackhole) | never again | read and discarded | upstream closed, client's left open | relayed |
+/// | [`half_open`](Proxy::half_open)`(i)` | as `blackhole`, for the `i`-th connection only | | | |
 /// | [`cut`](Proxy::cut) | dropped | dropped | all closed | refused |
 ///
 /// What is held back stays in the proxy (one read per connection and
 /// direction) and in the kernel's buffers, and goes through, in order, on
-/// [`resume`](Proxy::resume). A close held back by a partition leaves the
-/// other end's connection open: kill the upstream behind a partition and
-/// the client holds a half-open connection, which only its own timeouts (or
-/// a `resume`/`cut`) end. `CLIENT KILL` cannot do any of this: the client
-/// notices at once and reconnects.
+/// [`resume`](Proxy::resume); what is discarded is gone. A close held back
+/// by a partition leaves the other end's connection open: kill the upstream
+/// behind a partition and the client holds a half-open connection, which
+/// only its own timeouts (or a `resume`/`cut`) end. `CLIENT KILL` cannot do
+/// any of this: the client notices at once and reconnects.
 ///
 /// [`blackhole`](Proxy::blackhole) is what a NAT or load balancer that
 /// dropped its state, a firewall flush or a host that died without a reset
@@ -79,37 +83,34 @@ impl Flow {
 /// client's socket stays open, swallows what the client sends and never
 /// answers, closes or resets. Unlike a partition it is not undone by
 /// `resume`: only the connections the client opens afterwards work.
-///
-/// # Example
-///
-/// ```no_run
-/// # async fn example() {
-/// use redbell_integration_tests::{PrivateRedis, Proxy, client};
-///
-/// let redis = PrivateRedis::start().await;
-/// let proxy = Proxy::start(0, redis.port()).await;
-/// let c = client(&proxy.url()).await;
-/// proxy.partition().await; // c's connections stay open, and hear nothing
-/// // ... what does c do now?
-/// proxy.resume();
-/// # drop(c);
-/// # }
-/// ```
+/// [`half_open`](Proxy::half_open) does the same to one connection (a
+/// client's pub/sub connection, say), picked by the order of acceptance.
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
     flow: watch::Sender<Flow>,
     /// Per direction (down, up): held by a relay while it writes that way,
-    /// and by `pause`/`partition`/`cut` while they change the flow, so once
-    /// they return no write they stop is under way.
+    /// and by the calls that change the flow or the holes, so once they
+    /// return no write they stop is under way.
     gates: [Arc<AsyncMutex<()>>; 2],
     /// Relays alive (each holds its two connections, or a black-holed
     /// client's socket).
     live: Arc<AtomicUsize>,
-    /// Counts [`blackhole`](Proxy::blackhole) calls: a relay accepted when
-    /// it was `n` is black-holed once it exceeds `n`.
-    holes: watch::Sender<u64>,
+    /// Connections accepted so far; the next one gets this index.
+    accepted: Arc<AtomicUsize>,
+    /// Which relays are black-holed; only grows.
+    holes: watch::Sender<Holes>,
     accept: JoinHandle<()>,
+}
+
+/// Which relays are black-holed.
+#[derive(Debug, Clone, Default)]
+struct Holes {
+    /// [`Proxy::blackhole`] calls: a relay accepted when it was `n` is
+    /// black-holed once it exceeds `n`.
+    epoch: u64,
+    /// Indices of relays black-holed one by one ([`Proxy::half_open`]).
+    picked: Vec<usize>,
 }
 
 /// Counts a relay as alive while it exists.
@@ -126,21 +127,25 @@ impl Proxy {
     /// [`port`](Proxy::port)) and relays each connection to
     /// 127.0.0.1:`upstream`, forwarding both ways.
     ///
-    /// # Panics
+    /// # Errors
     ///
     /// When it cannot listen on `port`.
-    pub async fn start(port: u16, upstream: u16) -> Proxy {
+    pub async fn start(port: u16, upstream: u16) -> Result<Proxy> {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
-            .unwrap_or_else(|e| panic!("the proxy cannot listen on {port}: {e}"));
-        let port = listener.local_addr().expect("the proxy's address").port();
+            .map_err(|e| Error::new(format!("the proxy cannot listen on {port}: {e}")))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::new(format!("the proxy's address: {e}")))?
+            .port();
         let (flow, _) = watch::channel(Flow::Forward);
         let gates = [Arc::new(AsyncMutex::new(())), Arc::new(AsyncMutex::new(()))];
         let live = Arc::new(AtomicUsize::new(0));
-        let (holes, _) = watch::channel(0);
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (holes, _) = watch::channel(Holes::default());
         let accept = tokio::spawn({
             let (flow, gates, live) = (flow.clone(), gates.clone(), live.clone());
-            let holes = holes.clone();
+            let (holes, accepted) = (holes.clone(), accepted.clone());
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     if *flow.borrow() == Flow::Cut {
@@ -152,7 +157,8 @@ impl Proxy {
                     // Read at accept: a later `blackhole` swallows this one.
                     let hole = Hole {
                         rx: holes.subscribe(),
-                        accepted: *holes.borrow(),
+                        epoch: holes.borrow().epoch,
+                        index: accepted.fetch_add(1, Ordering::SeqCst),
                     };
                     tokio::spawn(async move {
                         let _alive = alive;
@@ -161,14 +167,15 @@ impl Proxy {
                 }
             }
         });
-        Proxy {
+        Ok(Proxy {
             port,
             flow,
             gates,
             live,
+            accepted,
             holes,
             accept,
-        }
+        })
     }
 
     /// The port the proxy listens on.
@@ -178,7 +185,7 @@ impl Proxy {
 
     /// The proxy's URL, `redis://127.0.0.1:<port>`, to point a client at.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        crate::node_url(self.port)
     }
 
     /// How many relayed connections are open.
@@ -186,21 +193,33 @@ impl Proxy {
         self.live.load(Ordering::SeqCst)
     }
 
+    /// How many connections the proxy has accepted so far (closed ones
+    /// included): the index the next one gets for
+    /// [`half_open`](Proxy::half_open).
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
     /// Stops forwarding from the upstream to the clients; the clients'
     /// bytes (a replica's acknowledgements, a client's commands) still go
     /// through. Once this returns nothing more reaches a client.
     pub async fn pause(&self) {
-        let _down = self.gates[0].lock().await;
-        self.flow.send_replace(Flow::Paused);
+        self.set(Flow::Paused).await;
     }
 
     /// Stops forwarding both ways, closes included, while every connection
     /// stays open: neither end notices but by its own timeouts. Once this
     /// returns nothing more reaches either end.
     pub async fn partition(&self) {
-        let _down = self.gates[0].lock().await;
-        let _up = self.gates[1].lock().await;
-        self.flow.send_replace(Flow::Partitioned);
+        self.set(Flow::Partitioned).await;
+    }
+
+    /// Reads and discards what either end sends (as a router dropping
+    /// every packet, but closes still pass); nothing is kept for
+    /// [`resume`](Proxy::resume). Once this returns nothing more reaches
+    /// either end.
+    pub async fn drop_all(&self) {
+        self.set(Flow::Dropping).await;
     }
 
     /// Black-holes every connection open now: closes its upstream side
@@ -208,11 +227,22 @@ impl Proxy {
     /// discards whatever the client sends and never answers, closes or
     /// resets it (until the proxy is cut or dropped, or the client closes).
     /// Connections accepted afterwards are relayed as before. Once this
-    /// returns nothing more reaches a black-holed client.
-    pub async fn blackhole(&self) {
+    /// returns nothing more reaches a black-holed client. Returns how many
+    /// connections the proxy has accepted so far.
+    pub async fn blackhole(&self) -> usize {
         let _down = self.gates[0].lock().await;
         let _up = self.gates[1].lock().await;
-        self.holes.send_modify(|n| *n += 1);
+        self.holes.send_modify(|h| h.epoch += 1);
+        self.accepted()
+    }
+
+    /// Black-holes only the `index`-th connection accepted (from 0), as
+    /// [`blackhole`](Proxy::blackhole) does every one: its server side
+    /// closed, its client side open and silent.
+    pub async fn half_open(&self, index: usize) {
+        let _down = self.gates[0].lock().await;
+        let _up = self.gates[1].lock().await;
+        self.holes.send_modify(|h| h.picked.push(index));
     }
 
     /// Forwards both ways again, first what was held back.
@@ -224,23 +254,31 @@ impl Proxy {
     /// listening (new connections are refused); waits (up to 5 s) until the
     /// connections are closed.
     ///
-    /// # Panics
+    /// # Errors
     ///
     /// When they are not closed within 5 s.
-    pub async fn cut(&self) {
-        {
-            let _down = self.gates[0].lock().await;
-            let _up = self.gates[1].lock().await;
-            self.flow.send_replace(Flow::Cut);
-        }
+    pub async fn cut(&self) -> Result<()> {
+        self.set(Flow::Cut).await;
         self.accept.abort();
         let live = self.live.clone();
-        let closed = eventually_every(Duration::from_secs(5), Duration::from_millis(50), || {
+        let closed = poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
             let live = live.clone();
             async move { live.load(Ordering::SeqCst) == 0 }
         })
         .await;
-        assert!(closed, "the proxy's connections did not close");
+        if closed {
+            Ok(())
+        } else {
+            Err(Error::new("the proxy's connections did not close"))
+        }
+    }
+
+    /// Changes the flow with both gates held: no write it stops is under
+    /// way once it returns.
+    async fn set(&self, flow: Flow) {
+        let _down = self.gates[0].lock().await;
+        let _up = self.gates[1].lock().await;
+        self.flow.send_replace(flow);
     }
 }
 
@@ -251,17 +289,24 @@ impl Drop for Proxy {
     }
 }
 
-/// Whether a relay has been black-holed: [`Proxy::blackhole`]'s count, and
-/// what it was when the relay's connection was accepted.
+/// Whether a relay has been black-holed: the proxy's holes, and what the
+/// relay was when its connection was accepted.
 #[derive(Clone)]
 struct Hole {
-    rx: watch::Receiver<u64>,
-    accepted: u64,
+    rx: watch::Receiver<Holes>,
+    /// [`Holes::epoch`] at accept.
+    epoch: u64,
+    /// The connection's index in the order of acceptance.
+    index: usize,
 }
 
 impl Hole {
+    fn covers(&self, holes: &Holes) -> bool {
+        holes.epoch > self.epoch || holes.picked.contains(&self.index)
+    }
+
     fn open(&self) -> bool {
-        *self.rx.borrow() > self.accepted
+        self.covers(&self.rx.borrow())
     }
 }
 
@@ -299,11 +344,11 @@ async fn relay(
         (flow.clone(), hole.clone()),
         up_gate,
     );
-    let accepted = hole.accepted;
+    let me = hole.clone();
     tokio::select! {
         () = down => {}
         () = up => {}
-        _ = hole.rx.wait_for(|n| *n > accepted) => {}
+        _ = hole.rx.wait_for(|h| me.covers(h)) => {}
     }
     if !hole.open() {
         return;
@@ -326,10 +371,11 @@ async fn relay(
 
 /// Copies `from` to `to` in chunks of up to `chunk` bytes: a chunk read is
 /// written only while `direction` is not held back, under `gate`, and
-/// nothing more is read meanwhile. Returns when `from` closes (once a
-/// partition no longer holds the close back), `to` fails, the proxy is
-/// cut, or the relay is black-holed (checked under `gate`, so no write
-/// follows [`Proxy::blackhole`]).
+/// nothing more is read meanwhile (a chunk read while dropping is
+/// discarded). Returns when `from` closes (once a partition no longer
+/// holds the close back), `to` fails, the proxy is cut, or the relay is
+/// black-holed (checked under `gate`, so no write follows
+/// [`Proxy::blackhole`]).
 async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
@@ -365,7 +411,7 @@ async fn pump(
             if now.holds(direction) {
                 continue;
             }
-            if to.write_all(&buf[..n]).await.is_err() {
+            if now != Flow::Dropping && to.write_all(&buf[..n]).await.is_err() {
                 return;
             }
             break;
@@ -374,125 +420,4 @@ async fn pump(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::time::timeout;
-
-    /// Nothing arrives on `conn` within 200 ms (no byte, no close).
-    async fn silent(conn: &mut TcpStream, what: &str) {
-        let mut b = [0u8; 1];
-        let r = timeout(Duration::from_millis(200), conn.read(&mut b)).await;
-        assert!(r.is_err(), "{what}: got {r:?}");
-    }
-
-    /// The next byte on `conn`.
-    async fn byte(conn: &mut TcpStream) -> u8 {
-        let mut b = [0u8; 1];
-        timeout(Duration::from_secs(5), conn.read_exact(&mut b))
-            .await
-            .expect("a byte in time")
-            .expect("a byte");
-        b[0]
-    }
-
-    /// `conn` is closed (reads end) within 5 s.
-    async fn closed(conn: &mut TcpStream) {
-        let mut b = [0u8; 1];
-        let n = timeout(Duration::from_secs(5), conn.read(&mut b))
-            .await
-            .expect("closed in time");
-        assert!(matches!(n, Ok(0) | Err(_)), "read {n:?}");
-    }
-
-    #[tokio::test]
-    async fn pause_partition_resume_and_cut() {
-        let upstream = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let proxy = Proxy::start(0, upstream.local_addr().unwrap().port()).await;
-        let mut client = TcpStream::connect(("127.0.0.1", proxy.port()))
-            .await
-            .unwrap();
-        let (mut server, _) = upstream.accept().await.unwrap();
-        assert_eq!(proxy.connections(), 1);
-
-        client.write_all(b"1").await.unwrap();
-        assert_eq!(byte(&mut server).await, b'1');
-        server.write_all(b"2").await.unwrap();
-        assert_eq!(byte(&mut client).await, b'2');
-
-        // Paused: the client's bytes go up, the server's are held back.
-        proxy.pause().await;
-        server.write_all(b"3").await.unwrap();
-        client.write_all(b"4").await.unwrap();
-        assert_eq!(byte(&mut server).await, b'4');
-        silent(&mut client, "paused").await;
-        proxy.resume();
-        assert_eq!(byte(&mut client).await, b'3');
-
-        // Partitioned: nothing either way, not even the server's close.
-        proxy.partition().await;
-        client.write_all(b"5").await.unwrap();
-        silent(&mut server, "partitioned, up").await;
-        proxy.resume();
-        assert_eq!(byte(&mut server).await, b'5');
-        proxy.partition().await;
-        server.write_all(b"6").await.unwrap();
-        drop(server);
-        silent(&mut client, "partitioned, the server gone").await;
-        assert_eq!(proxy.connections(), 1, "the half-open connection stays");
-        proxy.resume();
-        assert_eq!(byte(&mut client).await, b'6');
-        closed(&mut client).await;
-
-        // Cut: connections closed, new ones refused.
-        let mut client = TcpStream::connect(("127.0.0.1", proxy.port()))
-            .await
-            .unwrap();
-        let (_server, _) = upstream.accept().await.unwrap();
-        proxy.cut().await;
-        closed(&mut client).await;
-        assert_eq!(proxy.connections(), 0);
-        assert!(
-            TcpStream::connect(("127.0.0.1", proxy.port()))
-                .await
-                .is_err(),
-            "a cut proxy accepted a connection"
-        );
-    }
-
-    #[tokio::test]
-    async fn blackhole_closes_upstream_and_swallows_the_client() {
-        let upstream = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let proxy = Proxy::start(0, upstream.local_addr().unwrap().port()).await;
-        let mut client = TcpStream::connect(("127.0.0.1", proxy.port()))
-            .await
-            .unwrap();
-        let (mut server, _) = upstream.accept().await.unwrap();
-        client.write_all(b"1").await.unwrap();
-        assert_eq!(byte(&mut server).await, b'1');
-
-        proxy.blackhole().await;
-        // The server's side is closed; the client hears nothing, not even
-        // a close, and may go on writing.
-        closed(&mut server).await;
-        server.write_all(b"2").await.ok();
-        for _ in 0..3 {
-            client.write_all(&[b'3'; 4096]).await.unwrap();
-        }
-        silent(&mut client, "black-holed").await;
-        assert_eq!(proxy.connections(), 1, "the client's socket stays open");
-
-        // A new connection is relayed.
-        let mut fresh = TcpStream::connect(("127.0.0.1", proxy.port()))
-            .await
-            .unwrap();
-        let (mut server, _) = upstream.accept().await.unwrap();
-        fresh.write_all(b"4").await.unwrap();
-        assert_eq!(byte(&mut server).await, b'4');
-        server.write_all(b"5").await.unwrap();
-        assert_eq!(byte(&mut fresh).await, b'5');
-        silent(&mut client, "still black-holed").await;
-
-        proxy.cut().await;
-        closed(&mut client).await;
-    }
-}
+mod tests;
