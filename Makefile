@@ -109,8 +109,7 @@ bench:
 lint:
 	cargo fmt --all -- --check
 	scripts/check-layers.py --ordered src/lib.rs
-	scripts/check-layers.py cli/src/main.rs bench/src/main.rs \
-	  --allow-cycle soak::runner,soak::worker --allow-cycle soak::checker,soak::plan
+	scripts/check-layers.py cli/src/main.rs bench/src/main.rs testkit/src/lib.rs
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p redbell --all-targets --features metrics -- -D warnings
 

@@ -72,6 +72,7 @@ use std::time::{Duration, Instant};
 use crate::fail::{EX_FAILURE, Failure};
 
 mod checker;
+mod fault_kind;
 mod faults;
 mod plan;
 mod report;

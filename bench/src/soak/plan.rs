@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::checker::FaultKind;
+use super::fault_kind::FaultKind;
 
 /// A small deterministic PRNG (SplitMix64): good enough to draw faults.
 #[derive(Debug, Clone)]
