@@ -21,7 +21,7 @@ WITH_REDIS := scripts/with-redis.sh
 # against servers of scripts/redis/tls.sh).
 TEST_FEATURES := --features redbell-integration-tests/tls
 
-.PHONY: test test-valkey demo bench soak lint doc redis-up redis-down build
+.PHONY: test test-valkey demo bench bench-scale soak lint doc redis-up redis-down build
 
 build:
 	cargo build --workspace --all-targets
@@ -84,6 +84,16 @@ bench:
 	cp target/release/redbell-bench target/release/redbell-bench-metrics; \
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- bench --cluster "$$REDBELL_CLUSTER_NODES" \
 	  --report docs/performance.md
+
+# Cost at scale (bench/src/scale.rs): 100 to 100,000 parked waiters, 1 to
+# 100,000 lock names, and the capacity model; takes several minutes. The
+# report goes to docs/scale.md, generated whole (raw rows in
+# target/scale/results.json). The open-file limit is raised as far as the
+# hard limit allows, for runs with more waiter processes or a bigger server.
+bench-scale:
+	cargo build --release -p redbell-bench
+	ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true; \
+	$(WITH_REDIS) ./target/release/redbell-bench scale --report docs/scale.md
 
 lint:
 	cargo fmt --all -- --check
