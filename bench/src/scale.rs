@@ -7,6 +7,11 @@
 //! Run it on a private server: it runs `CONFIG RESETSTAT`, and every
 //! command another client sends lands in its counts. Every key it writes
 //! carries the run id; the rows count what is left and delete it.
+//! `--render results.json` re-renders a run's page without measuring.
+//!
+//! Not measured yet (issue 32, parts 3 and 4): many client processes and
+//! their reconnect storms, and the per-shard cost on a Redis Cluster; the
+//! capacity model's cluster line is derived, and says so.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,6 +48,10 @@ pub struct ScaleArgs {
     /// Rounds of part 2 (medians; the rounds interleave the K values).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// Render the report from a previous run's `results.json` instead of
+    /// measuring (after a change to the page's text).
+    #[arg(long, value_name = "JSON")]
+    pub render: Option<PathBuf>,
     /// Only part 1 or only part 2.
     #[arg(long, value_parser = ["parked", "names"])]
     pub only: Option<String>,
@@ -71,6 +80,14 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         a.quiet = Duration::from_secs(2);
         a.samples = 20;
         a.rounds = 1;
+    }
+    if let Some(json) = &a.render {
+        let text = std::fs::read_to_string(json).map_err(|e| {
+            Failure::new(EX_FAILURE, format!("cannot read {}: {e}", json.display()))
+        })?;
+        let report: page::Report = serde_json::from_str(&text)
+            .map_err(|e| Failure::new(EX_FAILURE, format!("{}: {e}", json.display())))?;
+        return write(&a, &report);
     }
     let mut srv = server::Server::connect(url).await?;
     let info = srv.info("server").await?;
@@ -116,7 +133,8 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
             "debug"
         } else {
             "release"
-        },
+        }
+        .to_owned(),
         quick: a.quick,
         command: page::command_line(),
         quiet_secs: a.quiet.as_secs_f64(),
@@ -125,16 +143,23 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         names: names_rows,
         dbsize_after: dbsize,
     };
-    let md = page::render(&report);
+    if a.report.is_some() {
+        let _ = std::fs::create_dir_all("target/scale");
+        if let Ok(json) = serde_json::to_string_pretty(&report) {
+            let _ = std::fs::write("target/scale/results.json", json);
+        }
+    }
+    write(&a, &report)
+}
+
+/// Prints the report, and writes it to `--report` if given.
+fn write(a: &ScaleArgs, report: &page::Report) -> Result<(), Failure> {
+    let md = page::render(report);
     println!("{md}");
     if let Some(path) = &a.report {
         std::fs::write(path, &md).map_err(|e| {
             Failure::new(EX_FAILURE, format!("cannot write {}: {e}", path.display()))
         })?;
-        let _ = std::fs::create_dir_all("target/scale");
-        if let Ok(json) = serde_json::to_string_pretty(&report) {
-            let _ = std::fs::write("target/scale/results.json", json);
-        }
         eprintln!("scale: wrote {}", path.display());
     }
     Ok(())

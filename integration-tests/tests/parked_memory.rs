@@ -53,5 +53,8 @@ async fn a_parked_lock_future_is_small_and_still_hands_over() {
         }
     })
     .await;
-    assert!(all.is_ok(), "200 parked waiters were not all served in 60 s");
+    assert!(
+        all.is_ok(),
+        "200 parked waiters were not all served in 60 s"
+    );
 }

@@ -22,14 +22,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Barrier;
 
 use super::server::{Server, script_calls};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// One (kind, K) run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NamesRow {
     pub contended: bool,
     pub names: u32,
@@ -169,10 +169,7 @@ async fn contend(
             Ok::<u64, Failure>(steps * TURNS)
         }
     };
-    let (x, y) = tokio::join!(
-        tokio::spawn(task(a.clone())),
-        tokio::spawn(task(b.clone()))
-    );
+    let (x, y) = tokio::join!(tokio::spawn(task(a.clone())), tokio::spawn(task(b.clone())));
     let join = |r: Result<Result<u64, Failure>, tokio::task::JoinError>| {
         r.map_err(|e| Failure::new(EX_FAILURE, format!("contended task: {e}")))?
     };

@@ -32,7 +32,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::task::JoinSet;
 
@@ -42,18 +42,25 @@ use crate::fail::{EX_FAILURE, Failure};
 /// The holder's fixed lease: longer than any run, so nothing expires and
 /// nothing is renewed while the waiters are parked.
 const HOLD_LEASE: Duration = Duration::from_secs(900);
+/// Tasks spawned at a time in the batched run of each N.
+pub const BATCH: u32 = 1_000;
 /// Pause between two sampled releases.
 const PACE: Duration = Duration::from_millis(20);
 
 /// One N's figures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ParkedRow {
     pub waiters: u32,
     pub locks: u32,
     /// Seconds from `go` until every task had attempted once.
     pub park_secs: f64,
-    /// Client RSS delta ÷ waiters, bytes.
+    /// Client RSS delta ÷ waiters, bytes, the tasks spawned all at once.
     pub rss_per_waiter: f64,
+    /// The same, the tasks spawned [`BATCH`] at a time (fewer first
+    /// attempts in flight at once: what the allocator keeps after the
+    /// parking burst is not in it).
+    #[serde(default)]
+    pub rss_per_waiter_batched: f64,
     /// `used_memory` delta ÷ waiters, bytes.
     pub redis_per_waiter: f64,
     /// Queue members (one per lock and client: the client's queuer).
@@ -132,6 +139,7 @@ pub async fn row(
         locks,
         park_secs: 0.0,
         rss_per_waiter: 0.0,
+        rss_per_waiter_batched: 0.0,
         redis_per_waiter: 0.0,
         members: 0,
         queue_bytes: 0,
@@ -153,9 +161,20 @@ pub async fn row(
         let base = format!("scale-{run}-p{waiters}-{rep}");
         let measure = rep == 0;
         let take = samples.saturating_sub(row.wake_ms.len() as u32).min(locks);
-        one(url, srv, &base, locks, waiters, take, quiet, idle, measure.then_some(&mut row))
-            .await
-            .map(|wakes| row.wake_ms.extend(wakes))?;
+        one(
+            url,
+            srv,
+            &base,
+            locks,
+            waiters,
+            0,
+            take,
+            quiet,
+            idle,
+            measure.then_some(&mut row),
+        )
+        .await
+        .map(|wakes| row.wake_ms.extend(wakes))?;
         let pattern = format!("redbell:{{{base}-*");
         for stray in srv.strays(&pattern, 5).await {
             eprintln!("scale: left after {base}: {stray}");
@@ -164,7 +183,34 @@ pub async fn row(
         row.fence_keys_left += srv.count_keys(&format!("{pattern}:fence")).await?;
         srv.delete_keys(&pattern).await;
     }
+    if waiters > BATCH {
+        // Once more, spawned in batches, for the RSS alone.
+        let base = format!("scale-{run}-p{waiters}-b");
+        let mut scratch = row.clone();
+        one(
+            url,
+            srv,
+            &base,
+            locks,
+            waiters,
+            BATCH,
+            0,
+            quiet_none(),
+            idle,
+            Some(&mut scratch),
+        )
+        .await?;
+        row.rss_per_waiter_batched = scratch.rss_per_waiter;
+        srv.delete_keys(&format!("redbell:{{{base}-*")).await;
+    } else {
+        row.rss_per_waiter_batched = row.rss_per_waiter;
+    }
     Ok(row)
+}
+
+/// The batched run's quiet window: none worth waiting for.
+fn quiet_none() -> Duration {
+    Duration::from_millis(100)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -174,10 +220,11 @@ async fn one(
     base: &str,
     locks: u32,
     waiters: u32,
+    batch: u32,
     take: u32,
     quiet: Duration,
     idle: &Idle,
-    mut row: Option<&mut ParkedRow>,
+    row: Option<&mut ParkedRow>,
 ) -> Result<Vec<f64>, Failure> {
     let holder = redbell::Client::connect(url)
         .await
@@ -194,6 +241,7 @@ async fn one(
         .arg("scale-waiters")
         .args(["--base", base, "--locks", &locks.to_string()])
         .args(["--waiters", &waiters.to_string()])
+        .args(["--batch", &batch.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -230,7 +278,7 @@ async fn one(
     }
     let park_secs = started.elapsed().as_secs_f64();
 
-    if let Some(row) = row.as_deref_mut() {
+    if let Some(row) = row {
         row.park_secs = park_secs;
         let rss1 = rss_bytes(pid).unwrap_or(0);
         let mem3 = settled_memory(srv).await?;
@@ -321,7 +369,12 @@ async fn hold_all(
     for part in 0..8u32 {
         let mutexes: Vec<_> = (0..locks)
             .filter(|i| i % 8 == part)
-            .map(|i| (i, holder.mutex(&format!("{base}-{i}")).with_lease(HOLD_LEASE)))
+            .map(|i| {
+                (
+                    i,
+                    holder.mutex(&format!("{base}-{i}")).with_lease(HOLD_LEASE),
+                )
+            })
             .collect();
         set.spawn(async move {
             let mut got = Vec::new();

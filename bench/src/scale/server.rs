@@ -201,7 +201,11 @@ impl Server {
     pub async fn memory_usage(&mut self, key: &str) -> Result<u64, Failure> {
         let n: Option<u64> = self
             .query(
-                redis::cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0),
+                redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(key)
+                    .arg("SAMPLES")
+                    .arg(0),
                 "MEMORY USAGE",
             )
             .await?;

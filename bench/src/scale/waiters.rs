@@ -3,7 +3,8 @@
 //! bench, from `/proc`).
 //!
 //! Protocol with the bench (`parked.rs`), over stdin/stdout: connect one
-//! client, print `ready`; on `go`, spawn `--waiters` tasks, task `i`
+//! client, print `ready`; on `go`, spawn `--waiters` tasks (all at once,
+//! or `--batch` at a time), task `i`
 //! calling `lock()` on lock `i % --locks` (names `BASE-<index>`), and
 //! print `spawned`; for each acquisition print `acq <index> <µs since the
 //! epoch>` and keep the guard; on `exit` (or end of input) abort the
@@ -31,6 +32,9 @@ pub struct WaitersArgs {
     /// Number of waiting tasks (task `i` waits on lock `i % locks`).
     #[arg(long)]
     pub waiters: u32,
+    /// Spawn the tasks this many at a time, 50 ms apart (0: all at once).
+    #[arg(long, default_value_t = 0)]
+    pub batch: u32,
 }
 
 fn say(line: &str) -> Result<(), Failure> {
@@ -51,15 +55,13 @@ pub async fn run(url: &str, args: WaitersArgs) -> Result<(), Failure> {
         Ok(Some(line)) if line == "go" => {}
         _ => return Ok(()),
     }
-    if std::env::var_os("SCALE_FUTURE_SIZE").is_some() {
-        let m = client.mutex(&format!("{}-probe", args.base));
-        eprintln!("lock() future: {} bytes", std::mem::size_of_val(&m.lock()));
-        eprintln!("Mutex handle: {} bytes", std::mem::size_of_val(&m));
-    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let locks = args.locks.max(1);
     let mut parked = Vec::with_capacity(args.waiters as usize);
     for i in 0..args.waiters {
+        if args.batch > 0 && i > 0 && i.is_multiple_of(args.batch) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         let index = i % locks;
         let mutex = client.mutex(&format!("{}-{index}", args.base));
         let tx = tx.clone();
