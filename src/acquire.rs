@@ -283,7 +283,15 @@ impl Acquirer {
             if queuing.is_some() {
                 registration.queued();
             }
-            let pttl = match self.attempt(&keys, &token, lease_ms, queuing).await? {
+            // Boxed, as the SUBSCRIBE below: a future is as big as its
+            // biggest await point, and the script call's (redis-rs, the
+            // recovery of a lost reply) is ~10 KB, which every parked
+            // waiter would carry while it waits for nothing but a Notify.
+            // Boxed, it lives only during the call; a parked waiter costs
+            // ~1 KB instead of ~15 KB (`redbell-bench scale`,
+            // `tests/parked_memory.rs`).
+            let attempt = Box::pin(self.attempt(&keys, &token, lease_ms, queuing));
+            let pttl = match attempt.await? {
                 Ok(held) => {
                     registration.acquired();
                     return Ok(held);
@@ -300,7 +308,7 @@ impl Acquirer {
             if !subscribed {
                 // A release before the SUBSCRIBE was confirmed reached no
                 // one here: subscribe, then attempt again before parking.
-                hub.subscribe(&registration).await?;
+                Box::pin(hub.subscribe(&registration)).await?;
                 subscribed = true;
                 continue;
             }

@@ -22,6 +22,7 @@ mod demo;
 #[allow(dead_code)]
 #[path = "../../cli/src/fail.rs"]
 mod fail;
+mod scale;
 mod soak;
 
 /// redbell's benchmark report and ticket-sale demo.
@@ -66,6 +67,19 @@ enum Command {
     /// markdown report; writes results.json and chart.svg under --out. Use
     /// a private Redis: it runs CONFIG RESETSTAT.
     Bench(bench::BenchArgs),
+
+    /// What redbell costs at scale: parked waiters, many lock names
+    ///
+    /// 100 to 100,000 waiters parked in one process (memory per waiter on
+    /// both sides, connections, commands and Redis CPU while parked,
+    /// wake-up latency), and Redis CPU and commands per operation over 1
+    /// to 100,000 lock names, with a capacity model. Takes minutes; use a
+    /// private Redis: it runs CONFIG RESETSTAT.
+    Scale(scale::ScaleArgs),
+
+    /// The parked waiters of a scale run (started by `scale` itself).
+    #[command(name = "scale-waiters", hide = true)]
+    ScaleWaiters(scale::WaitersArgs),
 
     /// One process of a bench scenario (started by `bench` itself).
     #[command(name = "bench-worker", hide = true)]
@@ -112,6 +126,8 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(&cli.url, &args).await,
             Command::Bench(args) => bench::run(&cli.url, &args).await,
             Command::BenchWorker(args) => bench::worker(&cli.url, args).await,
+            Command::Scale(args) => scale::run(&cli.url, &args).await,
+            Command::ScaleWaiters(args) => scale::waiters(&cli.url, args).await,
             Command::Soak(args) => soak::run(&cli.url, &args).await,
             Command::SoakWorker(args) => soak::worker(&cli.url, args).await,
             Command::SoakStore(args) => soak::store(args).await,

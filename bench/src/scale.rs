@@ -1,0 +1,166 @@
+//! `redbell-bench scale`: what redbell costs at scale, measured: many
+//! parked waiters (part 1, `scale/parked.rs`) and the cost per operation
+//! as the number of lock names grows (part 2, `scale/names.rs`), with a
+//! capacity model derived from the measured costs (`scale/page.rs`).
+//! `make bench-scale` runs it and writes `docs/scale.md`, generated whole.
+//!
+//! Run it on a private server: it runs `CONFIG RESETSTAT`, and every
+//! command another client sends lands in its counts. Every key it writes
+//! carries the run id; the rows count what is left and delete it.
+//! `--render results.json` re-renders a run's page without measuring.
+//!
+//! Not measured yet (issue 32, parts 3 and 4): many client processes and
+//! their reconnect storms, and the per-shard cost on a Redis Cluster; the
+//! capacity model's cluster line is derived, and says so.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::fail::{EX_FAILURE, Failure};
+
+mod names;
+mod page;
+mod parked;
+mod server;
+mod waiters;
+
+pub use waiters::WaitersArgs;
+
+/// Options of `redbell-bench scale`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScaleArgs {
+    /// Parked waiters per row of part 1 (each on `N/10` locks).
+    #[arg(long, value_delimiter = ',', default_value = "100,10000,100000")]
+    pub waiters: Vec<u32>,
+    /// Distinct lock names per row of part 2.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,10000,100000")]
+    pub names: Vec<u32>,
+    /// Uncontended lock+unlock operations per row of part 2 (the
+    /// contended rows take half as many locks).
+    #[arg(long, default_value_t = 50_000)]
+    pub ops: u64,
+    /// The quiet window of part 1 (nothing released).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub quiet: Duration,
+    /// Wake-ups timed per row of part 1.
+    #[arg(long, default_value_t = 200)]
+    pub samples: u32,
+    /// Rounds of part 2 (medians; the rounds interleave the K values).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Render the report from a previous run's `results.json` instead of
+    /// measuring (after a change to the page's text).
+    #[arg(long, value_name = "JSON")]
+    pub render: Option<PathBuf>,
+    /// Only part 1 or only part 2.
+    #[arg(long, value_parser = ["parked", "names"])]
+    pub only: Option<String>,
+    /// A smoke test in well under a minute: small N and K, few samples.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the report as a Markdown page to FILE (`make
+    /// bench-scale` writes `docs/scale.md`), and the raw rows as JSON
+    /// beside it in `target/scale/results.json`.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+/// Runs a hidden `scale-waiters` process.
+pub async fn waiters(url: &str, args: WaitersArgs) -> Result<(), Failure> {
+    waiters::run(url, args).await
+}
+
+/// `redbell-bench scale`.
+pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
+    let mut a = args.clone();
+    if a.quick {
+        a.waiters = vec![100, 1_000];
+        a.names = vec![1, 100, 1_000];
+        a.ops = 2_000;
+        a.quiet = Duration::from_secs(2);
+        a.samples = 20;
+        a.rounds = 1;
+    }
+    if let Some(json) = &a.render {
+        let text = std::fs::read_to_string(json).map_err(|e| {
+            Failure::new(EX_FAILURE, format!("cannot read {}: {e}", json.display()))
+        })?;
+        let report: page::Report = serde_json::from_str(&text)
+            .map_err(|e| Failure::new(EX_FAILURE, format!("{}: {e}", json.display())))?;
+        return write(&a, &report);
+    }
+    let mut srv = server::Server::connect(url).await?;
+    let info = srv.info("server").await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .to_owned();
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let mut parked_rows = Vec::new();
+    let mut idle_cpu = 0.0;
+    if a.only.as_deref() != Some("names") {
+        eprintln!("scale: idle window ({:?})", a.quiet);
+        let idle = parked::idle(url, &mut srv, a.quiet).await?;
+        idle_cpu = idle.cpu_pct;
+        for &n in &a.waiters {
+            eprintln!("scale: {n} parked waiters");
+            let row = parked::row(url, &mut srv, &run, n, a.samples, a.quiet, &idle).await?;
+            eprintln!("scale:   {row:?}");
+            parked_rows.push(row);
+        }
+    }
+    let mut names_rows = Vec::new();
+    if a.only.as_deref() != Some("parked") {
+        for round in 0..a.rounds.max(1) {
+            for contended in [false, true] {
+                for &k in &a.names {
+                    let ops = if contended { a.ops / 2 } else { a.ops };
+                    let tag = format!("{run}r{round}");
+                    let row = names::row(url, &mut srv, &tag, contended, k, ops).await?;
+                    eprintln!("scale: round {round} {row:?}");
+                    names_rows.push(row);
+                }
+            }
+        }
+    }
+    let dbsize = srv.dbsize().await?;
+    let report = page::Report {
+        date: page::today(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        redis_version: version,
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_owned(),
+        quick: a.quick,
+        command: page::command_line(),
+        quiet_secs: a.quiet.as_secs_f64(),
+        idle_cpu_pct: idle_cpu,
+        parked: parked_rows,
+        names: names_rows,
+        dbsize_after: dbsize,
+    };
+    if a.report.is_some() {
+        let _ = std::fs::create_dir_all("target/scale");
+        if let Ok(json) = serde_json::to_string_pretty(&report) {
+            let _ = std::fs::write("target/scale/results.json", json);
+        }
+    }
+    write(&a, &report)
+}
+
+/// Prints the report, and writes it to `--report` if given.
+fn write(a: &ScaleArgs, report: &page::Report) -> Result<(), Failure> {
+    let md = page::render(report);
+    println!("{md}");
+    if let Some(path) = &a.report {
+        std::fs::write(path, &md).map_err(|e| {
+            Failure::new(EX_FAILURE, format!("cannot write {}: {e}", path.display()))
+        })?;
+        eprintln!("scale: wrote {}", path.display());
+    }
+    Ok(())
+}
