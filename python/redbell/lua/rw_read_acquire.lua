@@ -17,6 +17,9 @@
 --               lease_ms; fence = the lock's current fence (0 if none, or
 --               if the fence key holds foreign data: MGET reads it as nil,
 --               and a reader writes no fence; a writer's attempt reports it)
+--               The same token already holding (this call re-sent after
+--               its first run's reply was lost) also counts, even behind a
+--               writer that queued since: its expiry is renewed.
 --   {0, park}   a writer holds the lock (park = its PTTL) or waits for it
 --               (park = until the earliest waiting writer's entry expires)
 --   error WRONGKIND  the writer key holds a Mutex, FairMutex or Election
@@ -67,7 +70,13 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
 local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if first[2] then
-  return {0, math.max(tonumber(first[2]) - now_ms, 1)}
+  -- A re-sent attempt whose first run took the hold (its reply lost) finds
+  -- its own live token: held, renewed below. Refused, the reader would
+  -- park on its own unrenewed hold and the writer wait out its lease.
+  local mine = redis.call('ZSCORE', KEYS[2], ARGV[2])
+  if not (mine and tonumber(mine) > now_ms) then
+    return {0, math.max(tonumber(first[2]) - now_ms, 1)}
+  end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 local expiry = now_ms + tonumber(ARGV[3])
