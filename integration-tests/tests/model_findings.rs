@@ -9,10 +9,14 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 
-use redbell_integration_tests::{lock_key, raw, redis_url, unique};
+use redbell_integration_tests::{
+    client, lock_key, raw, redis_url, unique, wait_for_members, waiters_key,
+};
 
 /// How long an owed waiter may go without its permit or a wake-up.
 const BOUND: Duration = Duration::from_secs(1);
@@ -131,5 +135,76 @@ async fn a_semaphore_waiter_queued_ahead_of_an_owed_member_is_not_left_asleep() 
         told.is_ok(),
         "x:2 was owed the free permit (queued ahead of y:1) but parked {park} ms \
          and nobody woke it within {BOUND:?}"
+    );
+}
+
+/// Model: `found_a_shortened_lease_leaves_waiters_on_the_old_pttl`. The
+/// holder (raw script calls: it dies without a release) holds with a 30 s
+/// lease; a real client's waiter queues and parks on that PTTL; the holder
+/// then shortens its lease to 300 ms (`extend`, reply read) and dies.
+///
+/// Before the fix: nobody told the waiter, which slept on the old PTTL
+/// while the lock was free ("the waiter got the free lock only after ...").
+#[tokio::test]
+async fn a_shortened_lease_does_not_leave_the_waiters_on_the_old_pttl() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let name = unique("shortened");
+    let lock = lock_key(&name);
+    let token = format!("m{}", uuid::Uuid::new_v4().simple());
+    let held: Vec<i64> = redis::cmd("EVAL")
+        .arg(source("acquire"))
+        .arg(5)
+        .arg(&lock)
+        .arg(format!("{lock}:fence"))
+        .arg(format!("{lock}:waiters"))
+        .arg(format!("{lock}:readers"))
+        .arg(format!("{lock}:holders"))
+        .arg(redbell::PROTOCOL_VERSION)
+        .arg(&token)
+        .arg(30_000)
+        .arg(60_000)
+        .arg("")
+        .arg(2_000)
+        .arg(1_000)
+        .arg(100)
+        .arg("m")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(held[0], 1, "the holder takes the lock");
+
+    let waiter = client(&url).await;
+    let mutex = waiter.mutex(&name);
+    let wait = tokio::spawn(async move { mutex.lock().await.map(|_| Instant::now()) });
+    wait_for_members(&conn, &waiters_key(&name), 1, Duration::from_millis(10)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let lease = Duration::from_millis(300);
+    let codes: Vec<i64> = redis::cmd("EVAL")
+        .arg(source("extend"))
+        .arg(1)
+        .arg(&lock)
+        .arg(redbell::PROTOCOL_VERSION)
+        .arg(lease.as_millis() as u64)
+        .arg(&token)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(codes, vec![1], "the holder shortens its own lease");
+    let shortened = Instant::now();
+
+    // The holder is dead: the lock is free once its 300 ms lease lapses.
+    let limit = lease + BOUND;
+    let got = match tokio::time::timeout(Duration::from_secs(10), wait).await {
+        Ok(Ok(Ok(at))) => Some(at - shortened),
+        Ok(other) => panic!("the waiter failed: {other:?}"),
+        Err(_) => None,
+    };
+    println!("the waiter got the lock {got:?} after the shortening extend");
+    assert!(
+        got.is_some_and(|after| after <= limit),
+        "the waiter had not got the free lock within {limit:?} (got it after \
+         {got:?}, None: not within 10 s; the lease lapsed {lease:?} after the extend)"
     );
 }

@@ -422,15 +422,38 @@ pub enum ExtendReply {
     Gone,
 }
 
-/// extend.lua:15-30, for one key (the Mutex's and the fair lock's).
+/// extend.lua:55-78, for one key (the Mutex's and the fair lock's; the
+/// fair lock's waiters are not in [`Server::waiters`], as its tokens are
+/// not `m`/`l` in the script).
 pub fn extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
-    match s.lock_at(now) {
-        Some(LockValue::Token(t)) if t == token => {
+    match s.lock {
+        Some((LockValue::Token(t), e)) if t == token && e > now => {
             s.lock = Some((LockValue::Token(t), now + lease_ms));
+            // extend.lua:65-69: shortened (PEXPIRE GT refused, LT set).
+            if now + lease_ms < e {
+                standby(s, lease_ms, now);
+            }
             ExtendReply::Extended
         }
-        Some(_) => ExtendReply::NotOurs,
-        None => ExtendReply::Gone,
+        _ => match s.lock_at(now) {
+            Some(_) => ExtendReply::NotOurs,
+            None => ExtendReply::Gone,
+        },
+    }
+}
+
+/// extend.lua:36-53: the first three live waiters get a standby of the
+/// new lease.
+fn standby(s: &mut Server, lease_ms: Ms, now: Ms) {
+    let head: Vec<Entry> = s
+        .waiters
+        .iter()
+        .filter(|e| e.expiry > now)
+        .take(3)
+        .copied()
+        .collect();
+    for e in head {
+        s.publish(e.member.client, Message::Standby(e.member.waiter, lease_ms));
     }
 }
 
