@@ -995,12 +995,12 @@ pub fn sem_acquire(s: &mut Server, a: &SemAcquireArgs, now: Ms) -> FairAcquireRe
     freed += s.sem.prune(now, a.member, owed_now);
     // sem_acquire.lua:101-114: a waiting caller is queued by its arrival
     // before its rank is judged (it may sort among the owed ranks).
-    if let Some(m) = a.member {
-        if s.sem.rank(m).is_none() {
-            let arrival = a.arrival_us.unwrap_or(now_us).min(now_us);
-            let at = s.sem.queue.partition_point(|x| *x < (arrival, m));
-            s.sem.queue.insert(at, (arrival, m));
-        }
+    if let Some(m) = a.member
+        && s.sem.rank(m).is_none()
+    {
+        let arrival = a.arrival_us.unwrap_or(now_us).min(now_us);
+        let at = s.sem.queue.partition_point(|x| *x < (arrival, m));
+        s.sem.queue.insert(at, (arrival, m));
     }
     let rank = a
         .member
