@@ -574,6 +574,8 @@ impl State {
             until.min(new)
         };
         let reply = scripts::extend(&mut self.server, token(c, t), cfg.short_ms, now);
+        // A shortening extend tells the waiters (extend.lua's standby).
+        self.flush(cfg);
         let after = match (cancelled, reply) {
             (true, _) => before,
             (false, ExtendReply::Extended) => new,

@@ -422,15 +422,38 @@ pub enum ExtendReply {
     Gone,
 }
 
-/// extend.lua:15-30, for one key (the Mutex's and the fair lock's).
+/// extend.lua:55-78, for one key (the Mutex's and the fair lock's; the
+/// fair lock's waiters are not in [`Server::waiters`], as its tokens are
+/// not `m`/`l` in the script).
 pub fn extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
-    match s.lock_at(now) {
-        Some(LockValue::Token(t)) if t == token => {
+    match s.lock {
+        Some((LockValue::Token(t), e)) if t == token && e > now => {
             s.lock = Some((LockValue::Token(t), now + lease_ms));
+            // extend.lua:65-69: shortened (PEXPIRE GT refused, LT set).
+            if now + lease_ms < e {
+                standby(s, lease_ms, now);
+            }
             ExtendReply::Extended
         }
-        Some(_) => ExtendReply::NotOurs,
-        None => ExtendReply::Gone,
+        _ => match s.lock_at(now) {
+            Some(_) => ExtendReply::NotOurs,
+            None => ExtendReply::Gone,
+        },
+    }
+}
+
+/// extend.lua:36-53: the first three live waiters get a standby of the
+/// new lease.
+fn standby(s: &mut Server, lease_ms: Ms, now: Ms) {
+    let head: Vec<Entry> = s
+        .waiters
+        .iter()
+        .filter(|e| e.expiry > now)
+        .take(3)
+        .copied()
+        .collect();
+    for e in head {
+        s.publish(e.member.client, Message::Standby(e.member.waiter, lease_ms));
     }
 }
 
@@ -954,27 +977,36 @@ pub struct SemAcquireArgs {
     pub arrival_us: Option<u64>,
 }
 
-/// sem_acquire.lua:59-156 (kind and count checks left out). Replies as
+/// sem_acquire.lua:60-169 (kind and count checks left out). Replies as
 /// [`fair_acquire`]: `{1, fence}` or `{0, park, now_us}`.
 pub fn sem_acquire(s: &mut Server, a: &SemAcquireArgs, now: Ms) -> FairAcquireReply {
     let now_us = now * 1000;
-    // sem_acquire.lua:90-94: a re-sent call finds its live permit.
+    // sem_acquire.lua:91-95: a re-sent call finds its live permit.
     if s.sem.holders.iter().any(|h| h.1 == a.token && h.0 > now) {
         if let Some(m) = a.member {
             s.sem.remove(m);
         }
         return FairAcquireReply::Acquired { fence: s.fence };
     }
-    // sem_acquire.lua:96-103
+    // sem_acquire.lua:97-100
     let mut freed = s.sem.reclaim(now);
     let free = i64::from(a.permits) - s.sem.holders.len() as i64;
     let owed_now = free.min(s.sem.queue.len() as i64).max(0) as usize;
     freed += s.sem.prune(now, a.member, owed_now);
+    // sem_acquire.lua:101-114: a waiting caller is queued by its arrival
+    // before its rank is judged (it may sort among the owed ranks).
+    if let Some(m) = a.member
+        && s.sem.rank(m).is_none()
+    {
+        let arrival = a.arrival_us.unwrap_or(now_us).min(now_us);
+        let at = s.sem.queue.partition_point(|x| *x < (arrival, m));
+        s.sem.queue.insert(at, (arrival, m));
+    }
     let rank = a
         .member
         .and_then(|m| s.sem.rank(m))
         .unwrap_or(s.sem.queue.len());
-    // sem_acquire.lua:105-118: a permit free and not owed ahead of us.
+    // sem_acquire.lua:116-132: a permit free and not owed ahead of us.
     if (rank as i64) < free {
         let fence = s.advance_fence(now);
         s.sem.holders.retain(|h| h.1 != a.token);
@@ -989,24 +1021,19 @@ pub fn sem_acquire(s: &mut Server, a: &SemAcquireArgs, now: Ms) -> FairAcquireRe
         settle(s, a.permits, freed, a.reserve_ms, now);
         return FairAcquireReply::Acquired { fence };
     }
-    // sem_acquire.lua:120-135: park until the earliest holder's lease ends.
+    // sem_acquire.lua:134-148: park until the earliest holder's lease ends.
     let mut park = match s.sem.holders.first() {
         Some(h) => (h.0 as i64 - now as i64).max(1),
         None => a.park_ms as i64,
     };
     if let Some(m) = a.member {
         let ttl = park as Ms + a.grace_ms;
-        if s.sem.rank(m).is_none() {
-            let arrival = a.arrival_us.unwrap_or(now_us).min(now_us);
-            let at = s.sem.queue.partition_point(|x| *x < (arrival, m));
-            s.sem.queue.insert(at, (arrival, m));
-        }
         s.sem.expiry.retain(|x| x.0 != m);
         s.sem.expiry.push((m, now + ttl));
         s.sem.expiry.sort();
     }
     settle(s, a.permits, freed, a.reserve_ms, now);
-    // sem_acquire.lua:137-155: a free permit owed ahead: park no longer
+    // sem_acquire.lua:149-168: a free permit owed ahead: park no longer
     // than the earliest owed entry.
     if free > 0 {
         for (_, m) in s.sem.queue.iter().take(free as usize) {

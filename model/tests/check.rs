@@ -2,7 +2,7 @@
 //! properties hold on each kind's instance, with one fault of any usual
 //! kind (freeze, death, cancel, a lost reply re-sent) anywhere in a run.
 //! Each horizon is past its kind's stall bound, so a lost wake-up can show.
-//! The last two tests pin what the model found open in today's protocol.
+//! The last two check the gaps the model found (and the scripts closed).
 
 use redbell_model::client::{Faults, Kind};
 use redbell_model::{Outcome, check, presets};
@@ -41,46 +41,43 @@ fn rwlock() {
     holds(Kind::RwLock, &[2, 1, 1], 3);
 }
 
-/// Found by this model, open: a Semaphore waiter that queues with an
+/// Found by this model, closed: a Semaphore waiter that queued with an
 /// arrival earlier than a member already owed a free permit (a sibling
-/// whose turn came, with the arrival of its first attempt) sorts ahead of
-/// it and becomes owed itself, but nobody wakes it: its own attempt parked
-/// (its rank was checked before it was queued), a later release wakes only
-/// the newly owed ranks, and the member it displaced is no longer owed. A
-/// permit stays free for the holder's lease. Safety holds.
+/// whose turn came, with the arrival of its first attempt) sorted ahead of
+/// it and became owed, but its own attempt had judged its rank before
+/// queueing it and parked, and nobody woke it: a permit stayed free for the
+/// holder's lease. sem_acquire.lua now queues the caller before judging
+/// its rank (model_findings.rs reproduces the old gap on a server).
 #[test]
-fn found_a_semaphore_waiter_queued_ahead_of_an_owed_member_sleeps() {
-    let out = run(Kind::Semaphore, &[2, 1, 1], 4);
-    let trace = out
-        .found("no lost wake-up")
-        .expect("the semaphore's owed-rank gap should show");
-    println!("{trace}");
-    assert!(
-        out.found("exclusion").is_none(),
-        "more holders than permits"
-    );
-    assert!(out.found("fences increase").is_none());
+fn semaphore() {
+    holds(Kind::Semaphore, &[2, 1, 1], 4);
 }
 
-/// Found by this model, open: a holder that shortens its lease while
-/// others wait (an `extend` with a shorter lease, its reply read) leaves
-/// them parked on the PTTL they were told, and a lease that lapses or a
-/// release that finds it gone wakes nobody: the lock stays free past the
-/// bound. Safety holds.
+/// Found by this model, closed: a holder that shortened its lease while
+/// others waited (an `extend` with a shorter lease, its reply read) left
+/// them parked on the PTTL they were told, and a lease that lapsed (or a
+/// release that found it gone) woke nobody: the lock stayed free past the
+/// bound. extend.lua now sends the first three live waiters a standby of
+/// the new lease (model_findings.rs reproduces the old gap on a server).
 #[test]
-fn found_a_shortened_lease_leaves_waiters_on_the_old_pttl() {
+fn a_shortened_lease_tells_the_waiters() {
     let mut cfg = presets::config(Kind::Mutex, &[1, 1], 5, 1);
     cfg.faults = Faults {
         short_extend: true,
         ..Faults::NONE
     };
     let out = check(cfg, 1);
-    let trace = out
-        .found("no lost wake-up")
-        .expect("a shortened lease should leave a waiter parked past the bound");
-    println!("{trace}");
-    assert!(
-        out.found("exclusion").is_none(),
-        "a shortening extend broke exclusion"
+    println!(
+        "Mutex [1, 1], horizon 5, short extends: {} states, depth {}, {:.1} s",
+        out.states,
+        out.depth,
+        out.elapsed.as_secs_f64()
     );
+    // [1, 1] makes two acquisitions: "three acquisitions" (the others'
+    // guard against a vacuous run) cannot show here; the rest must hold.
+    for p in ["no lost wake-up", "exclusion", "fences increase"] {
+        if let Some(trace) = out.found(p) {
+            panic!("a shortening extend: {p} broken:\n{trace}");
+        }
+    }
 }
