@@ -98,6 +98,16 @@ local freed = reclaim(KEYS[1], now_ms)
 local free = permits - redis.call('ZCARD', KEYS[1])
 freed = freed + prune(KEYS[3], KEYS[4], now_ms, member,
                       math.max(math.min(free, redis.call('ZCARD', KEYS[3])), 0))
+-- A waiting caller is queued (by its arrival) before its rank is judged:
+-- a sibling whose turn to queue came late sorts ahead of members queued
+-- after its first attempt, and may land among the owed ranks. Judged
+-- before, it counted as the back of the queue and parked, and nobody woke
+-- it (settle wakes only the ranks a freed permit makes owed), while the
+-- permit it was owed sat free. Queued first, it takes that permit now, and
+-- the members it moved back were owed nothing more than before (ranks at
+-- or past `free` were owed nothing). `added`: this call queued it.
+local added = member ~= '' and redis.call('ZADD', KEYS[3], 'NX',
+  math.min(tonumber(ARGV[11]) or now_us, now_us), member) == 1
 local rank = member ~= '' and redis.call('ZRANK', KEYS[3], member)
 if not rank then
   rank = redis.call('ZCARD', KEYS[3])
@@ -106,6 +116,9 @@ end
 if rank < free then
   local prev = redis.pcall('GET', KEYS[2])
   if type(prev) == 'table' then
+    if added then
+      redis.call('ZREM', KEYS[3], member)
+    end
     return redis.error_reply('WRONGTYPE fence key holds a value that is not a redbell fence')
   end
   local fence = math.max((tonumber(prev) or 0) + 1, now_us)
@@ -125,7 +138,6 @@ if first[2] then
 end
 if member ~= '' then
   local ttl = park + tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], 'NX', math.min(tonumber(ARGV[11]) or now_us, now_us), member)
   redis.call('ZADD', KEYS[4], now_ms + ttl, member)
   for _, key in ipairs({KEYS[3], KEYS[4]}) do
     if redis.call('PTTL', key) < ttl then
