@@ -826,14 +826,18 @@ pub fn rw_read_acquire(
             park_ms: if pttl < 0 { park_ms as i64 } else { pttl },
         };
     }
-    // rw_read_acquire.lua:66-70: a live intent holds new readers back.
+    // rw_read_acquire.lua:69-81: a live intent holds new readers back, but
+    // not a re-sent attempt whose token already holds (renewed below).
     s.rw.intents.retain(|x| x.1 > now);
     if let Some(first) = s.rw.intents.iter().map(|x| x.1).min() {
-        return AcquireReply::Held {
-            park_ms: (first - now).max(1) as i64,
-        };
+        let mine = s.rw.readers.iter().any(|r| r.0 == token && r.1 > now);
+        if !mine {
+            return AcquireReply::Held {
+                park_ms: (first - now).max(1) as i64,
+            };
+        }
     }
-    // rw_read_acquire.lua:71-77
+    // rw_read_acquire.lua:82-87
     s.rw.readers.retain(|r| r.1 > now && r.0 != token);
     let at = s.rw.readers.partition_point(|r| r.0 < token);
     s.rw.readers.insert(at, (token, now + lease_ms));
