@@ -169,6 +169,10 @@ pub struct Replay<'a> {
     markers: u64,
     /// The server's ms at the end of the last script step.
     last_ms: u64,
+    /// A deadline the next step's own arguments make: an extend shortens
+    /// the lease (and tells the waiters) only before `expiry - lease`; a
+    /// fair attempt marks a long park only before `expiry - claim`.
+    step_deadline: Option<u64>,
     /// What the model published in the last step that agreed.
     pub last: Vec<m::Published>,
     /// How often each kind of step and message was compared.
@@ -205,6 +209,7 @@ impl<'a> Replay<'a> {
             key_ttls: [-2; 4],
             markers: 0,
             last_ms: 0,
+            step_deadline: None,
             last: Vec::new(),
             events: BTreeMap::new(),
         }
@@ -227,6 +232,7 @@ impl<'a> Replay<'a> {
         d.extend(s.rw.readers.iter().map(|r| r.1));
         d.extend(s.rw.intents.iter().map(|r| r.1));
         d.extend(self.key_ttls.iter().filter(|&&t| t > 0).map(|&t| t as u64));
+        d.extend(self.step_deadline);
         d
     }
 
@@ -238,6 +244,13 @@ impl<'a> Replay<'a> {
 
     /// Runs `act` on both sides and compares.
     pub fn step(&mut self, act: Act) -> Result<Outcome, Mismatch> {
+        // A fair attempt marks a long park only while the lock's PTTL is
+        // over a claim: `expiry - claim` is its deadline.
+        self.step_deadline = match (&act, &self.model.lock) {
+            (Act::Extend { lease, .. }, Some(l)) => l.1.checked_sub(*lease),
+            (Act::FairAcquire { .. }, Some(l)) => l.1.checked_sub(self.consts.claim_ms),
+            _ => None,
+        };
         let (script, keys, args) = match self.call(act) {
             Call::Script(script, keys, args) => (script, keys, args),
             Call::Sleep(ms) => {
