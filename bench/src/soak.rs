@@ -77,6 +77,7 @@ mod faults;
 mod plan;
 mod report;
 mod runner;
+mod stalls;
 mod topology;
 mod worker;
 mod worker_io;
@@ -187,6 +188,7 @@ async fn soak(
     let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
     locks.dedup();
     topo.set_locks(&locks);
+    let probe = stalls::StallProbe::start();
     for &kind in &kinds {
         for _ in 0..kind.workers() {
             pool.spawn(kind, &lock_of(kind)).await?;
@@ -209,6 +211,7 @@ async fn soak(
     println!("soak: stopping the workers");
     let end_us = worker_io::now_us();
     let late = pool.stop(LEASE * 4 + Duration::from_secs(2)).await?;
+    let stalls = probe.stop();
     // Leases run out, and so do the waiter-queue entries of killed waiters
     // (they outlive a park by a 2 s grace).
     tokio::time::sleep(LEASE + KEY_GRACE).await;
@@ -249,7 +252,7 @@ async fn soak(
     pool.faults.sort_by_key(|f| f.at_us);
     let records = read_records(dir)?;
     let lease_us = LEASE.as_micros() as u64;
-    let verdict = checker::check_until(&records, &pool.faults, lease_us, end_us);
+    let verdict = checker::check_until(&records, &pool.faults, &stalls, lease_us, end_us);
     let report = Report {
         seed,
         secs: args.secs,
@@ -261,6 +264,7 @@ async fn soak(
         keys_left,
         verdict,
         faults: std::mem::take(&mut pool.faults),
+        stalls,
     };
     println!("\n{}", report.table());
     report.write(&args.out)?;
@@ -287,7 +291,10 @@ fn recheck(out: &std::path::Path) -> Result<(), Failure> {
         .map_err(|e| Failure::new(EX_FAILURE, e.to_string()))?;
     let records = read_records(&out.join("logs"))?;
     let end_us = json["end_us"].as_u64().unwrap_or(0);
-    let verdict = checker::check_until(&records, &faults, LEASE.as_micros() as u64, end_us);
+    let stalls: Vec<stalls::Stall> =
+        serde_json::from_value(json["stalls"].clone()).unwrap_or_default();
+    let verdict =
+        checker::check_until(&records, &faults, &stalls, LEASE.as_micros() as u64, end_us);
     let report = Report {
         seed: json["seed"].as_u64().unwrap_or(0),
         secs: json["secs"].as_u64().unwrap_or(0),
@@ -299,6 +306,7 @@ fn recheck(out: &std::path::Path) -> Result<(), Failure> {
         keys_left: Vec::new(),
         verdict,
         faults,
+        stalls,
     };
     println!("{}", report.table());
     for x in &report.verdict.violations {

@@ -62,6 +62,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::stalls::{Stall, stalled_within};
+
 /// One line of a worker's log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -201,6 +203,15 @@ pub struct Verdict {
     pub late_writes_before_successor: u64,
     pub longest_free_wait_us: u64,
     pub longest_free_wait_after_fault_us: u64,
+    /// Stalls of the machine the soak's probe saw (`stalls.rs`): how
+    /// many, the longest, and their total.
+    pub machine_stalls: u64,
+    pub longest_machine_stall_us: u64,
+    pub machine_stall_total_us: u64,
+    /// Free waits over their bound by no more than the machine's stalls
+    /// inside them, and the longest such wait.
+    pub free_waits_over_bound_in_stalls: u64,
+    pub longest_free_wait_in_stalls_us: u64,
     pub stranded_waiters: u64,
     /// Pairs of `redbell run` commands of one lock whose lines in the
     /// unfenced log interleave (`run.rs`).
@@ -241,14 +252,28 @@ struct Wait {
 /// workers' lease.
 #[cfg(test)]
 pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
-    check_until(records, faults, lease_us, 0)
+    check_until(records, faults, &[], lease_us, 0)
 }
 
 /// [`check`] of a run whose workers were told to stop at `end_us` (0: at
 /// its last record): a worker wedged for good logs nothing more, and a
 /// bound that awaits its next record is broken if the run went on past it.
-pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: u64) -> Verdict {
+/// `stalls` are the machine's, in time order (`stalls.rs`): a free wait
+/// may exceed its bound by the stalls inside it.
+pub fn check_until(
+    records: &[Record],
+    faults: &[Fault],
+    stalls: &[Stall],
+    lease_us: u64,
+    end_us: u64,
+) -> Verdict {
     let mut v = Verdict::default();
+    v.machine_stalls = stalls.len() as u64;
+    for s in stalls {
+        let len = s.until_us.saturating_sub(s.from_us);
+        v.longest_machine_stall_us = v.longest_machine_stall_us.max(len);
+        v.machine_stall_total_us += len;
+    }
     for f in faults {
         *v.faults.entry(f.kind.name().to_owned()).or_default() += 1;
     }
@@ -606,6 +631,7 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
             if let Some((gap_start, prev)) = gap {
                 let gap_end = h.start;
                 let mut free = 0;
+                let mut free_from = gap_end;
                 for list in by_worker.values() {
                     let i = list.partition_point(|w| w.start < gap_end);
                     let Some(w) = i.checked_sub(1).map(|i| list[i]) else {
@@ -618,7 +644,10 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                     for (_, until) in stopped_in(&w.worker, from, gap_end) {
                         from = from.max(until);
                     }
-                    free = free.max(gap_end.saturating_sub(from));
+                    if gap_end.saturating_sub(from) > free {
+                        free = gap_end - from;
+                        free_from = from;
+                    }
                 }
                 // Any hold that ended within a lease of the gap counts
                 // (readers share the lock: the last to let go may not be
@@ -657,7 +686,7 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                     // Or its call met the stop with the grant's reply still
                     // unread, and failed once continued: the grant stands
                     // until its lease runs out.
-                    || by_worker.values().flatten().any(|w| {
+                    || by_worker.values().filter_map(|l| last_started(l, gap_end)).any(|w| {
                         w.failed
                             && w.start <= gap_end
                             && w.end.is_some_and(|e| e >= gap_end)
@@ -678,7 +707,7 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                     // earlier than `IN_FLIGHT_US` before the release nor later
                     // than that after the grant. A SIGKILL there is the
                     // same: the grant dies unlogged with its process.
-                    || by_worker.values().flatten().any(|w| {
+                    || by_worker.values().filter_map(|l| last_started(l, gap_start)).any(|w| {
                         let last_grant = gap_end.saturating_sub(lease_us).max(gap_start);
                         let near = |s: u64| {
                             s + IN_FLIGHT_US >= gap_start && s <= last_grant + IN_FLIGHT_US
@@ -707,7 +736,16 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
                     v.longest_free_wait_us = v.longest_free_wait_us.max(free);
                     FREE_WAIT_BOUND_US
                 };
-                if free > bound {
+                // The machine's own stalls inside the wait lengthen it.
+                let stalled = if free > bound {
+                    stalled_within(stalls, free_from, gap_end)
+                } else {
+                    0
+                };
+                if free > bound && free <= bound + stalled {
+                    v.free_waits_over_bound_in_stalls += 1;
+                    v.longest_free_wait_in_stalls_us = v.longest_free_wait_in_stalls_us.max(free);
+                } else if free > bound {
                     v.violations.push(Violation {
                         bound: format!(
                             "{} free while a live waiter waited <= {} ms",
@@ -743,6 +781,14 @@ pub fn check_until(records: &[Record], faults: &[Fault], lease_us: u64, end_us: 
     }
     v.violations.sort_by_key(|x| x.start_us);
     v
+}
+
+/// A worker's last wait (`list` in start order) that began by `t`: the
+/// only one that can still be open at `t`, since a worker's waits follow
+/// one another.
+fn last_started<'a>(list: &[&'a Wait], t: u64) -> Option<&'a Wait> {
+    let i = list.partition_point(|w| w.start <= t);
+    i.checked_sub(1).map(|i| list[i])
 }
 
 #[cfg(test)]

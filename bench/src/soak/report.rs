@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::checker::{FREE_WAIT_BOUND_US, Fault, Verdict};
 use super::plan::{BLACK_HOLE_RECOVERY, KILL_GRACE};
+use super::stalls::{LATE, Stall};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// Everything a run found, as written to `report.json`.
@@ -25,6 +26,8 @@ pub struct Report {
     pub keys_left: Vec<String>,
     pub verdict: Verdict,
     pub faults: Vec<Fault>,
+    /// The machine's stalls the soak's probe saw (`stalls.rs`).
+    pub stalls: Vec<Stall>,
 }
 
 impl Report {
@@ -99,6 +102,28 @@ impl Report {
                 "≤ {} (+ the servers' downtime)",
                 ms(self.lease_ms * 1000 + FREE_WAIT_BOUND_US)
             ),
+        ));
+        rows.push((
+            format!(
+                "stalls of the machine: the soak's probe thread woke > {} late (count / longest / total)",
+                ms(LATE.as_micros() as u64)
+            ),
+            format!(
+                "{} / {} / {}",
+                v.machine_stalls,
+                ms(v.longest_machine_stall_us),
+                ms(v.machine_stall_total_us)
+            ),
+            "(the machine, not redbell)".into(),
+        ));
+        rows.push((
+            "free waits over their bound by no more than the stalls inside them (longest)".into(),
+            format!(
+                "{} ({})",
+                v.free_waits_over_bound_in_stalls,
+                ms(v.longest_free_wait_in_stalls_us)
+            ),
+            "(bound + the stalls in the wait)".into(),
         ));
         rows.push((
             "redbell run commands running at once (unfenced log)".into(),

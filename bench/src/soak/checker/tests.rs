@@ -680,3 +680,35 @@ fn frozen_pool_records(b_at: u64) -> Vec<Record> {
     }
     r
 }
+
+#[test]
+fn a_free_wait_over_the_bound_by_a_machine_stall_inside_it_is_counted_not_failed() {
+    // b waits from 5 µs; the lock is free from 1 ms to 1.4 s: 0.4 s over.
+    let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+    r.extend(section("b", 1, 11, 5, 1_401_000, 1_500_000, "accepted"));
+    let inside = [Stall {
+        from_us: 200_000,
+        until_us: 700_000,
+    }];
+    let v = check_until(&r, &[], &inside, LEASE, 0);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.free_waits_over_bound_in_stalls, 1);
+    assert_eq!(v.longest_free_wait_in_stalls_us, 1_400_000);
+    assert_eq!((v.machine_stalls, v.machine_stall_total_us), (1, 500_000));
+
+    // A stall too short, or outside the wait, excuses nothing.
+    let short = [Stall {
+        from_us: 200_000,
+        until_us: 500_000,
+    }];
+    let outside = [Stall {
+        from_us: 1_500_000,
+        until_us: 2_500_000,
+    }];
+    for stalls in [&short[..], &outside[..]] {
+        let v = check_until(&r, &[], stalls, LEASE, 0);
+        assert_eq!(v.free_waits_over_bound_in_stalls, 0);
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert!(v.violations[0].bound.starts_with("lock free while"));
+    }
+}
