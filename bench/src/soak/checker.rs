@@ -267,8 +267,10 @@ pub fn check_until(
     lease_us: u64,
     end_us: u64,
 ) -> Verdict {
-    let mut v = Verdict::default();
-    v.machine_stalls = stalls.len() as u64;
+    let mut v = Verdict {
+        machine_stalls: stalls.len() as u64,
+        ..Verdict::default()
+    };
     for s in stalls {
         let len = s.until_us.saturating_sub(s.from_us);
         v.longest_machine_stall_us = v.longest_machine_stall_us.max(len);
