@@ -83,12 +83,16 @@ async fn exclusion_and_handoffs_under_load() {
                     let g = mutex
                         .lock_timeout(Duration::from_secs(30))
                         .await
-                        .expect("lock");
-                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                        .unwrap_or_else(|e| panic!("task {task_id}: lock: {e}"));
+                    // Left on drop, so that a panic below shows as itself
+                    // and not as every later holder's "two holders".
+                    let here = Inside::enter(&inside, task_id);
                     owners.lock().unwrap().push(task_id);
                     non_atomic_increment(&mut conn, &counter, Duration::ZERO).await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    g.unlock().await.expect("unlock");
+                    drop(here);
+                    g.unlock()
+                        .await
+                        .unwrap_or_else(|e| panic!("task {task_id}: unlock: {e}"));
                 }
             }));
         }
@@ -111,6 +115,28 @@ async fn exclusion_and_handoffs_under_load() {
     assert!(ratio >= 0.9, "hand-off ratio {ratio:.3}");
     assert_clean(&mut conn, &name).await;
     del(&mut conn, &[&counter, &fence_key(&name)]).await;
+}
+
+/// A task's time in the critical section: counts it in on entry (failing
+/// if another task is in) and out when dropped.
+struct Inside<'a>(&'a AtomicUsize);
+
+impl<'a> Inside<'a> {
+    fn enter(inside: &'a AtomicUsize, task_id: usize) -> Self {
+        let others = inside.fetch_add(1, Ordering::SeqCst);
+        let me = Self(inside);
+        assert_eq!(
+            others, 0,
+            "task {task_id} got the lock while another held it"
+        );
+        me
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A mixed run of 4 s in which one client's connections are killed every
