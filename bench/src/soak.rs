@@ -94,6 +94,11 @@ use topology::Topology;
 /// the library's waiter-queue entries outlive a park by 2 s, plus margin.
 const KEY_GRACE: Duration = Duration::from_millis(3000);
 
+/// How long a turn of the fault loop (heal what is due, inject what is
+/// due, sleep 20 ms) may take, beyond an injection's own time, before the
+/// run's timeline says so.
+const LOOP_LATE: Duration = Duration::from_millis(250);
+
 /// Runs one worker process (the hidden `soak-worker` subcommand) until its
 /// stop file appears: `redbell run` workers by `runner.rs`, the others by
 /// `worker.rs`.
@@ -200,12 +205,25 @@ async fn soak(
     let end = Duration::from_secs(args.secs);
     let mut next = schedule.iter().peekable();
     while t0.elapsed() < end {
+        let turn = Instant::now();
         pool.continue_due(false);
+        let healing = turn.elapsed();
         if let Some(p) = next.next_if(|p| p.at <= t0.elapsed()) {
             let line = pool.inject(p, topo).await?;
             println!("[{:>7.3} s] {line}", t0.elapsed().as_secs_f64());
         }
+        let injecting = turn.elapsed() - healing;
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // Stops and partitions end late while this loop is held up: say so,
+        // with where, for whoever reads a failed run's timeline.
+        if turn.elapsed() > LOOP_LATE && injecting < LOOP_LATE {
+            println!(
+                "[{:>7.3} s] soak: the fault loop was held {} ms (healing {} ms)",
+                t0.elapsed().as_secs_f64(),
+                turn.elapsed().as_millis(),
+                healing.as_millis()
+            );
+        }
     }
 
     println!("soak: stopping the workers");

@@ -46,6 +46,8 @@ use super::plan::{
 use super::topology::Topology;
 use super::worker_io::now_us;
 use crate::fail::{EX_FAILURE, Failure};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use redbell_testkit::Proxy;
 
 /// How long a woken waiter (or a waiting pool, or a running command) is
@@ -182,10 +184,10 @@ impl Pool {
                     FaultKind::HalfOpen | FaultKind::BlackHole | FaultKind::SigstopCommand => {}
                     FaultKind::SigstopRun => {
                         if let Some(pid) = w.stopped_pid {
-                            signal_pid(pid, "CONT");
+                            signal_pid(pid, Signal::SIGCONT);
                         }
                     }
-                    _ => signal(&w.child, "CONT"),
+                    _ => signal(&w.child, Signal::SIGCONT),
                 }
                 if !matches!(
                     kind,
@@ -283,7 +285,7 @@ impl Pool {
         let line = match planned.kind {
             FaultKind::Sigkill | FaultKind::SigkillRun => {
                 let mut w = self.workers.remove(i);
-                signal(&w.child, "KILL");
+                signal(&w.child, Signal::SIGKILL);
                 let _ = w.child.wait().await;
                 // Dead by now: anything it logged came before this.
                 fault.at_us = now_us();
@@ -313,7 +315,7 @@ impl Pool {
                 let Some((pid, ppid)) = pids else {
                     return Ok("no command found".into());
                 };
-                signal_pid(ppid, "STOP");
+                signal_pid(ppid, Signal::SIGSTOP);
                 self.workers[i].stopped = Some((due, self.faults.len()));
                 self.workers[i].stopped_pid = Some(ppid);
                 format!(
@@ -325,11 +327,11 @@ impl Pool {
                 let Some((pid, ppid)) = pids else {
                     return Ok("no command found".into());
                 };
-                signal_pid_group(pid, "STOP");
+                signal_pid_group(pid, Signal::SIGSTOP);
                 tokio::time::sleep(TERM_AFTER).await;
                 // The bound runs from the SIGTERM.
                 fault.until_us = Some(now_us());
-                signal_pid(ppid, "TERM");
+                signal_pid(ppid, Signal::SIGTERM);
                 self.workers[i].stopped = Some((due, self.faults.len()));
                 format!(
                     "SIGSTOP {id}'s command (group {pid}), then {} ms later SIGTERM its redbell run (pid {ppid})",
@@ -349,7 +351,7 @@ impl Pool {
                 format!("half-open: server side of {id}'s connections closed ({n} relayed so far)")
             }
             _ => {
-                signal(&self.workers[i].child, "STOP");
+                signal(&self.workers[i].child, Signal::SIGSTOP);
                 self.workers[i].stopped = Some((due, self.faults.len()));
                 let what = match planned.kind {
                     FaultKind::SigstopWaiter => "woken waiter ",
@@ -365,7 +367,7 @@ impl Pool {
 
     /// A worker waiting on a lock whose holder has just logged the end of
     /// its hold; the slot picks among several.
-    async fn woken_waiter(&self, slot: usize) -> Option<usize> {
+    async fn woken_waiter(&mut self, slot: usize) -> Option<usize> {
         let deadline = Instant::now() + WAITER_SEARCH;
         while Instant::now() < deadline {
             let last: Vec<Option<Event>> = self
@@ -386,13 +388,15 @@ impl Pool {
                 return Some(waiting[slot % waiting.len()]);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
+            // A search may last seconds: the stops due meanwhile end on time.
+            self.continue_due(false);
         }
         None
     }
 
     /// A pool worker each of whose tasks has been waiting for
     /// [`QUEUED_FOR`] at least; the slot picks among several.
-    async fn waiting_pool(&self, slot: usize) -> Option<usize> {
+    async fn waiting_pool(&mut self, slot: usize) -> Option<usize> {
         let deadline = Instant::now() + WAITER_SEARCH;
         let pools = self.targets(FaultKind::FreezePool);
         if pools.is_empty() {
@@ -418,13 +422,15 @@ impl Pool {
                 return Some(ready[slot % ready.len()]);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
+            // A search may last seconds: the stops due meanwhile end on time.
+            self.continue_due(false);
         }
         None
     }
 
     /// A `redbell run` worker whose command started within [`FRESH`], with
     /// the command's pid and its `redbell run`'s (checked to be one).
-    async fn running_command(&self, slot: usize) -> Option<(usize, u32, u32)> {
+    async fn running_command(&mut self, slot: usize) -> Option<(usize, u32, u32)> {
         let deadline = Instant::now() + WAITER_SEARCH + RUN_HOLD;
         let runs = self.targets(FaultKind::SigstopRun);
         let first = runs.first()?;
@@ -454,6 +460,7 @@ impl Pool {
                 return Some(found[slot % found.len()]);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+            self.continue_due(false);
         }
         None
     }
@@ -479,7 +486,7 @@ impl Pool {
                 }
                 Ok(_) => {}
                 Err(_) => {
-                    signal(&w.child, "KILL");
+                    signal(&w.child, Signal::SIGKILL);
                     let _ = w.child.wait().await;
                     late.push(w.id.clone());
                 }
@@ -520,29 +527,27 @@ fn tail(path: &Path, bytes: u64) -> Vec<Record> {
 }
 
 /// Sends `sig` to a worker's process group (the worker and, for a `redbell
-/// run` worker, its `redbell`) with kill(1) (the bench has no unsafe code).
-fn signal(child: &tokio::process::Child, sig: &str) {
+/// run` worker, its `redbell`).
+fn signal(child: &tokio::process::Child, sig: Signal) {
     if let Some(pid) = child.id() {
         signal_pid_group(pid, sig);
     }
 }
 
 /// Sends `sig` to the process group `pgid`.
-fn signal_pid_group(pgid: u32, sig: &str) {
-    kill(sig, &format!("-{pgid}"));
+fn signal_pid_group(pgid: u32, sig: Signal) {
+    kill(-(pgid as i32), sig);
 }
 
 /// Sends `sig` to the process `pid` alone.
-fn signal_pid(pid: u32, sig: &str) {
-    kill(sig, &pid.to_string());
+fn signal_pid(pid: u32, sig: Signal) {
+    kill(pid as i32, sig);
 }
 
-fn kill(sig: &str, target: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), "--", target])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("soak: kill -{sig} {target} failed");
+/// kill(2), not kill(1): a process spawned and waited for from the fault
+/// loop would hold it up.
+fn kill(target: i32, sig: Signal) {
+    if let Err(e) = nix::sys::signal::kill(Pid::from_raw(target), sig) {
+        eprintln!("soak: kill -{sig} {target} failed: {e}");
     }
 }
