@@ -151,15 +151,29 @@ pub async fn drive(url: &str, args: WorkerArgs) -> Result<(), Failure> {
     let grace = format!("{}ms", KILL_GRACE.as_millis());
     let unfenced = unfenced_log(&args.log, &args.lock);
     let hold_ms = RUN_HOLD.as_millis().to_string();
+    // `redbell run -v`'s own account (wait, hold and release times), for
+    // whoever reads a failed run: a line naming each section first.
+    let stderr_path = args.log.with_extension("redbell.log");
     let mut seq = 0;
     while !stopped(&args.stop_file) {
         seq += 1;
         let wait = now_us();
         log.put(Event::Wait, seq, None, (wait, None), None);
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&stderr_path)
+            .and_then(|mut f| {
+                use std::io::Write;
+                writeln!(f, "== {} seq {seq} wait_us {wait}", args.id)?;
+                Ok(std::process::Stdio::from(f))
+            })
+            .unwrap_or_else(|_| std::process::Stdio::null());
         let status = tokio::process::Command::new(&redbell)
             .args(&target)
             .args([
                 "run",
+                "-v",
                 "--ttl",
                 &ttl,
                 "--kill-grace",
@@ -178,7 +192,7 @@ pub async fn drive(url: &str, args: WorkerArgs) -> Result<(), Failure> {
             .arg("--unfenced-log")
             .arg(&unfenced)
             .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(stderr)
             .status()
             .await;
         let code = match status {
