@@ -149,6 +149,10 @@ const RUN_RELEASE_US: u64 = 500_000;
 /// longer wait for that.
 const SENTINEL_SPLIT_US: u64 = 3_000_000;
 
+/// Why two holds may overlap when one worker was stopped through a
+/// Sentinel failover's announcement (`stale_primary` below).
+const STALE_PRIMARY: &str = "old primary's grant to a client stopped through the failover";
+
 fn split_us(kind: FaultKind) -> u64 {
     if matches!(kind, FaultKind::Failover | FaultKind::SentinelFailover) {
         SENTINEL_SPLIT_US
@@ -303,6 +307,26 @@ pub fn check_until(
         .filter(|f| f.kind.is_server())
         .map(|f| (f.at_us, f.until_us.unwrap_or(f.at_us), f.kind))
         .collect();
+    // A worker stopped (SIGSTOP, partition) through a Sentinel failover's
+    // announcement hears it only once continued: its attempts meanwhile
+    // may still reach the old primary, which answers as a primary until
+    // the sentinels convert it, and grant it a lock the new primary has
+    // given another. Its window runs from its continue as everyone's runs
+    // from the announcement.
+    let stale_primary = |x: &Hold| {
+        servers
+            .iter()
+            .filter(|s| split_us(s.2) > 0)
+            .any(|&(at, announced, kind)| {
+                stops.iter().any(|&(w, s, u, _)| {
+                    w == process_of(&x.worker)
+                        && s <= announced
+                        && u >= at
+                        && x.start <= u.saturating_add(split_us(kind))
+                        && x.start >= at
+                })
+            })
+    };
     let restarts: Vec<u64> = servers
         .iter()
         .filter(|s| s.2 == FaultKind::Restart)
@@ -512,6 +536,10 @@ pub fn check_until(
                     (h, a, c)
                 } else if let Some(c) = lost {
                     (a, h, c)
+                } else if stale_primary(h) {
+                    (h, a, STALE_PRIMARY)
+                } else if stale_primary(a) {
+                    (a, h, STALE_PRIMARY)
                 } else {
                     unexplained.push(a);
                     continue;

@@ -712,3 +712,28 @@ fn a_free_wait_over_the_bound_by_a_machine_stall_inside_it_is_counted_not_failed
         assert!(v.violations[0].bound.starts_with("lock free while"));
     }
 }
+
+#[test]
+fn a_worker_stopped_through_a_failover_may_be_granted_by_the_old_primary() {
+    // The sentinels announce the new primary at 2 s; p, stopped from
+    // before it until 5 s, is granted 1 ms after m by the old primary.
+    let failover = Fault {
+        at_us: 1_000_000,
+        kind: FaultKind::Failover,
+        worker: None,
+        until_us: Some(2_000_000),
+    };
+    let mut r = section("m", 1, 10, 4_000_000, 5_200_000, 5_210_000, "accepted");
+    r.extend(section(
+        "p", 1, 11, 400_000, 5_201_000, 5_209_000, "accepted",
+    ));
+    let through = stop(FaultKind::Sigstop, "p", 500_000, 5_000_000);
+    let v = check(&r, &[failover.clone(), through], LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.overlaps_by_cause[STALE_PRIMARY], 1);
+
+    // Stopped only after the announcement, p heard it: no excuse.
+    let after = stop(FaultKind::Sigstop, "p", 2_500_000, 5_000_000);
+    let v = check(&r, &[failover, after], LEASE);
+    assert_eq!(v.overlaps_unexplained, 1, "{:?}", v.violations);
+}
