@@ -65,7 +65,7 @@
 //! sentinels are asked first, and asking the silent primary its role costs
 //! up to one more `T`; a fresh connection to a reachable server then takes
 //! milliseconds. So the client works again within 2 × `T` + 1 s of the
-//! fault (6 s with the defaults), the second for the handshake and the
+//! fault (5 s with the default `T` of 2 s), the second for the handshake and the
 //! scheduling, whether the command's caller waited for its timeout or gave
 //! up sooner. While Redis cannot be reached at all no fresh connection
 //! opens, and calls fail ([`Error::Redis`]) about 2 × `T` + the connect
