@@ -19,7 +19,7 @@
 //!   from the start" on [`FairMutex`]).
 //! - **Long parks and standbys.** A waiter that parks longer than a claim
 //!   marks the queue (`~`); a grant to a waiter that arrived no later
-//!   tells the next two to stand by for about a claim and records the first
+//!   tells the next seven to stand by for about a claim and records the first
 //!   in `P:{N}:handoff`, so a frozen grantee or standby costs the queue
 //!   about a claim, not a lease; an attempt on the free lock drops a
 //!   standby that missed its deadline. With short holds, nobody parks long
@@ -79,7 +79,7 @@ use crate::{Client, Error, Mutex, MutexGuard};
 /// - A grant that reached its client but is never confirmed (the client
 ///   froze or died on receipt) lapses after the claim lease. When a waiter behind
 ///   may be parked for longer (it queued behind a long hold), the grant also
-///   tells the next two in line to attempt after the claim: the queue
+///   tells the next seven in line to attempt after the claim: the queue
 ///   stalls for about the claim, not a whole lease.
 /// - A grant read late (the waiter's client was paused) costs nothing
 ///   special: the attempt confirms it if it is still the waiter's, and

@@ -35,7 +35,7 @@ pub(crate) const CLAIM_MS: u64 = 500;
 
 /// How long a semaphore waiter woken for a permit keeps its place in the
 /// queue before its attempt arrives (its entry's expiry is cut to this);
-/// the next two in line stand by for twice as long, so a woken waiter that
+/// the next seven in line stand by for twice as long, so a woken waiter that
 /// froze costs the others that window, not a lease.
 pub(crate) const SEM_RESERVE_MS: u64 = 250;
 

@@ -24,7 +24,7 @@
 //!   reservation learns its end from the value and queues behind the
 //!   waiters of the last hold, not ahead of them.
 //! - **A frozen woken waiter** still counts as a receiver: the release takes
-//!   it out of the queue and tells the next two members of *other* clients
+//!   it out of the queue and tells the next seven members of *other* clients
 //!   to stand by, so it costs the others 2 x `HANDOFF_MS`, not a lease.
 
 use std::fmt;

@@ -13,7 +13,7 @@
 //!   reclaimed by any script, an owed waiter that left or lapsed) wakes the
 //!   waiters newly owed, one message each on their clients' channels, and
 //!   cuts their entries to [`SEM_RESERVE_MS`](crate::keys::SEM_RESERVE_MS);
-//!   the next two in line stand by for twice that, and their attempt
+//!   the next seven in line stand by for twice that, and their attempt
 //!   prunes a woken member that froze.
 //! - **Parks.** Until the earliest holder's lease ends (when a crashed
 //!   holder's permit comes back), or, while permits are free but owed to

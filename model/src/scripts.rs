@@ -94,7 +94,7 @@ pub enum LockValue {
 
 /// A plain waiter queue entry: member scored by its expiry (server ms);
 /// `half` is the score's fraction `.5` (acquire.lua:211-212,
-/// wake_next.lua:97).
+/// wake_next.lua:104).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Entry {
     /// The integer part of the score: the entry's expiry.
@@ -338,25 +338,29 @@ pub enum ReleaseReply {
     Gone,
 }
 
-/// wake_next.lua:51-106 (`head` is re-read here: the callers pass the
-/// first three members just read in the same script).
+/// wake_next.lua: how many members after a woken one get a standby (the
+/// fair and semaphore scripts send as many).
+pub const STANDBYS: usize = 7;
+
+/// wake_next.lua:58-113 (`head` is re-read here: the callers pass the
+/// first members just read in the same script).
 fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
     if s.waiters.is_empty() {
         return false;
     }
     let buggy = s.bugs.frozen_woken_waiter;
     loop {
-        // wake_next.lua:58-62: prune expired members (not in the old code).
+        // wake_next.lua:65-69: prune expired members (not in the old code).
         if !buggy {
             s.waiters.retain(|e| e.expiry > now);
         }
         let Some(first) = s.waiters.first().copied() else {
             return false;
         };
-        // wake_next.lua:67-75: wake the head on its client's channel.
+        // wake_next.lua:74-82: wake the head on its client's channel.
         let received = s.publish(first.member.client, Message::Wake(first.member.waiter));
         if received > 0 {
-            // wake_next.lua:77-79: reserve the lock; the woken member leaves.
+            // wake_next.lua:84-86: reserve the lock; the woken member leaves.
             s.lock = Some((
                 LockValue::Reserved {
                     member: first.member,
@@ -368,9 +372,9 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
                 return true;
             }
             s.zrem(first.member);
-            // wake_next.lua:80-100: standbys for the next two (head[3..6]
-            // of ZRANGE 0 2: the two read after the woken one).
-            let next: Vec<Entry> = s.waiters.iter().take(2).copied().collect();
+            // wake_next.lua:87-107: standbys for the next STANDBYS (head[3..] of
+            // ZRANGE 0 STANDBYS: those read after the woken one).
+            let next: Vec<Entry> = s.waiters.iter().take(STANDBYS).copied().collect();
             for e in next {
                 if e.member.client != first.member.client && !e.half {
                     let told = s.publish(
@@ -384,7 +388,7 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
             }
             return true;
         }
-        // wake_next.lua:103-104: nobody received: drop it, try the next.
+        // wake_next.lua:110-111: nobody received: drop it, try the next.
         s.zrem(first.member);
     }
 }
@@ -575,7 +579,7 @@ fn grant_next(
             member.client,
             Message::Grant(member.waiter, token, f, claim_end),
         );
-        // fair_common.lua:164-181: standbys while a long parker may wait.
+        // fair_common.lua:164-182: standbys while a long parker may wait.
         if let Some(l) = long
             && score <= l
         {
@@ -585,7 +589,7 @@ fn grant_next(
                 .queue
                 .iter()
                 .filter(|x| x.0 >= 0)
-                .take(2)
+                .take(STANDBYS)
                 .map(|x| x.1)
                 .collect();
             for (i, m) in next.into_iter().enumerate() {
@@ -952,7 +956,14 @@ fn settle(s: &mut Server, permits: u8, freed: i64, reserve_ms: Ms, now: Ms) -> u
         }
     }
     if woken > 0 {
-        let next: Vec<Member> = s.sem.queue.iter().skip(rank).take(2).map(|x| x.1).collect();
+        let next: Vec<Member> = s
+            .sem
+            .queue
+            .iter()
+            .skip(rank)
+            .take(STANDBYS)
+            .map(|x| x.1)
+            .collect();
         for m in next {
             s.publish(m.client, Message::Standby(m.waiter, 2 * reserve_ms));
         }

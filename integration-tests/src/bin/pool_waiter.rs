@@ -18,7 +18,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (kind, name, tasks, permits) = match args.as_slice() {
         [kind, name, tasks] => (kind, name, tasks, 1),
-        [kind, name, tasks, permits] => (kind, name, tasks, permits.parse()?),
+        [kind, name, tasks, permits] | [kind, name, tasks, permits, ..] => {
+            (kind, name, tasks, permits.parse()?)
+        }
         _ => {
             return Err(
                 "usage: pool_waiter mutex|fair|write|semaphore NAME TASKS [PERMITS]".into(),
@@ -26,10 +28,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let tasks: usize = tasks.parse()?;
-    let client = redbell::Client::connect(std::env::var("REDIS_URL")?).await?;
+    // A sixth argument: the URL to use instead of REDIS_URL's.
+    let url = match args.get(5) {
+        Some(url) => url.clone(),
+        None => std::env::var("REDIS_URL")?,
+    };
+    let client = redbell::Client::connect(url.as_str()).await?;
+    // A fifth argument `per-task`: each task has a Client of its own (one
+    // process, several clients, as when libraries each make their own).
+    let per_task = args.get(4).is_some_and(|a| a == "per-task");
     let mut handles: Vec<tokio::task::JoinHandle<Result<(), redbell::Error>>> = Vec::new();
     for task in 0..tasks {
-        let (client, kind, name) = (client.clone(), kind.clone(), name.clone());
+        let client = if per_task {
+            redbell::Client::connect(url.as_str()).await?
+        } else {
+            client.clone()
+        };
+        let (kind, name) = (kind.clone(), name.clone());
         handles.push(tokio::spawn(async move {
             let held: Box<dyn std::any::Any + Send> = match kind.as_str() {
                 "mutex" => Box::new(client.mutex(&name).lock().await?),

@@ -19,7 +19,7 @@
 -- Waking the head (wake_next.lua) adds TIME (to prune expired members and
 -- to date the reservation), PUBLISH (the wake-up), SET (the reservation),
 -- ZREM (the woken member leaves the queue) and a standby PUBLISH for each
--- of the next two that can use one (with a ZADD that marks it as told).
+-- of the next seven (STANDBYS) that can use one (with a ZADD that marks it as told).
 -- With nobody waiting it runs GET (is it ours?), ZRANGE (the queue's head:
 -- empty, so nothing to wake and nothing published) and DEL. The queue read
 -- is the one command that tells an empty queue, and it is atomic with the
@@ -32,7 +32,7 @@ if v ~= ARGV[2] then
   end
   return -1
 end
-local head = redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES')
+local head = redis.call('ZRANGE', KEYS[2], 0, STANDBYS, 'WITHSCORES')
 if wake_next(KEYS[1], KEYS[2], ARGV[3], ARGV[4], head) == 0 then
   redis.call('DEL', KEYS[1])
 end

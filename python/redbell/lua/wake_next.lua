@@ -13,22 +13,24 @@
 --               each scored by its expiry in server milliseconds
 --   prefix      the wake channel prefix "P:{N}:wake:"; a member's client
 --               listens on prefix .. client id, and the message is the waiter id
---   head        ZRANGE waiters 0 2 WITHSCORES, as the caller read it (so a
---               caller can learn that nobody waits from the same command)
+--   head        ZRANGE waiters 0 STANDBYS WITHSCORES, as the caller read it
+--               (so a caller can learn that nobody waits from the same
+--               command)
 -- Members whose expiry has passed are dropped first: their client stopped
 -- refreshing them (it crashed, froze, or was cut off). A member whose client
 -- receives nothing (PUBLISH counted 0 receivers: the client is gone) is
 -- dropped and the next one is tried. The woken member leaves the queue (its
 -- attempt takes the reservation, or re-queues it if it came too late); a
--- receiver may be frozen with its socket open, so the next two in line get
--- a standby message "<waiter id>::s<window>": they park no longer than
--- window = twice the reservation, then attempt, so a frozen head (or two
--- frozen in a row) costs the others one reservation, not a lease. A client
--- queues one waiter per lock at a time (acquire.rs, "One place per
--- client"), so the next two are two other processes however many tasks
--- the woken one's process has waiting: a live waiter of another process
--- gets the free lock within the window (200 ms) of the release. Of those
--- two, a member that already parks no longer than a reservation (it queued
+-- receiver may be frozen with its socket open, so the next STANDBYS (7) in
+-- line get a standby message "<waiter id>::s<window>": they park no longer
+-- than window = twice the reservation, then attempt, so a frozen head (or
+-- up to seven frozen in a row: a paused host's or container's workers, or
+-- clients cut off the network with their sockets open) costs the others
+-- one reservation, not a lease. A client queues one waiter per lock at a
+-- time (acquire.rs, "One place per client"), so the next seven are seven
+-- other clients however many tasks the woken one's process has waiting: a
+-- live waiter of another client gets the free lock within the window
+-- (200 ms) of the release. Of those, a member that already parks no longer than a reservation (it queued
 -- during one: acquire.lua scores it with the fraction .5) or that belongs
 -- to the woken member's client (frozen with it, or alive and attempting;
 -- rare: a member whose pass-on is on its way) gets no standby: it would change nothing. Nor does a member that was
@@ -37,8 +39,8 @@
 -- fraction .5 (its next attempt queues it again, unmarked). So in a steady
 -- stream of hand-offs, where each releaser queues again during the
 -- reservation its release made, a hand-off publishes one message (two
--- with more than two waiting: the wake-up, and a standby to the member
--- that just became third in line). Nothing is published when nobody
+-- with more than STANDBYS waiting: the wake-up, and a standby to the
+-- member that just came within reach). Nothing is published when nobody
 -- waits.
 -- PUBLISH runs under redis.pcall: a server whose ACL denies the wake channel
 -- refuses it after the caller's DEL already happened (Redis does not roll a
@@ -48,6 +50,11 @@
 -- Returns 1 if a waiter was woken (the lock key then holds its
 -- reservation), 0 if nobody waits or PUBLISH was refused (the lock key is
 -- left as it was).
+-- How many members after the woken one get a standby: the longest run of
+-- frozen clients at the head of a queue that costs a live waiter one
+-- reservation window rather than the holder's lease.
+local STANDBYS = 7
+
 local function wake_next(lock, waiters, prefix, handoff_ms, head)
   if #head == 0 then
     return 0
@@ -58,7 +65,7 @@ local function wake_next(lock, waiters, prefix, handoff_ms, head)
     if #head > 0 and tonumber(head[2]) <= now_ms then
       -- Expired members sort first (the score is the expiry): prune them all.
       redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms)
-      head = redis.call('ZRANGE', waiters, 0, 2, 'WITHSCORES')
+      head = redis.call('ZRANGE', waiters, 0, STANDBYS, 'WITHSCORES')
     end
     local first = head[1]
     if not first then
@@ -101,6 +108,6 @@ local function wake_next(lock, waiters, prefix, handoff_ms, head)
       return 1
     end
     redis.call('ZREM', waiters, first)
-    head = redis.call('ZRANGE', waiters, 0, 2, 'WITHSCORES')
+    head = redis.call('ZRANGE', waiters, 0, STANDBYS, 'WITHSCORES')
   end
 end

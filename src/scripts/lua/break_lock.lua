@@ -60,5 +60,5 @@ end
 if string.sub(holder, 1, 2) == 'm:' then
   return {''} -- only reserved for a woken waiter: nothing is held
 end
-wake_next(KEYS[1], KEYS[2], ARGV[2], ARGV[3], redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES'))
+wake_next(KEYS[1], KEYS[2], ARGV[2], ARGV[3], redis.call('ZRANGE', KEYS[2], 0, STANDBYS, 'WITHSCORES'))
 return {tag == 'l' and 'election' or 'mutex', holder}

@@ -163,9 +163,10 @@ local function grant_next(lock, fence, queue, handoff, prefix, claim_ms, fence_t
         end
         if received > 0 then
           if long and arrival <= long then
-            -- Someone behind may park past this claim: the next two stand by.
+            -- Someone behind may park past this claim: the next seven stand
+            -- by (up to seven frozen clients in a row cost a claim window).
             keep_long()
-            local next = redis.call('ZRANGEBYSCORE', queue, 0, '+inf', 'LIMIT', 0, 2)
+            local next = redis.call('ZRANGEBYSCORE', queue, 0, '+inf', 'LIMIT', 0, 7)
             for i, m in ipairs(next) do
               local cid2, rest2 = split(m)
               if rest2 then

@@ -20,7 +20,7 @@ local mine = 'm:' .. ARGV[2] .. '@'
 if holder and string.sub(holder, 1, #mine) ~= mine and holder ~= 'm:' .. ARGV[2] then
   return 0
 end
-local head = redis.call('ZRANGE', KEYS[2], 0, 2, 'WITHSCORES')
+local head = redis.call('ZRANGE', KEYS[2], 0, STANDBYS, 'WITHSCORES')
 local woke = wake_next(KEYS[1], KEYS[2], ARGV[3], ARGV[4], head)
 if woke == 0 and holder then
   redis.call('DEL', KEYS[1]) -- our reservation, and nobody to pass it to

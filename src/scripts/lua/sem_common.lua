@@ -105,7 +105,9 @@ local function settle(holders, queue, expiry, permits, prefix, freed, reserve_ms
     end
   end
   if woken > 0 then
-    for _, m in ipairs(redis.call('ZRANGE', queue, rank, rank + 1)) do
+    -- The next seven stand by: up to seven frozen clients in a row behind
+    -- the woken cost the others a reservation window, not a lease.
+    for _, m in ipairs(redis.call('ZRANGE', queue, rank, rank + 6)) do
       local s = string.find(m, ':', 1, true)
       if s then
         redis.pcall('PUBLISH', prefix .. string.sub(m, 1, s - 1),
