@@ -35,8 +35,9 @@
 //!    `CLIENT PAUSE 300 ALL`; a black hole of every connection of a worker
 //!    (silent for good, new connections work; it must get a lock again
 //!    within 2 × response timeout + 1 s, + the lease and 1 s), SIGSTOP of
-//!    the pool while all its tasks wait (the others keep the 1 s free-wait
-//!    bound), SIGSTOP of a `redbell run` alone while its command runs (the
+//!    the pool while all its tasks wait, or of three workers together
+//!    while each waits on one lock ahead of another (a frozen host; the
+//!    others keep the 1 s free-wait bound either way), SIGSTOP of a `redbell run` alone while its command runs (the
 //!    command must not outlive the lease), SIGSTOP of a command then
 //!    SIGTERM to its `redbell run`, as `timeout` sends (it must end and free
 //!    the lock within --kill-grace + 2 s): the faults of the review after

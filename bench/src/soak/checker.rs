@@ -627,7 +627,10 @@ pub fn check_until(
                     *w == process_of(&x.worker)
                         && *s <= gap_end
                         && *u >= x.start
-                        && (!matches!(k, FaultKind::SigstopWaiter | FaultKind::FreezePool)
+                        && (!matches!(
+                            k,
+                            FaultKind::SigstopWaiter | FaultKind::FreezePool | FaultKind::FreezeHost
+                        )
                             || x.shared
                             || x.start >= *s)
                 })

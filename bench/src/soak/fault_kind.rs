@@ -32,6 +32,10 @@ pub enum FaultKind {
     /// SIGSTOP of a pool worker (several tasks waiting on one lock) while
     /// all its tasks wait, then SIGCONT.
     FreezePool,
+    /// SIGSTOP of three single-task workers together while each waits on
+    /// one lock (a paused host or container), then SIGCONT: one record per
+    /// worker.
+    FreezeHost,
     /// SIGSTOP of a `redbell run` process (not its command nor its
     /// guardian) while its command runs, past the lease, then SIGCONT.
     SigstopRun,
@@ -60,6 +64,7 @@ impl FaultKind {
             FaultKind::Migrate => "slot migration of a lock's slot",
             FaultKind::BlackHole => "black-hole every connection of a worker (proxy)",
             FaultKind::FreezePool => "SIGSTOP a worker whose tasks all wait",
+            FaultKind::FreezeHost => "SIGSTOP three workers waiting on one lock (frozen host)",
             FaultKind::SigstopRun => "SIGSTOP redbell run while its command runs",
             FaultKind::SigstopCommand => "SIGSTOP a redbell run command, then SIGTERM",
         }
@@ -81,9 +86,10 @@ impl FaultKind {
     /// Why two holds may overlap after this fault (`None`: they may not).
     pub fn cause(self) -> Option<&'static str> {
         match self {
-            FaultKind::Sigstop | FaultKind::SigstopWaiter | FaultKind::FreezePool => {
-                Some("SIGSTOP past the lease")
-            }
+            FaultKind::Sigstop
+            | FaultKind::SigstopWaiter
+            | FaultKind::FreezePool
+            | FaultKind::FreezeHost => Some("SIGSTOP past the lease"),
             FaultKind::Partition => Some("partition past the lease"),
             FaultKind::HalfOpen => Some("half-open connection"),
             FaultKind::BlackHole => Some("black-holed connections"),

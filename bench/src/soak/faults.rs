@@ -19,6 +19,10 @@
 //! - `FreezePool`: SIGSTOP of a pool worker once each of its tasks has
 //!   been waiting a while (so each holds a place in the lock's queue), for
 //!   [`STOP_FOR`]; the other workers' waits keep the 1 s free-wait bound.
+//! - `FreezeHost`: SIGSTOP of [`HOST_WORKERS`] single-task workers together
+//!   once each has been waiting a while on the same lock (a paused host or
+//!   container), for [`STOP_FOR`]; the others' waits keep the 1 s bound
+//!   (a release's standbys reach seven members past the woken one).
 //! - `SigstopRun`: SIGSTOP of the `redbell run` process alone (the parent
 //!   of a command that started in the last [`FRESH`]: it has most of
 //!   [`RUN_HOLD`] left, past the lease) for [`STOP_FOR`]: its command must
@@ -56,6 +60,14 @@ const WAITER_SEARCH: Duration = Duration::from_secs(3);
 
 /// How recently a command hit by `SigstopRun` or `SigstopCommand` started.
 const FRESH: Duration = Duration::from_millis(300);
+
+/// How many workers `FreezeHost` freezes together.
+const HOST_WORKERS: usize = 3;
+
+/// How long each worker hit by `FreezeHost` has been waiting: its attempt
+/// (a round trip of about a millisecond) has queued it. Single-task
+/// workers in a stream of 5 ms holds seldom wait longer.
+const HOST_QUEUED_FOR: Duration = Duration::from_millis(3);
 
 /// How long each task of a pool hit by `FreezePool` has been waiting: long
 /// enough for its attempt to have queued it.
@@ -212,6 +224,11 @@ impl Pool {
                         w.kind == WorkerKind::Run
                     }
                     FaultKind::FreezePool => w.kind == WorkerKind::Pool,
+                    // Readers wait on writers, not in a queue of their own.
+                    FaultKind::FreezeHost => !matches!(
+                        w.kind,
+                        WorkerKind::Run | WorkerKind::Pool | WorkerKind::RwRead
+                    ),
                     FaultKind::Sigstop | FaultKind::SigstopWaiter => {
                         !matches!(w.kind, WorkerKind::Run | WorkerKind::Pool)
                     }
@@ -244,6 +261,9 @@ impl Pool {
         if let Some(line) = topo.inject_client(planned.kind).await {
             self.faults.push(fault);
             return Ok(line);
+        }
+        if planned.kind == FaultKind::FreezeHost {
+            return Ok(self.freeze_host(planned.slot).await);
         }
         // The command's pid and its `redbell run`'s, for the faults of those.
         let mut pids = None;
@@ -363,6 +383,89 @@ impl Pool {
         };
         self.faults.push(fault);
         Ok(line)
+    }
+
+    /// `FreezeHost`: SIGSTOP of [`HOST_WORKERS`] workers waiting on one
+    /// lock, together, for [`STOP_FOR`]; one fault record each.
+    async fn freeze_host(&mut self, slot: usize) -> String {
+        let Some(host) = self.waiting_host(slot).await else {
+            return "no three workers waiting ahead of another on one lock found to SIGSTOP".into();
+        };
+        for &i in &host {
+            signal(&self.workers[i].child, Signal::SIGSTOP);
+        }
+        let (at_us, due) = (now_us(), Instant::now() + STOP_FOR);
+        let mut ids = Vec::new();
+        for &i in &host {
+            let id = self.workers[i].id.clone();
+            self.workers[i].stopped = Some((due, self.faults.len()));
+            self.faults.push(Fault {
+                at_us,
+                kind: FaultKind::FreezeHost,
+                worker: Some(id.clone()),
+                until_us: None,
+            });
+            ids.push(id);
+        }
+        format!(
+            "SIGSTOP host: {} (each waiting on {}) for {} ms",
+            ids.join(", "),
+            self.workers[host[0]].lock,
+            STOP_FOR.as_millis()
+        )
+    }
+
+    /// The [`HOST_WORKERS`] longest-waiting workers of one lock, each
+    /// waiting for [`HOST_QUEUED_FOR`] at least, with a live waiter of another
+    /// worker (a pool's task included) that began waiting after them all:
+    /// behind them in the queue. The slot picks among the locks that have
+    /// them.
+    async fn waiting_host(&mut self, slot: usize) -> Option<Vec<usize>> {
+        let deadline = Instant::now() + WAITER_SEARCH;
+        let eligible = self.targets(FaultKind::FreezeHost);
+        while Instant::now() < deadline {
+            let queued_before = now_us().saturating_sub(HOST_QUEUED_FOR.as_micros() as u64);
+            // Per live worker: the starts of its tasks' open waits.
+            let mut waiting: std::collections::BTreeMap<&str, Vec<(u64, usize)>> =
+                Default::default();
+            for (i, w) in self.workers.iter().enumerate() {
+                if w.stopped.is_some() {
+                    continue;
+                }
+                let mut last: std::collections::HashMap<String, Record> = Default::default();
+                for r in tail(&self.log(&w.id), 16 * 1024) {
+                    last.insert(r.worker.clone(), r);
+                }
+                for r in last.values().filter(|r| r.event == Event::Wait) {
+                    waiting.entry(&w.lock).or_default().push((r.start_us, i));
+                }
+            }
+            let mut hosts: Vec<Vec<usize>> = Vec::new();
+            for list in waiting.values_mut() {
+                list.sort_unstable();
+                let host: Vec<(u64, usize)> = list
+                    .iter()
+                    .filter(|&&(start, i)| start <= queued_before && eligible.contains(&i))
+                    .take(HOST_WORKERS)
+                    .copied()
+                    .collect();
+                let Some(&(last, _)) = host.last() else {
+                    continue;
+                };
+                let behind = list
+                    .iter()
+                    .any(|&(start, i)| start > last && host.iter().all(|h| h.1 != i));
+                if host.len() == HOST_WORKERS && behind {
+                    hosts.push(host.into_iter().map(|h| h.1).collect());
+                }
+            }
+            if !hosts.is_empty() {
+                return Some(hosts.swap_remove(slot % hosts.len()));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.continue_due(false);
+        }
+        None
     }
 
     /// A worker waiting on a lock whose holder has just logged the end of

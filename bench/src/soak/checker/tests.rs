@@ -737,3 +737,30 @@ fn a_worker_stopped_through_a_failover_may_be_granted_by_the_old_primary() {
     let v = check(&r, &[failover, after], LEASE);
     assert_eq!(v.overlaps_unexplained, 1, "{:?}", v.violations);
 }
+
+#[test]
+fn a_frozen_host_excuses_no_free_wait_of_another_worker() {
+    // h1..h3 wait from 0 and freeze together at 100 ms for 2.2 s; a lets
+    // go at 1 ms; b, waiting behind them, gets the lock at `b_at`.
+    let records = |b_at: u64| {
+        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 0, b_at, b_at + 1_000, "accepted"));
+        for (i, h) in ["h1", "h2", "h3"].into_iter().enumerate() {
+            let at = 2_400_000 + i as u64 * 10_000;
+            r.extend(section(h, 1, 12 + i as u64, 0, at, at + 5_000, "accepted"));
+        }
+        r
+    };
+    let host: Vec<Fault> = ["h1", "h2", "h3"]
+        .into_iter()
+        .map(|h| stop(FaultKind::FreezeHost, h, 100_000, 2_300_000))
+        .collect();
+    let v = check(&records(1_400_000), &host, LEASE);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+    assert_eq!(
+        v.violations[0].bound,
+        "lock free while a live waiter waited <= 1000 ms"
+    );
+    let v = check(&records(500_000), &host, LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+}
