@@ -14,6 +14,7 @@ Synchronous code: :mod:`redbell.sync`.
 
 from ._client import Client, FairMutex, Guard, Mutex, Semaphore, connect
 from ._scripts import PROTOCOL_VERSION
+from ._sentinel import connect_sentinel
 from .errors import (
     ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
     NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedbellError,
@@ -21,7 +22,8 @@ from .errors import (
 )
 
 __all__ = [
-    "Client", "FairMutex", "Guard", "Mutex", "Semaphore", "connect", "PROTOCOL_VERSION",
+    "Client", "FairMutex", "Guard", "Mutex", "Semaphore", "connect", "connect_sentinel",
+    "PROTOCOL_VERSION",
     "ClientClosed", "InvalidLease", "InvalidName", "InvalidPermits", "KindConflict",
     "NoPermission", "NotHeld", "PermitsMismatch", "ProtocolMismatch", "RedbellError",
     "RedisError", "Timeout", "WrongType",

@@ -24,7 +24,7 @@ import math
 import time
 import unicodedata
 import uuid
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
@@ -303,20 +303,31 @@ class Client:
     (opened by the first waiter), one renewal task. Create it with
     :func:`connect`; close it with :meth:`aclose`."""
 
-    def __init__(self, url: str, prefix: str = "redbell") -> None:
+    def __init__(self, url: Optional[str], prefix: str = "redbell", *,
+                 _redis: Any = None, _hub: Optional[Callable[..., Any]] = None,
+                 _sharded: bool = False) -> None:
+        # _redis, _hub, _sharded: a topology's command client, a factory
+        # of its hub (given the orphan callback) and whether it runs the
+        # SPUBLISH scripts (connect_sentinel, connect_cluster).
         if not prefix or ":" in prefix or "{" in prefix or "}" in prefix:
             raise InvalidName(f"prefix {prefix!r}: non-empty, without ':', '{{' or '}}'")
         self.prefix = prefix
         self.id = uuid.uuid4().hex
         """The client id ``C``: 32 lowercase hex digits, random per instance."""
-        # redis-py does not multiplex: each call in flight takes a pooled
-        # connection, so the pool is bounded and a call beyond it waits.
-        self._redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-            url, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
-            socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE,
-            timeout=None))
-        self._hub = Hub(url, self._orphan, socket_connect_timeout=RESPONSE_TIMEOUT)
-        self._scripts = {s.name: s for s in _scripts.all_scripts()}
+        if _redis is None:
+            # redis-py does not multiplex: each call in flight takes a pooled
+            # connection, so the pool is bounded and a call beyond it waits.
+            _redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+                url, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
+                socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE,
+                timeout=None))
+        self._redis = _redis
+        self._hub = (_hub(self._orphan) if _hub is not None
+                     else Hub(url, self._orphan, socket_connect_timeout=RESPONSE_TIMEOUT))
+        self._scripts = {s.name: (s.sharded() if _sharded else s)
+                         for s in _scripts.all_scripts()}
+        self._on_close: List[Callable[[], Any]] = []
+        """Coroutine functions aclose awaits last (a topology's own clients)."""
         self._holds: Set[Guard] = set()
         self._background: Set[asyncio.Task] = set()
         self._renewal: Optional[asyncio.Task] = None
@@ -625,6 +636,8 @@ class Client:
         self._closed = True
         await self._hub.aclose()
         await self._redis.aclose()
+        for close in self._on_close:
+            await self._quiet(close())
 
 
 async def connect(url: str, prefix: str = "redbell") -> Client:

@@ -9,9 +9,9 @@ cancels the call on the loop, which is cancel-safe: nothing is left behind.
 
 import asyncio
 import threading
-from typing import Any, List, Optional
+from typing import Any, Awaitable, Callable, List, Optional, Sequence
 
-from . import _client
+from . import _client, _sentinel
 from .errors import NotHeld
 
 
@@ -19,13 +19,16 @@ class SyncClient:
     """A blocking redbell client. Create it with :func:`connect`; close it
     with :meth:`close` (or use it as a context manager)."""
 
-    def __init__(self, url: str, prefix: str = "redbell") -> None:
+    def __init__(self, url: Optional[str], prefix: str = "redbell", *,
+                 _connect: Optional[Callable[[], Awaitable[_client.Client]]] = None) -> None:
+        # _connect: makes the asyncio client (connect_sentinel, connect_cluster).
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="redbell-sync", daemon=True)
         self._thread.start()
         try:
-            self._client: _client.Client = self._run(_client.connect(url, prefix))
+            coro = _connect() if _connect is not None else _client.connect(url, prefix)
+            self._client: _client.Client = self._run(coro)
         except BaseException:
             self._stop()
             raise
@@ -158,4 +161,13 @@ def connect(url: str, prefix: str = "redbell") -> SyncClient:
     return SyncClient(url, prefix)
 
 
-__all__ = ["SyncClient", "SyncGuard", "SyncLock", "connect"]
+def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
+                     username: Optional[str] = None, password: Optional[str] = None,
+                     db: int = 0, prefix: str = "redbell") -> SyncClient:
+    """Connect through Redis Sentinel (blocking); arguments, failover
+    behaviour and errors as :func:`redbell.connect_sentinel`."""
+    return SyncClient(None, prefix, _connect=lambda: _sentinel.connect_sentinel(
+        sentinels, master_name, username=username, password=password, db=db, prefix=prefix))
+
+
+__all__ = ["SyncClient", "SyncGuard", "SyncLock", "connect", "connect_sentinel"]
