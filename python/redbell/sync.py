@@ -11,7 +11,7 @@ import asyncio
 import threading
 from typing import Any, Awaitable, Callable, List, Optional, Sequence
 
-from . import _client, _sentinel
+from . import _client, _cluster, _sentinel
 from .errors import NotHeld
 
 
@@ -170,4 +170,12 @@ def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
         sentinels, master_name, username=username, password=password, db=db, prefix=prefix))
 
 
-__all__ = ["SyncClient", "SyncGuard", "SyncLock", "connect", "connect_sentinel"]
+def connect_cluster(nodes: Sequence[str], *, prefix: str = "redbell") -> SyncClient:
+    """Connect to a Redis Cluster (blocking); arguments and errors as
+    :func:`redbell.connect_cluster`."""
+    return SyncClient(None, prefix, _connect=lambda: _cluster.connect_cluster(
+        nodes, prefix=prefix))
+
+
+__all__ = ["SyncClient", "SyncGuard", "SyncLock", "connect", "connect_cluster",
+           "connect_sentinel"]
