@@ -16,6 +16,8 @@ Synchronous code: :mod:`redbell.sync`.
 from ._client import Client, FairMutex, Guard, Mutex, Semaphore, connect
 from ._scripts import PROTOCOL_VERSION
 from ._cluster import connect_cluster
+from ._election import Election, Leader, Leadership
+from ._rwlock import RwLock
 from ._sentinel import connect_sentinel
 from .errors import (
     ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
@@ -24,6 +26,7 @@ from .errors import (
 )
 
 __all__ = [
+    "Election", "Leader", "Leadership", "RwLock",
     "Client", "FairMutex", "Guard", "Mutex", "Semaphore", "connect", "connect_cluster", "connect_sentinel",
     "PROTOCOL_VERSION",
     "ClientClosed", "InvalidLease", "InvalidName", "InvalidPermits", "KindConflict",

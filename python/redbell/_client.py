@@ -24,7 +24,7 @@ import math
 import time
 import unicodedata
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
@@ -36,6 +36,10 @@ from .errors import (
     NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedisError,
     Timeout, WrongType,
 )
+
+if TYPE_CHECKING:
+    from ._election import Election
+    from ._rwlock import RwLock
 
 # The protocol's client-side numbers (PROTOCOL.md, "The Rust client's numbers").
 DEFAULT_LEASE = 30.0
@@ -112,7 +116,14 @@ _KINDS = {
     "mutex": ("m", "acquire", "release", "pass"),
     "fair": ("q", "fair_acquire", "fair_release", "fair_pass"),
     "semaphore": ("s", "sem_acquire", "sem_release", "sem_pass"),
+    "election": ("l", "acquire", "release", "pass"),
+    "read": ("r", "rw_read_acquire", "rw_read_release", ""),
+    "write": ("w", "rw_write_acquire", "rw_write_release", "rw_pass"),
 }
+_RENEW_BY = {"semaphore": "semaphore", "read": "read"}
+"""The renewal script of each kind: sem_extend, rw_read_extend, else extend."""
+RW_WINDOW_MS = 500
+"""window_ms of the RwLock releases (PROTOCOL.md, ``INTENT_WINDOW_MS``)."""
 
 
 class Guard:
@@ -365,10 +376,18 @@ class Client:
 
     async def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int,
                        member: str, arrival: str, permits: Optional[int]) -> _Reply:
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             r = await self._call("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
                                  [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, HANDOFF_MS, "m"])
+                                  PARK_MS, HANDOFF_MS, _KINDS[kind][0]])
+        elif kind == "read":
+            r = await self._call("rw_read_acquire",
+                                 [k.b, k.readers, k.writers, k.fence, k.permits, k.holders],
+                                 [token, lease_ms, PARK_MS])
+        elif kind == "write":
+            r = await self._call("rw_write_acquire",
+                                 [k.b, k.readers, k.writers, k.fence, k.rw, k.permits, k.holders],
+                                 [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS, PARK_MS])
         elif kind == "fair":
             r = await self._call("fair_acquire",
                                  [k.b, k.fence, k.fifo, k.handoff, k.readers, k.holders],
@@ -383,8 +402,14 @@ class Client:
         return _Reply(r)
 
     async def _release(self, kind: str, k: _Keys, token: str, permits: Optional[int]) -> int:
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             r = await self._call("release", [k.b, k.waiters], [token, k.b + ":wake:", HANDOFF_MS])
+        elif kind == "read":
+            r = await self._call("rw_read_release", [k.readers, k.rw, k.writers],
+                                 [token, RW_WINDOW_MS])
+        elif kind == "write":
+            r = await self._call("rw_write_release", [k.b, k.rw, k.writers],
+                                 [token, RW_WINDOW_MS])
         elif kind == "fair":
             r = await self._call("fair_release", [k.b, k.fence, k.fifo, k.handoff],
                                  [token, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
@@ -394,8 +419,12 @@ class Client:
         return int(r)
 
     async def _pass(self, kind: str, k: _Keys, member: str, permits: Optional[int]) -> None:
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             await self._call("pass", [k.b, k.waiters], [member, k.b + ":wake:", HANDOFF_MS])
+        elif kind == "write":
+            await self._call("rw_pass", [k.writers, k.rw, k.b, k.readers], [member])
+        elif kind == "read":
+            pass  # a reader passes no member
         elif kind == "fair":
             await self._call("fair_pass", [k.b, k.fence, k.fifo, k.handoff],
                              [member, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
@@ -405,7 +434,7 @@ class Client:
 
     def _orphan(self, ch: Channel, wid: int) -> None:
         """Duty 9: a wake-up for a waiter this client no longer has is passed on."""
-        if ch.kind in ("mutex", "semaphore") and not self._closed:
+        if ch.kind in ("mutex", "election", "semaphore") and not self._closed:
             k = _Keys(self.prefix, ch.base[len(self.prefix) + 2:-1])
             self._spawn(self._quiet(self._pass(ch.kind, k, f"{self.id}:{wid}", ch.permits)))
 
@@ -549,8 +578,8 @@ class Client:
                 if now >= g._deadline:  # the local deadline passed unconfirmed
                     self._lose(g)
             due = [g for g in self._holds if g._next_renew <= now]
-            for batch_kind in ("plain", "semaphore"):
-                batch = [g for g in due if (g._kind == "semaphore") == (batch_kind == "semaphore")]
+            for batch_kind in ("plain", "semaphore", "read"):
+                batch = [g for g in due if _RENEW_BY.get(g._kind, "plain") == batch_kind]
                 by_lease: Dict[int, List[Guard]] = {}
                 for g in batch:
                     by_lease.setdefault(g._lease_ms, []).append(g)
@@ -581,6 +610,9 @@ class Client:
             if gs[0]._kind == "semaphore":
                 keys = [x for g in gs for x in (g._keys.holders, g._keys.permits)]
                 codes = await self._call("sem_extend", keys, [lease_ms, *[g.token for g in gs]])
+            elif gs[0]._kind == "read":
+                codes = await self._call("rw_read_extend", [g._keys.readers for g in gs],
+                                         [lease_ms, *[g.token for g in gs]])
             else:
                 codes = await self._call("extend", [g._keys.b for g in gs],
                                          [lease_ms, *[g.token for g in gs]])
@@ -616,6 +648,17 @@ class Client:
         if not isinstance(permits, int) or permits < 1:
             raise InvalidPermits(f"permits {permits!r}: at least 1")
         return Semaphore(self, name, lease, permits)
+
+    def rwlock(self, name: str, lease: float = DEFAULT_LEASE) -> "RwLock":
+        """A :class:`RwLock` handle (nothing is sent). Raises InvalidName, InvalidLease."""
+        from ._rwlock import RwLock
+        return RwLock(self, name, lease)
+
+    def election(self, name: str, lease: float = DEFAULT_LEASE) -> "Election":
+        """An :class:`Election` handle (nothing is sent); ``lease``: the
+        leader's, renewed while it leads. Raises InvalidName, InvalidLease."""
+        from ._election import Election
+        return Election(self, name, lease)
 
     async def aclose(self) -> None:
         """Release every held lock, finish background releases and pass-ons,

@@ -239,6 +239,11 @@ class Hub:
         """Route one payload (grammar: PROTOCOL.md, "Messages"); a payload
         that does not parse is ignored, and none is trusted: each only ends
         or shortens a park."""
+        if ch.kind in ("read", "write"):  # B:rw is a broadcast: every waiter attempts
+            for w in ch.waiters.values():
+                w.woken = True
+                w.event.set()
+            return
         try:
             parts = payload.decode("ascii").split(":")
             wid = int(parts[0])
