@@ -16,6 +16,7 @@ connect, through redis-py's asyncio Sentinel support:
   on the new primary.
 """
 
+import asyncio
 from typing import Any, Optional, Sequence, Tuple
 
 import redis.asyncio as aioredis
@@ -27,6 +28,10 @@ from redis.connection import parse_url
 from ._client import POOL_SIZE, RESPONSE_TIMEOUT, Client, _map_error
 from ._hub import Hub
 from .errors import RedisError
+
+
+CONNECT_WAIT = 10.0
+"""Seconds connect_sentinel waits for the named primary to answer."""
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
@@ -69,7 +74,7 @@ async def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
 
     Raises:
         RedisError: a URL is malformed, no sentinel answers, none knows the
-            master, or the primary does not answer a PING.
+            master, or no primary they name answers a PING within 10 s.
         InvalidName: the prefix is invalid.
 
     Cancel safety: cancelling leaves no connection open.
@@ -93,12 +98,23 @@ async def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
     pubsub = SentinelConnectionPool(master_name, manager, **primary)
     client = Client(None, prefix, _redis=aioredis.Redis(connection_pool=commands),
                     _hub=lambda orphan: Hub(None, orphan, pool=pubsub))
-    client._on_close.append(manager.aclose)
+
+    async def close_sentinels() -> None:  # (Sentinel.aclose is newer than redis-py 5.0)
+        for r in manager.sentinels:
+            await r.aclose()
+    client._on_close.append(close_sentinels)
     try:
-        await client._redis.ping()
+        # Bounded: the sentinels may name no reachable primary (mid-failover).
+        ping = asyncio.ensure_future(client._redis.ping())
+        done, _ = await asyncio.wait({ping}, timeout=CONNECT_WAIT)
+        if not done:
+            ping.cancel()
+            raise RedisError(f"no primary for {master_name!r} answered within "
+                             f"{CONNECT_WAIT} s (sentinels: {', '.join(sentinels)})")
+        ping.result()
     except BaseException as e:
         await client._redis.aclose()
-        await manager.aclose()
+        await close_sentinels()
         if isinstance(e, rexc.RedisError):
             raise _map_error(e) from e
         raise
