@@ -9,11 +9,16 @@ asyncio::
         ...  # guard.fence, guard.lost
     await client.aclose()
 
+Sentinel: :func:`connect_sentinel`; Redis Cluster: :func:`connect_cluster`.
 Synchronous code: :mod:`redbell.sync`.
 """
 
 from ._client import Client, FairMutex, Guard, Mutex, Semaphore, connect
 from ._scripts import PROTOCOL_VERSION
+from ._cluster import connect_cluster
+from ._election import Election, Leader, Leadership
+from ._rwlock import RwLock
+from ._sentinel import connect_sentinel
 from .errors import (
     ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
     NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedbellError,
@@ -21,7 +26,9 @@ from .errors import (
 )
 
 __all__ = [
-    "Client", "FairMutex", "Guard", "Mutex", "Semaphore", "connect", "PROTOCOL_VERSION",
+    "Election", "Leader", "Leadership", "RwLock",
+    "Client", "FairMutex", "Guard", "Mutex", "Semaphore", "connect", "connect_cluster", "connect_sentinel",
+    "PROTOCOL_VERSION",
     "ClientClosed", "InvalidLease", "InvalidName", "InvalidPermits", "KindConflict",
     "NoPermission", "NotHeld", "PermitsMismatch", "ProtocolMismatch", "RedbellError",
     "RedisError", "Timeout", "WrongType",

@@ -24,7 +24,7 @@ import math
 import time
 import unicodedata
 import uuid
-from typing import Any, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
@@ -36,6 +36,10 @@ from .errors import (
     NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedisError,
     Timeout, WrongType,
 )
+
+if TYPE_CHECKING:
+    from ._election import Election
+    from ._rwlock import RwLock
 
 # The protocol's client-side numbers (PROTOCOL.md, "The Rust client's numbers").
 DEFAULT_LEASE = 30.0
@@ -112,7 +116,14 @@ _KINDS = {
     "mutex": ("m", "acquire", "release", "pass"),
     "fair": ("q", "fair_acquire", "fair_release", "fair_pass"),
     "semaphore": ("s", "sem_acquire", "sem_release", "sem_pass"),
+    "election": ("l", "acquire", "release", "pass"),
+    "read": ("r", "rw_read_acquire", "rw_read_release", ""),
+    "write": ("w", "rw_write_acquire", "rw_write_release", "rw_pass"),
 }
+_RENEW_BY = {"semaphore": "semaphore", "read": "read"}
+"""The renewal script of each kind: sem_extend, rw_read_extend, else extend."""
+RW_WINDOW_MS = 500
+"""window_ms of the RwLock releases (PROTOCOL.md, ``INTENT_WINDOW_MS``)."""
 
 
 class Guard:
@@ -303,20 +314,31 @@ class Client:
     (opened by the first waiter), one renewal task. Create it with
     :func:`connect`; close it with :meth:`aclose`."""
 
-    def __init__(self, url: str, prefix: str = "redbell") -> None:
+    def __init__(self, url: Optional[str], prefix: str = "redbell", *,
+                 _redis: Any = None, _hub: Optional[Callable[..., Any]] = None,
+                 _sharded: bool = False) -> None:
+        # _redis, _hub, _sharded: a topology's command client, a factory
+        # of its hub (given the orphan callback) and whether it runs the
+        # SPUBLISH scripts (connect_sentinel, connect_cluster).
         if not prefix or ":" in prefix or "{" in prefix or "}" in prefix:
             raise InvalidName(f"prefix {prefix!r}: non-empty, without ':', '{{' or '}}'")
         self.prefix = prefix
         self.id = uuid.uuid4().hex
         """The client id ``C``: 32 lowercase hex digits, random per instance."""
-        # redis-py does not multiplex: each call in flight takes a pooled
-        # connection, so the pool is bounded and a call beyond it waits.
-        self._redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-            url, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
-            socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE,
-            timeout=None))
-        self._hub = Hub(url, self._orphan, socket_connect_timeout=RESPONSE_TIMEOUT)
-        self._scripts = {s.name: s for s in _scripts.all_scripts()}
+        if _redis is None:
+            # redis-py does not multiplex: each call in flight takes a pooled
+            # connection, so the pool is bounded and a call beyond it waits.
+            _redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+                url, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
+                socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE,
+                timeout=None))
+        self._redis = _redis
+        self._hub = (_hub(self._orphan) if _hub is not None
+                     else Hub(url, self._orphan, socket_connect_timeout=RESPONSE_TIMEOUT))
+        self._scripts = {s.name: (s.sharded() if _sharded else s)
+                         for s in _scripts.all_scripts()}
+        self._on_close: List[Callable[[], Any]] = []
+        """Coroutine functions aclose awaits last (a topology's own clients)."""
         self._holds: Set[Guard] = set()
         self._background: Set[asyncio.Task] = set()
         self._renewal: Optional[asyncio.Task] = None
@@ -354,10 +376,18 @@ class Client:
 
     async def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int,
                        member: str, arrival: str, permits: Optional[int]) -> _Reply:
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             r = await self._call("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
                                  [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, HANDOFF_MS, "m"])
+                                  PARK_MS, HANDOFF_MS, _KINDS[kind][0]])
+        elif kind == "read":
+            r = await self._call("rw_read_acquire",
+                                 [k.b, k.readers, k.writers, k.fence, k.permits, k.holders],
+                                 [token, lease_ms, PARK_MS])
+        elif kind == "write":
+            r = await self._call("rw_write_acquire",
+                                 [k.b, k.readers, k.writers, k.fence, k.rw, k.permits, k.holders],
+                                 [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS, PARK_MS])
         elif kind == "fair":
             r = await self._call("fair_acquire",
                                  [k.b, k.fence, k.fifo, k.handoff, k.readers, k.holders],
@@ -372,8 +402,14 @@ class Client:
         return _Reply(r)
 
     async def _release(self, kind: str, k: _Keys, token: str, permits: Optional[int]) -> int:
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             r = await self._call("release", [k.b, k.waiters], [token, k.b + ":wake:", HANDOFF_MS])
+        elif kind == "read":
+            r = await self._call("rw_read_release", [k.readers, k.rw, k.writers],
+                                 [token, RW_WINDOW_MS])
+        elif kind == "write":
+            r = await self._call("rw_write_release", [k.b, k.rw, k.writers],
+                                 [token, RW_WINDOW_MS])
         elif kind == "fair":
             r = await self._call("fair_release", [k.b, k.fence, k.fifo, k.handoff],
                                  [token, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
@@ -383,8 +419,12 @@ class Client:
         return int(r)
 
     async def _pass(self, kind: str, k: _Keys, member: str, permits: Optional[int]) -> None:
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             await self._call("pass", [k.b, k.waiters], [member, k.b + ":wake:", HANDOFF_MS])
+        elif kind == "write":
+            await self._call("rw_pass", [k.writers, k.rw, k.b, k.readers], [member])
+        elif kind == "read":
+            pass  # a reader passes no member
         elif kind == "fair":
             await self._call("fair_pass", [k.b, k.fence, k.fifo, k.handoff],
                              [member, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
@@ -394,7 +434,7 @@ class Client:
 
     def _orphan(self, ch: Channel, wid: int) -> None:
         """Duty 9: a wake-up for a waiter this client no longer has is passed on."""
-        if ch.kind in ("mutex", "semaphore") and not self._closed:
+        if ch.kind in ("mutex", "election", "semaphore") and not self._closed:
             k = _Keys(self.prefix, ch.base[len(self.prefix) + 2:-1])
             self._spawn(self._quiet(self._pass(ch.kind, k, f"{self.id}:{wid}", ch.permits)))
 
@@ -538,8 +578,8 @@ class Client:
                 if now >= g._deadline:  # the local deadline passed unconfirmed
                     self._lose(g)
             due = [g for g in self._holds if g._next_renew <= now]
-            for batch_kind in ("plain", "semaphore"):
-                batch = [g for g in due if (g._kind == "semaphore") == (batch_kind == "semaphore")]
+            for batch_kind in ("plain", "semaphore", "read"):
+                batch = [g for g in due if _RENEW_BY.get(g._kind, "plain") == batch_kind]
                 by_lease: Dict[int, List[Guard]] = {}
                 for g in batch:
                     by_lease.setdefault(g._lease_ms, []).append(g)
@@ -570,6 +610,9 @@ class Client:
             if gs[0]._kind == "semaphore":
                 keys = [x for g in gs for x in (g._keys.holders, g._keys.permits)]
                 codes = await self._call("sem_extend", keys, [lease_ms, *[g.token for g in gs]])
+            elif gs[0]._kind == "read":
+                codes = await self._call("rw_read_extend", [g._keys.readers for g in gs],
+                                         [lease_ms, *[g.token for g in gs]])
             else:
                 codes = await self._call("extend", [g._keys.b for g in gs],
                                          [lease_ms, *[g.token for g in gs]])
@@ -606,6 +649,17 @@ class Client:
             raise InvalidPermits(f"permits {permits!r}: at least 1")
         return Semaphore(self, name, lease, permits)
 
+    def rwlock(self, name: str, lease: float = DEFAULT_LEASE) -> "RwLock":
+        """A :class:`RwLock` handle (nothing is sent). Raises InvalidName, InvalidLease."""
+        from ._rwlock import RwLock
+        return RwLock(self, name, lease)
+
+    def election(self, name: str, lease: float = DEFAULT_LEASE) -> "Election":
+        """An :class:`Election` handle (nothing is sent); ``lease``: the
+        leader's, renewed while it leads. Raises InvalidName, InvalidLease."""
+        from ._election import Election
+        return Election(self, name, lease)
+
     async def aclose(self) -> None:
         """Release every held lock, finish background releases and pass-ons,
         and close the connections (Rust ``shutdown``).
@@ -625,6 +679,8 @@ class Client:
         self._closed = True
         await self._hub.aclose()
         await self._redis.aclose()
+        for close in self._on_close:
+            await self._quiet(close())
 
 
 async def connect(url: str, prefix: str = "redbell") -> Client:

@@ -85,10 +85,13 @@ class Channel:
 class Hub:
     """One client's pub/sub connection and waiter registry."""
 
-    def __init__(self, url: str, on_orphan: Callable[[Channel, int], None], **kwargs) -> None:
+    def __init__(self, url: Optional[str], on_orphan: Callable[[Channel, int], None],
+                 pool: Optional[ConnectionPool] = None, **kwargs) -> None:
         # RESP2: pushed messages come back from read_response as plain arrays
         # (redis-py 8 defaults to RESP3, whose pushes go to a handler instead).
-        self._pool = ConnectionPool.from_url(url, protocol=2, **kwargs)
+        # ``pool`` (Sentinel, a cluster node): connections come from it instead.
+        self._pool = pool if pool is not None else ConnectionPool.from_url(
+            url, protocol=2, **kwargs)
         self._on_orphan = on_orphan
         self._channels: Dict[bytes, Channel] = {}
         self._conn = None
@@ -236,6 +239,11 @@ class Hub:
         """Route one payload (grammar: PROTOCOL.md, "Messages"); a payload
         that does not parse is ignored, and none is trusted: each only ends
         or shortens a park."""
+        if ch.kind in ("read", "write"):  # B:rw is a broadcast: every waiter attempts
+            for w in ch.waiters.values():
+                w.woken = True
+                w.event.set()
+            return
         try:
             parts = payload.decode("ascii").split(":")
             wid = int(parts[0])

@@ -1,0 +1,143 @@
+"""Sentinel: ``redbell.connect_sentinel`` on a real topology of
+``scripts/redis/sentinel.sh`` (primary, replica, three sentinels), and a
+failover (the primary SIGKILLed) that parked waiters sit through and are
+served after, on the new primary."""
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+
+import redbell
+from redbell import sync
+
+from conftest import eventually, unique
+from topology import SentinelTopology
+
+
+@pytest.fixture(scope="module")
+def topo():
+    t = SentinelTopology()
+    yield t
+    t.stop()
+
+
+async def _connect(topo) -> redbell.Client:
+    return await redbell.connect_sentinel(topo.sentinel_urls, topo.MASTER)
+
+
+async def test_locks_and_wakeups_through_the_sentinels(topo):
+    name = unique("sentinel")
+    a, b = await _connect(topo), await _connect(topo)
+    try:
+        g = await a.mutex(name).lock()
+        waiter = asyncio.ensure_future(b.mutex(name).lock())
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        await g.unlock()
+        g2 = await asyncio.wait_for(waiter, 5)  # lease 30 s: a lost wake-up would time out
+        assert g2.fence > g.fence
+        await g2.unlock()
+        # The keys are on the primary the sentinels name.
+        raw = aioredis.Redis.from_url(topo.url(topo.primary_port))
+        assert await raw.exists(f"redbell:{{{name}}}:fence") == 1
+        await raw.aclose()
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_bad_sentinels_are_a_typed_error(topo):
+    with pytest.raises(redbell.RedisError):
+        await redbell.connect_sentinel(["not a url"], topo.MASTER)
+    with pytest.raises(redbell.RedisError):
+        await redbell.connect_sentinel(topo.sentinel_urls, "no-such-master")
+    with pytest.raises(redbell.RedisError):
+        await redbell.connect_sentinel([], topo.MASTER)
+
+
+def test_the_sync_face_connects_through_the_sentinels(topo):
+    with sync.connect_sentinel(topo.sentinel_urls, topo.MASTER) as c:
+        with c.mutex(unique("sentinel-sync")) as g:
+            assert g.fence > 0
+
+
+async def _lock_retrying(client, name, errors):
+    """lock() then unlock(); the time it held. Called again after a
+    RedisError (a call in flight during the failover fails; the caller
+    retries, as the docs say)."""
+    while True:
+        try:
+            g = await client.mutex(name).lock()
+            at = time.monotonic()
+            await g.unlock()
+            return at
+        except redbell.RedisError as e:
+            errors.append(repr(e))
+            await asyncio.sleep(0.1)
+
+
+async def test_parked_waiters_are_served_after_the_primary_is_killed(topo):
+    """Runs last in this module: it leaves the topology failed over."""
+    name = unique("sentinel-failover")
+    holder = await _connect(topo)
+    wa, wb = await _connect(topo), await _connect(topo)
+    primary = aioredis.Redis.from_url(topo.url(topo.primary_port))
+    replica = aioredis.Redis.from_url(topo.url(topo.replica_port))
+    errors: list = []
+    try:
+        g = await holder.mutex(name, lease=60).lock()
+        waiters = [asyncio.ensure_future(_lock_retrying(c, name, errors))
+                   for c in (wa, wa, wb)]
+
+        async def subscribed(r):
+            return len(await r.pubsub_channels(f"redbell:{{{name}}}:wake:*")) == 2
+        assert await eventually(lambda: subscribed(primary), 10), "waiters never subscribed"
+        await asyncio.sleep(0.2)
+        await primary.set(f"redbell-test:{{{name}}}:sync", 1)
+        assert await primary.execute_command("WAIT", 1, 5000) == 1, "replica behind"
+
+        killed = time.monotonic()
+        topo.kill(topo.primary_port)
+
+        async def switched():
+            try:
+                return (await replica.role())[0] == b"master"
+            except redis_errors.RedisError:
+                return False
+        assert await eventually(switched, 30), "no failover within 30 s"
+        failover = time.monotonic() - killed
+
+        # The holder's client works again on the new primary.
+        async def works():
+            try:
+                probe = await holder.mutex(unique("probe")).try_lock()
+                await probe.unlock()
+                return True
+            except redbell.RedisError:
+                return False
+        assert await eventually(works, 15, 0.1), "the client never reached the new primary"
+        working = time.monotonic() - killed
+        assert await replica.get(f"redbell:{{{name}}}") == g.token.encode(), \
+            "the replicated lock did not survive the failover"
+        assert not any(w.done() for w in waiters), "a waiter finished while the lock was held"
+        # The waiters' subscriptions moved to the new primary.
+        assert await eventually(lambda: subscribed(replica), 15), \
+            "the waiters never resubscribed on the new primary"
+        assert not g.is_lost
+        released = time.monotonic()
+        await g.unlock()
+        done, _ = await asyncio.wait(waiters, timeout=20)
+        assert len(done) == 3, f"{3 - len(done)} waiters not served within 20 s of the release"
+        got = [w.result() - released for w in waiters]
+        print(f"failover {failover:.1f} s after the kill; client working {working:.1f} s; "
+              f"waiters served {min(got) * 1000:.0f} .. {max(got) * 1000:.0f} ms after the release; "
+              f"{len(errors)} retried errors: {errors[:3]}")
+        assert max(got) < 10, f"waiters served {got} s after the release"
+    finally:
+        for c in (holder, wa, wb):
+            await c.aclose()
+        await primary.aclose()
+        await replica.aclose()

@@ -1,0 +1,91 @@
+"""Sentinel and cluster topologies for the Python suite, started and stopped
+by the project's scripts (``scripts/redis/sentinel.sh``, ``cluster.sh``) on
+free ports, as the Rust test kit does (``testkit/src/port.rs``)."""
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from typing import List
+
+from conftest import REPO
+
+SCRIPTS = os.path.join(REPO, "scripts", "redis")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_base(offsets: List[int]) -> int:
+    """A base in 20000..32000 (below the ephemeral range, off 6390..6399)
+    with ``base + o`` free for every offset."""
+    rng = random.Random()
+    for _ in range(1000):
+        base = 20000 + 16 * rng.randrange(12000 // 16)
+        if all(_free(base + o) for o in offsets):
+            return base
+    raise RuntimeError("no free base port")
+
+
+def _run(script: str, *args: str) -> List[str]:
+    out = subprocess.run([os.path.join(SCRIPTS, script), *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{script} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return [line for line in out.stdout.split("\n") if line.startswith("redis")]
+
+
+class SentinelTopology:
+    """A primary (BASE), a replica (BASE+1), sentinels BASE+10..12 watching
+    ``mymaster`` (down-after 1 s)."""
+
+    MASTER = "mymaster"
+
+    def __init__(self) -> None:
+        self.base = free_base([0, 1, 2, 10, 11, 12])
+        self.sentinel_urls = _run("sentinel.sh", "start", str(self.base))
+        self.primary_port = self.base
+        self.replica_port = self.base + 1
+
+    def url(self, port: int) -> str:
+        return f"redis://127.0.0.1:{port}"
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the server on ``port`` (its pid file is the script's)."""
+        name = "primary" if port == self.primary_port else "replica"
+        with open(os.path.join(REPO, "target", "redis-sentinel", str(self.base),
+                               f"{name}.pid")) as f:
+            os.kill(int(f.read().strip()), signal.SIGKILL)
+
+    def stop(self) -> None:
+        _run("sentinel.sh", "stop", str(self.base))
+
+
+class ClusterTopology:
+    """Six nodes BASE..BASE+5: three primaries, one replica each."""
+
+    def __init__(self) -> None:
+        self.base = free_base([0, 1, 2, 3, 4, 5, 10000, 10001, 10002, 10003, 10004, 10005])
+        self.urls = _run("cluster.sh", "start", str(self.base))
+
+    def stop(self) -> None:
+        _run("cluster.sh", "stop", str(self.base))
+
+
+def wait_until(pred, timeout: float, step: float = 0.05) -> bool:
+    """Poll a blocking predicate."""
+    end = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(step)
