@@ -20,17 +20,19 @@ passes the member on (duty 9), so nothing is left behind.
 """
 
 import asyncio
+import functools
 import math
 import time
 import unicodedata
 import uuid
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
 from . import _scripts
 from ._hub import Channel, Hub
+from ._mux import Mux, pack
 from .errors import (
     ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
     NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedisError,
@@ -102,9 +104,13 @@ class _Keys:
     def __init__(self, prefix: str, name: str) -> None:
         self.name = name
         self.b = f"{prefix}:{{{name}}}"
+        self.wake = f"{self.b}:wake:"
+        """The wake prefix ``B:wake:`` (a client's channel is ``B:wake:C``)."""
 
     def __getattr__(self, sub: str) -> str:
-        return f"{self.b}:{sub.replace('_', ':')}"
+        key = f"{self.b}:{sub.replace('_', ':')}"
+        setattr(self, sub, key)  # computed once per handle
+        return key
 
 
 # Per kind: token letter, acquire/release/pass scripts.
@@ -169,9 +175,10 @@ class Guard:
             raise NotHeld(f"lock {self.name!r} was already released")
         self._done = True
         self._client._holds.discard(self)
-        # Shielded: a cancelled unlock still releases (redis-py #3847).
-        code = await asyncio.shield(asyncio.ensure_future(
-            self._client._release(self._kind, self._keys, self.token, self._permits)))
+        # Sent before the first await; shielded, so a cancelled unlock
+        # still reads its reply on the multiplexed connection.
+        code = await asyncio.shield(
+            self._client._release(self._kind, self._keys, self.token, self._permits))
         if code != 1:
             self.lost.set()
             raise NotHeld(f"lock {self.name!r} was no longer held")
@@ -323,23 +330,63 @@ class Client:
         self._renew_now = asyncio.Event()
         self._renew_at = -math.inf
         """Loop time the renewal loop sleeps until (-inf while it runs)."""
+        self._renew_timer: Optional[asyncio.TimerHandle] = None
         self._closed = False
+        pool = getattr(self._redis, "connection_pool", None)
+        self._mux: Optional[Mux] = None if pool is None else Mux(pool, RESPONSE_TIMEOUT)
+        """Script calls go here when the command client has one connection
+        pool (single server, Sentinel); else through ``_redis`` per call."""
 
     # -- scripts -----------------------------------------------------------
 
     async def _call(self, name: str, keys: List[str], args: List[Any]) -> Any:
         """EVALSHA, then EVAL after NOSCRIPT; ARGV[1] is the version."""
+        return await self._request(name, keys, args)
+
+    def _request(self, name: str, keys: List[str], args: List[Any],
+                 conv: Optional[Callable[[Any], Any]] = None) -> "asyncio.Future[Any]":
+        """Send script ``name`` now; the future gets its reply (through
+        ``conv``) or the redbell exception it ended with. Calls of one task
+        reach the server in the order they were made."""
         if self._closed:
             raise ClientClosed("client closed")
         s = self._scripts[name]
         argv = [_scripts.PROTOCOL_VERSION, *args]
+        if self._mux is None:
+            return asyncio.ensure_future(self._call_pooled(s, keys, argv, conv))
+        out = asyncio.get_running_loop().create_future()
+        sent = self._mux.send(pack(("EVALSHA", s.sha1, len(keys), *keys, *argv)))
+        sent.add_done_callback(functools.partial(self._answered, out, s, keys, argv, conv, True))
+        return out
+
+    def _answered(self, out: "asyncio.Future[Any]", s: _scripts.Script, keys: List[str],
+                  argv: List[Any], conv: Optional[Callable[[Any], Any]], first: bool,
+                  sent: "asyncio.Future[Any]") -> None:
+        if out.done():
+            return
+        e = sent.exception()
+        if e is None:
+            try:
+                out.set_result(sent.result() if conv is None else conv(sent.result()))
+            except Exception as ce:  # a reply of the wrong shape
+                out.set_exception(RedisError(f"unexpected reply: {ce}"))
+        elif first and isinstance(e, rexc.NoScriptError) and self._mux is not None:
+            again = self._mux.send(pack(("EVAL", s.source, len(keys), *keys, *argv)))
+            again.add_done_callback(functools.partial(self._answered, out, s, keys, argv,
+                                                      conv, False))
+        else:
+            out.set_exception(_map_error(e) if isinstance(e, rexc.RedisError) else e)
+
+    async def _call_pooled(self, s: _scripts.Script, keys: List[str], argv: List[Any],
+                           conv: Optional[Callable[[Any], Any]]) -> Any:
         try:
             try:
-                return await self._redis.evalsha(s.sha1, len(keys), *keys, *argv)
+                r = await self._redis.evalsha(s.sha1, len(keys), *keys, *argv)
             except rexc.NoScriptError:
-                return await self._redis.eval(s.source, len(keys), *keys, *argv)
+                r = await self._redis.eval(s.source, len(keys), *keys, *argv)
         except rexc.RedisError as e:
             raise _map_error(e) from e
+        return r if conv is None else conv(r)
 
     def _spawn(self, coro) -> None:
         t = asyncio.ensure_future(coro)
@@ -352,45 +399,45 @@ class Client:
         except Exception:
             pass  # the lease or the queue entry's expiry ends it
 
-    async def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int,
-                       member: str, arrival: str, permits: Optional[int]) -> _Reply:
+    def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
+                 arrival: str, permits: Optional[int]) -> "asyncio.Future[_Reply]":
+        """Send one acquire attempt now (see ``_request``)."""
         if kind == "mutex":
-            r = await self._call("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
+            return self._request("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
                                  [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, HANDOFF_MS, "m"])
-        elif kind == "fair":
-            r = await self._call("fair_acquire",
+                                  PARK_MS, HANDOFF_MS, "m"], _Reply)
+        if kind == "fair":
+            return self._request("fair_acquire",
                                  [k.b, k.fence, k.fifo, k.handoff, k.readers, k.holders],
                                  [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, k.b + ":wake:", CLAIM_MS, arrival])
-        else:
-            r = await self._call("sem_acquire",
-                                 [k.holders, k.fence, k.queue, k.queue_expiry, k.permits,
-                                  k.b, k.readers],
-                                 [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, k.b + ":wake:", permits, SEM_RESERVE_MS, arrival])
-        return _Reply(r)
+                                  PARK_MS, k.wake, CLAIM_MS, arrival], _Reply)
+        return self._request("sem_acquire",
+                             [k.holders, k.fence, k.queue, k.queue_expiry, k.permits,
+                              k.b, k.readers],
+                             [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
+                              PARK_MS, k.wake, permits, SEM_RESERVE_MS, arrival], _Reply)
 
-    async def _release(self, kind: str, k: _Keys, token: str, permits: Optional[int]) -> int:
+    def _release(self, kind: str, k: _Keys, token: str,
+                 permits: Optional[int]) -> "asyncio.Future[int]":
+        """Send the release now; the future gets its code (1 / 0 / -1)."""
         if kind == "mutex":
-            r = await self._call("release", [k.b, k.waiters], [token, k.b + ":wake:", HANDOFF_MS])
-        elif kind == "fair":
-            r = await self._call("fair_release", [k.b, k.fence, k.fifo, k.handoff],
-                                 [token, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
-        else:
-            r = await self._call("sem_release", [k.holders, k.queue, k.queue_expiry, k.permits],
-                                 [token, k.b + ":wake:", permits, SEM_RESERVE_MS])
-        return int(r)
+            return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS], int)
+        if kind == "fair":
+            return self._request("fair_release", [k.b, k.fence, k.fifo, k.handoff],
+                                 [token, k.wake, CLAIM_MS, FENCE_TTL_MS], int)
+        return self._request("sem_release", [k.holders, k.queue, k.queue_expiry, k.permits],
+                             [token, k.wake, permits, SEM_RESERVE_MS], int)
 
-    async def _pass(self, kind: str, k: _Keys, member: str, permits: Optional[int]) -> None:
+    def _pass(self, kind: str, k: _Keys, member: str,
+              permits: Optional[int]) -> "asyncio.Future[Any]":
+        """Send the kind's pass script for ``member`` now."""
         if kind == "mutex":
-            await self._call("pass", [k.b, k.waiters], [member, k.b + ":wake:", HANDOFF_MS])
-        elif kind == "fair":
-            await self._call("fair_pass", [k.b, k.fence, k.fifo, k.handoff],
-                             [member, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
-        else:
-            await self._call("sem_pass", [k.holders, k.queue, k.queue_expiry, k.permits],
-                             [member, k.b + ":wake:", permits, SEM_RESERVE_MS])
+            return self._request("pass", [k.b, k.waiters], [member, k.wake, HANDOFF_MS])
+        if kind == "fair":
+            return self._request("fair_pass", [k.b, k.fence, k.fifo, k.handoff],
+                                 [member, k.wake, CLAIM_MS, FENCE_TTL_MS])
+        return self._request("sem_pass", [k.holders, k.queue, k.queue_expiry, k.permits],
+                             [member, k.wake, permits, SEM_RESERVE_MS])
 
     def _orphan(self, ch: Channel, wid: int) -> None:
         """Duty 9: a wake-up for a waiter this client no longer has is passed on."""
@@ -402,12 +449,9 @@ class Client:
 
     def _start(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
                arrival: str, permits: Optional[int]) -> "asyncio.Future[_Reply]":
-        """Send one attempt as a task of its own, awaited through ``shield``:
-        a cancelled caller leaves it running, so redis-py never sees the
-        cancel (it would drop the connection mid-reply) and ``_undo`` learns
-        the outcome."""
-        return asyncio.ensure_future(
-            self._attempt(kind, k, token, lease_ms, member, arrival, permits))
+        """Send one attempt now, awaited through ``shield``: a cancelled
+        caller leaves its reply to be read, so ``_undo`` learns the outcome."""
+        return self._attempt(kind, k, token, lease_ms, member, arrival, permits)
 
     async def _undo(self, attempt: "asyncio.Future[_Reply]", kind: str, k: _Keys, token: str,
                     permits: Optional[int], member: Optional[str]) -> None:
@@ -438,23 +482,34 @@ class Client:
         token = _KINDS[kind][0] + uuid.uuid4().hex
         member: Optional[str] = None  # set once passed in an attempt: pass it on leaving
         inflight: Optional[asyncio.Future] = None  # the attempt on the wire, if any
-        sent = loop.time()
-        inflight = self._start(kind, k, token, lease_ms, "", "", permits)  # fast path (duty 2)
-        try:
-            r = await asyncio.shield(inflight)
-        except BaseException:
-            self._spawn(self._undo(inflight, kind, k, token, permits, None))
-            raise
-        if r.acquired:
-            return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
-        if not wait:
-            return None
-        arrival = str(r.now_us) if r.now_us is not None else ""  # duty 6: keep FIFO position
-        ch, w = self._hub.join((k.b + ":wake:" + self.id).encode(), k.b, kind, token, permits)
+        channel = (k.wake + self.id).encode()
+        arrival = ""
+        if not (wait and self._hub.subscribed(channel)):
+            # Fast path (duty 2): one call, no member, no SUBSCRIBE. Skipped
+            # while the channel is still subscribed (a lock this client
+            # waited for within the linger): the first attempt of the loop
+            # then queues at once, saving a round trip per contended lock.
+            sent = loop.time()
+            inflight = self._start(kind, k, token, lease_ms, "", "", permits)
+            try:
+                r = await asyncio.shield(inflight)
+            except BaseException:
+                self._spawn(self._undo(inflight, kind, k, token, permits, None))
+                raise
+            if r.acquired:
+                return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
+            if not wait:
+                return None
+            if r.now_us is not None:
+                arrival = str(r.now_us)  # duty 6: keep FIFO position
+        ch, w = self._hub.join(channel, k.b, kind, token, permits)
         inflight = None
+        first = arrival == ""  # no attempt yet: the loop's first one is due even at the deadline
         try:
             while True:
-                if deadline is not None and loop.time() >= deadline:
+                if first:
+                    first = False
+                elif deadline is not None and loop.time() >= deadline:
                     raise Timeout(f"lock {k.name!r} not acquired within {timeout} s")
                 if ch.confirmed is None or not ch.confirmed.done():
                     await self._wait_until(self._hub.subscribe(ch), deadline, k)  # duty 3
@@ -474,6 +529,8 @@ class Client:
                 if r.acquired:
                     member = None  # the acquire took it out of the queue
                     return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
+                if not arrival and r.now_us is not None:
+                    arrival = str(r.now_us)  # duty 6: the first failed reply's
                 park = r.value / 1000 if r.value >= 0 else PARK_MS / 1000
                 bound = loop.time() + min(park, MAX_PARK)  # duty 7: bounded park
                 while not (w.woken or w.turn):
@@ -525,8 +582,14 @@ class Client:
         self._holds.add(g)
         if self._renewal is None:
             self._renewal = asyncio.ensure_future(self._renew_loop())
-        if g._next_renew < self._renew_at:  # else the loop wakes in time anyway
-            self._renew_now.set()
+        elif g._next_renew < self._renew_at:  # else the loop wakes in time anyway
+            # Move the loop's alarm in rather than wake it: an uncontended
+            # lock + unlock then costs the renewal loop nothing.
+            self._renew_at = g._next_renew
+            if self._renew_timer is not None:
+                self._renew_timer.cancel()
+            self._renew_timer = asyncio.get_running_loop().call_at(
+                g._next_renew, self._renew_now.set)
         return g
 
     async def _renew_loop(self) -> None:
@@ -552,11 +615,12 @@ class Client:
                       + [now + 3600])
             self._renew_now.clear()
             self._renew_at = nxt
-            timer = loop.call_later(max(nxt - loop.time(), 0.001), self._renew_now.set)
+            self._renew_timer = loop.call_at(max(nxt, loop.time() + 0.001), self._renew_now.set)
             try:
                 await self._renew_now.wait()
             finally:
-                timer.cancel()
+                self._renew_timer.cancel()
+                self._renew_timer = None
             self._renew_at = -math.inf  # scanning: every new hold wakes the loop
 
     def _lose(self, g: Guard) -> None:
@@ -624,6 +688,8 @@ class Client:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         self._closed = True
         await self._hub.aclose()
+        if self._mux is not None:
+            await self._mux.aclose()
         await self._redis.aclose()
 
 
