@@ -81,12 +81,20 @@ class Mux:
         return fut
 
     def _write(self, link: _Link, packed: bytes, fut: asyncio.Future, now: float) -> None:
-        link.pending.append((fut, now))
+        writer = link.conn._writer
         try:
-            link.conn._writer.write(packed)
-        except Exception as e:  # a closed transport: fail this link's calls
-            self._fail(link, e)
+            if writer is None or writer.is_closing():
+                raise rexc.ConnectionError("connection closed")
+            writer.write(packed)
+        except Exception as e:
+            # Not written: end this connection; the call goes on a new one.
+            self._fail(link, e if isinstance(e, rexc.ConnectionError)
+                       else rexc.ConnectionError(str(e) or type(e).__name__))
+            self._backlog.append((packed, fut))
+            if self._opening is None:
+                self._opening = asyncio.get_running_loop().create_task(self._open())
             return
+        link.pending.append((fut, now))
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_at(now + self._timeout, self._check)
 
