@@ -175,10 +175,8 @@ class Guard:
             raise NotHeld(f"lock {self.name!r} was already released")
         self._done = True
         self._client._holds.discard(self)
-        # Sent before the first await; shielded, so a cancelled unlock
-        # still reads its reply on the multiplexed connection.
-        code = await asyncio.shield(
-            self._client._release(self._kind, self._keys, self.token, self._permits))
+        # Sent before the first await: a cancelled unlock still releases.
+        code = await self._client._release(self._kind, self._keys, self.token, self._permits)
         if code != 1:
             self.lost.set()
             raise NotHeld(f"lock {self.name!r} was no longer held")
@@ -298,11 +296,49 @@ class _Reply:
         self.now_us = int(reply[2]) if len(reply) > 2 else None
 
 
-def _answered(value: Any) -> "asyncio.Future[Any]":
-    """A future already answered {0, 0}: an attempt that took nothing."""
-    fut = asyncio.get_running_loop().create_future()
-    fut.set_result(_Reply([0, 0]))
-    return fut
+class _Call(asyncio.Future):
+    """The future of one script call, awaited directly by its caller. A
+    caller cancelled while it waits cancels only this future: the call's
+    reply is still read and kept, and :meth:`outcome` returns it (what
+    ``asyncio.shield`` would do, one event-loop step sooner)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: Optional[tuple] = None
+        self._waiter: Optional[asyncio.Future] = None
+
+    def settle(self, value: Any, error: Optional[BaseException]) -> None:
+        """The call's outcome: a value, or the exception it ended with."""
+        if self._kept is not None:
+            return
+        self._kept = (value, error)
+        if not self.done():
+            if error is None:
+                self.set_result(value)
+            else:
+                self.set_exception(error)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def outcome(self) -> Any:
+        """The call's value once it answered, whether or not this future
+        was cancelled; raises the exception the call ended with."""
+        if self._kept is None:
+            if self._waiter is None:
+                self._waiter = self.get_loop().create_future()
+            await asyncio.shield(self._waiter)
+        assert self._kept is not None
+        value, error = self._kept
+        if error is not None:
+            raise error
+        return value
+
+
+def _answered(value: Any) -> _Call:
+    """A call already answered {0, 0}: an attempt that took nothing."""
+    call = _Call()
+    call.settle(_Reply([0, 0]), None)
+    return call
 
 
 class Client:
@@ -344,38 +380,39 @@ class Client:
         return await self._request(name, keys, args)
 
     def _request(self, name: str, keys: List[str], args: List[Any],
-                 conv: Optional[Callable[[Any], Any]] = None) -> "asyncio.Future[Any]":
-        """Send script ``name`` now; the future gets its reply (through
+                 conv: Optional[Callable[[Any], Any]] = None) -> _Call:
+        """Send script ``name`` now; the call gets its reply (through
         ``conv``) or the redbell exception it ended with. Calls of one task
         reach the server in the order they were made."""
         if self._closed:
             raise ClientClosed("client closed")
         s = self._scripts[name]
         argv = [_scripts.PROTOCOL_VERSION, *args]
+        call = _Call()
         if self._mux is None:
-            return asyncio.ensure_future(self._call_pooled(s, keys, argv, conv))
-        out = asyncio.get_running_loop().create_future()
-        sent = self._mux.send(pack(("EVALSHA", s.sha1, len(keys), *keys, *argv)))
-        sent.add_done_callback(functools.partial(self._answered, out, s, keys, argv, conv, True))
-        return out
+            task = asyncio.ensure_future(self._call_pooled(s, keys, argv, conv))
+            task.add_done_callback(lambda t: call.settle(
+                None if t.cancelled() else t.result() if t.exception() is None else None,
+                ClientClosed("call cancelled") if t.cancelled() else t.exception()))
+            return call
+        self._mux.send(pack(("EVALSHA", s.sha1, len(keys), *keys, *argv)),
+                       functools.partial(self._answered, call, s, keys, argv, conv, True))
+        return call
 
-    def _answered(self, out: "asyncio.Future[Any]", s: _scripts.Script, keys: List[str],
+    def _answered(self, call: _Call, s: _scripts.Script, keys: List[str],
                   argv: List[Any], conv: Optional[Callable[[Any], Any]], first: bool,
-                  sent: "asyncio.Future[Any]") -> None:
-        if out.done():
-            return
-        e = sent.exception()
+                  reply: Any, e: Optional[Exception]) -> None:
+        """The mux's sink of one script call: settles ``call``."""
         if e is None:
             try:
-                out.set_result(sent.result() if conv is None else conv(sent.result()))
+                call.settle(reply if conv is None else conv(reply), None)
             except Exception as ce:  # a reply of the wrong shape
-                out.set_exception(RedisError(f"unexpected reply: {ce}"))
+                call.settle(None, RedisError(f"unexpected reply: {ce}"))
         elif first and isinstance(e, rexc.NoScriptError) and self._mux is not None:
-            again = self._mux.send(pack(("EVAL", s.source, len(keys), *keys, *argv)))
-            again.add_done_callback(functools.partial(self._answered, out, s, keys, argv,
-                                                      conv, False))
+            self._mux.send(pack(("EVAL", s.source, len(keys), *keys, *argv)),
+                           functools.partial(self._answered, call, s, keys, argv, conv, False))
         else:
-            out.set_exception(_map_error(e) if isinstance(e, rexc.RedisError) else e)
+            call.settle(None, _map_error(e) if isinstance(e, rexc.RedisError) else e)
 
     async def _call_pooled(self, s: _scripts.Script, keys: List[str], argv: List[Any],
                            conv: Optional[Callable[[Any], Any]]) -> Any:
@@ -400,7 +437,7 @@ class Client:
             pass  # the lease or the queue entry's expiry ends it
 
     def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
-                 arrival: str, permits: Optional[int]) -> "asyncio.Future[_Reply]":
+                 arrival: str, permits: Optional[int]) -> _Call:
         """Send one acquire attempt now (see ``_request``)."""
         if kind == "mutex":
             return self._request("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
@@ -418,7 +455,7 @@ class Client:
                               PARK_MS, k.wake, permits, SEM_RESERVE_MS, arrival], _Reply)
 
     def _release(self, kind: str, k: _Keys, token: str,
-                 permits: Optional[int]) -> "asyncio.Future[int]":
+                 permits: Optional[int]) -> _Call:
         """Send the release now; the future gets its code (1 / 0 / -1)."""
         if kind == "mutex":
             return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS], int)
@@ -429,7 +466,7 @@ class Client:
                              [token, k.wake, permits, SEM_RESERVE_MS], int)
 
     def _pass(self, kind: str, k: _Keys, member: str,
-              permits: Optional[int]) -> "asyncio.Future[Any]":
+              permits: Optional[int]) -> _Call:
         """Send the kind's pass script for ``member`` now."""
         if kind == "mutex":
             return self._request("pass", [k.b, k.waiters], [member, k.wake, HANDOFF_MS])
@@ -448,12 +485,12 @@ class Client:
     # -- acquiring -----------------------------------------------------------
 
     def _start(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
-               arrival: str, permits: Optional[int]) -> "asyncio.Future[_Reply]":
-        """Send one attempt now, awaited through ``shield``: a cancelled
-        caller leaves its reply to be read, so ``_undo`` learns the outcome."""
+               arrival: str, permits: Optional[int]) -> _Call:
+        """Send one attempt now: a cancelled caller leaves its reply to be
+        read, so ``_undo`` learns the outcome (``_Call.outcome``)."""
         return self._attempt(kind, k, token, lease_ms, member, arrival, permits)
 
-    async def _undo(self, attempt: "asyncio.Future[_Reply]", kind: str, k: _Keys, token: str,
+    async def _undo(self, attempt: _Call, kind: str, k: _Keys, token: str,
                     permits: Optional[int], member: Optional[str]) -> None:
         """Duties 9 and 10 for a caller that left with an attempt in flight
         (cancelled) or of unknown outcome (connection lost): once the attempt
@@ -461,7 +498,7 @@ class Client:
         that order: a pass sent first could be overtaken by the attempt,
         which would queue the member again."""
         try:
-            taken = (await attempt).acquired
+            taken = (await attempt.outcome()).acquired
         except (KindConflict, PermitsMismatch, ProtocolMismatch, WrongType, NoPermission):
             taken = False  # refused: nothing was written
         except BaseException:
@@ -481,7 +518,7 @@ class Client:
             deadline = loop.time() + timeout
         token = _KINDS[kind][0] + uuid.uuid4().hex
         member: Optional[str] = None  # set once passed in an attempt: pass it on leaving
-        inflight: Optional[asyncio.Future] = None  # the attempt on the wire, if any
+        inflight: Optional[_Call] = None  # the attempt on the wire, if any
         channel = (k.wake + self.id).encode()
         arrival = ""
         if not (wait and self._hub.subscribed(channel)):
@@ -492,7 +529,7 @@ class Client:
             sent = loop.time()
             inflight = self._start(kind, k, token, lease_ms, "", "", permits)
             try:
-                r = await asyncio.shield(inflight)
+                r = await inflight
             except BaseException:
                 self._spawn(self._undo(inflight, kind, k, token, permits, None))
                 raise
@@ -524,7 +561,7 @@ class Client:
                     inflight = self._start(kind, k, token, lease_ms, member, arrival, permits)
                 else:
                     inflight = self._start(kind, k, token, lease_ms, "", "", permits)
-                r = await asyncio.shield(inflight)
+                r = await inflight
                 inflight = None
                 if r.acquired:
                     member = None  # the acquire took it out of the queue
@@ -552,7 +589,7 @@ class Client:
                     w.event.clear()
         except BaseException:
             if inflight is not None or member is not None:  # duties 9 and 10
-                done: asyncio.Future = inflight or _answered(None)
+                done: _Call = inflight or _answered(None)
                 self._spawn(self._undo(done, kind, k, token, permits, member))
             raise
         finally:

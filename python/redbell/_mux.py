@@ -11,9 +11,10 @@ synchronous ``Lock``. Here a call is one write and one future:
   it returns (or queues it while the connection is being opened), so two
   calls of one task reach the server in the order they were made: a
   release sent after an attempt always runs after it.
-- **Cancel-safe.** The reply future belongs to the connection; a caller
-  that stops waiting (``asyncio.shield``) leaves the reply to be read and
-  its outcome known, as PROTOCOL.md duty 10 needs.
+- **Cancel-safe.** A call's reply is handed to its ``sink`` by the
+  connection's reader, whoever still waits for it: a caller that stops
+  waiting leaves the reply to be read and its outcome known, as
+  PROTOCOL.md duty 10 needs.
 - **Liveness.** A reply later than ``timeout`` seconds closes the
   connection; every call on it fails with ``ConnectionError`` and the next
   call opens a new one.
@@ -25,9 +26,13 @@ are read with redis-py's parser.
 
 import asyncio
 from collections import deque
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from redis import exceptions as rexc
+
+
+Sink = Callable[[Any, Optional[Exception]], None]
+"""Called once per call, from the reader: ``(reply, None)`` or ``(None, error)``."""
 
 
 def pack(args: "Tuple[Any, ...]") -> bytes:
@@ -46,7 +51,7 @@ class _Link:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self.pending: "Deque[Tuple[asyncio.Future, float]]" = deque()
+        self.pending: "Deque[Tuple[Sink, float]]" = deque()
         self.reader: Optional[asyncio.Task] = None
 
 
@@ -58,29 +63,28 @@ class Mux:
         self._timeout = timeout
         self._link: Optional[_Link] = None
         self._opening: Optional[asyncio.Task] = None
-        self._backlog: "List[Tuple[bytes, asyncio.Future]]" = []
+        self._backlog: "List[Tuple[bytes, Sink]]" = []
         """Calls made while the connection is being opened, in order."""
         self._watchdog: Optional[asyncio.TimerHandle] = None
         self._closed = False
 
-    def send(self, packed: bytes) -> "asyncio.Future[Any]":
-        """Write one packed command; the future gets its reply, or the
-        ``ResponseError`` / ``ConnectionError`` it ended with."""
+    def send(self, packed: bytes, sink: Sink) -> None:
+        """Write one packed command; ``sink`` gets its reply, or the
+        ``ResponseError`` / ``ConnectionError`` it ended with (never from
+        within this call)."""
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
         if self._closed:
-            fut.set_exception(rexc.ConnectionError("client closed"))
-            return fut
+            loop.call_soon(sink, None, rexc.ConnectionError("client closed"))
+            return
         link = self._link
         if link is None:
-            self._backlog.append((packed, fut))
+            self._backlog.append((packed, sink))
             if self._opening is None:
                 self._opening = loop.create_task(self._open())
-            return fut
-        self._write(link, packed, fut, loop.time())
-        return fut
+            return
+        self._write(link, packed, sink, loop.time())
 
-    def _write(self, link: _Link, packed: bytes, fut: asyncio.Future, now: float) -> None:
+    def _write(self, link: _Link, packed: bytes, sink: Sink, now: float) -> None:
         writer = link.conn._writer
         try:
             if writer is None or writer.is_closing():
@@ -90,11 +94,11 @@ class Mux:
             # Not written: end this connection; the call goes on a new one.
             self._fail(link, e if isinstance(e, rexc.ConnectionError)
                        else rexc.ConnectionError(str(e) or type(e).__name__))
-            self._backlog.append((packed, fut))
+            self._backlog.append((packed, sink))
             if self._opening is None:
                 self._opening = asyncio.get_running_loop().create_task(self._open())
             return
-        link.pending.append((fut, now))
+        link.pending.append((sink, now))
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_at(now + self._timeout, self._check)
 
@@ -107,9 +111,8 @@ class Mux:
             self._opening = None
             backlog, self._backlog = self._backlog, []
             err = e if isinstance(e, Exception) else rexc.ConnectionError("connect cancelled")
-            for _, fut in backlog:
-                if not fut.done():
-                    fut.set_exception(err)
+            for _, sink in backlog:
+                sink(None, err)
             try:
                 await conn.disconnect(nowait=True)
             except Exception:
@@ -120,18 +123,17 @@ class Mux:
         self._opening = None
         if self._closed:
             await conn.disconnect(nowait=True)
-            for _, fut in self._backlog:
-                if not fut.done():
-                    fut.set_exception(rexc.ConnectionError("client closed"))
-            self._backlog = []
+            backlog, self._backlog = self._backlog, []
+            for _, sink in backlog:
+                sink(None, rexc.ConnectionError("client closed"))
             return
         link = _Link(conn)
         self._link = link
         link.reader = asyncio.get_running_loop().create_task(self._read(link))
         backlog, self._backlog = self._backlog, []
         now = asyncio.get_running_loop().time()
-        for packed, fut in backlog:
-            self._write(link, packed, fut, now)
+        for packed, sink in backlog:
+            self._write(link, packed, sink, now)
 
     async def _read(self, link: _Link) -> None:
         conn, pending = link.conn, link.pending
@@ -144,13 +146,8 @@ class Mux:
                     reply, err = None, e
                 if not pending:
                     raise rexc.ConnectionError("reply to no call")
-                fut, _ = pending.popleft()
-                if fut.done():
-                    continue
-                if err is not None:
-                    fut.set_exception(err)
-                else:
-                    fut.set_result(reply)
+                sink, _ = pending.popleft()
+                sink(reply, err)
         except asyncio.CancelledError:
             self._fail(link, rexc.TimeoutError("no reply within the response timeout"))
         except Exception as e:
@@ -167,9 +164,8 @@ class Mux:
         if self._link is link:
             self._link = None
         while link.pending:
-            fut, _ = link.pending.popleft()
-            if not fut.done():
-                fut.set_exception(err)
+            sink, _ = link.pending.popleft()
+            sink(None, err)
         if link.reader is not None and not link.reader.done() \
                 and link.reader is not asyncio.current_task():
             link.reader.cancel()
