@@ -195,6 +195,10 @@ async fn soak(
         if let Some(why) = python::unavailable(&args.topology) {
             println!("soak: skipping the Python workers (py, py-fair): {why}");
             kinds.retain(|k| !k.is_python());
+            if kinds.is_empty() {
+                println!("soak: no worker kind left to run");
+                return Ok(());
+            }
         }
     }
     let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
