@@ -191,14 +191,14 @@ async fn soak(
         .into_iter()
         .filter(|k| args.kinds.is_empty() || args.kinds.contains(k))
         .collect();
-    if kinds.iter().any(|k| k.is_python()) {
-        if let Some(why) = python::unavailable(&args.topology) {
-            println!("soak: skipping the Python workers (py, py-fair): {why}");
-            kinds.retain(|k| !k.is_python());
-            if kinds.is_empty() {
-                println!("soak: no worker kind left to run");
-                return Ok(());
-            }
+    if kinds.iter().any(|k| k.is_python())
+        && let Some(why) = python::unavailable(&args.topology)
+    {
+        println!("soak: skipping the Python workers (py, py-fair): {why}");
+        kinds.retain(|k| !k.is_python());
+        if kinds.is_empty() {
+            println!("soak: no worker kind left to run");
+            return Ok(());
         }
     }
     let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();

@@ -106,10 +106,7 @@ pub fn keep_python(mut page: String, old: Option<&str>) -> String {
         Some(&old[start..end])
     });
     if let Some(section) = kept {
-        page = format!("{}
-
-{section}
-", page.trim_end());
+        page = format!("{}\n\n{section}\n", page.trim_end());
     }
     page
 }
