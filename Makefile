@@ -106,7 +106,7 @@ bench:
 # The Python client's section of docs/performance.md ("Python client"):
 # python/bench/handoff.py, redbell beside python-redis-lock and redis-py's
 # Lock (both from PyPI, into the venv), in interleaved rounds; it rewrites
-# only its own section (`make bench` keeps it). About 2 minutes.
+# only its own section (`make bench` keeps it). About 4 minutes.
 bench-python: python-lua
 	@test -x $(PY_VENV)/bin/pip || python3 -m venv $(PY_VENV)
 	$(PY_VENV)/bin/pip install -q -e python/ 'python-redis-lock>=4'

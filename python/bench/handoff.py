@@ -6,7 +6,7 @@ interleaved rounds against one Redis (medians).
 Usage (``make bench-python`` runs it; REDIS_URL set, a private server: it
 runs CONFIG RESETSTAT)::
 
-    python python/bench/handoff.py [--workers 8] [--seconds 5] [--rounds 3]
+    python python/bench/handoff.py [--workers 8] [--seconds 5] [--rounds 5]
                                    [--report docs/performance.md]
 
 A hand-off is an acquisition by a worker other than the previous holder:
@@ -373,7 +373,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--seconds", type=float, default=5)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--uncontended", type=int, default=2000, help="lock+unlock per run")
     p.add_argument("--only", help="comma-separated library names (as in the tables)")
     p.add_argument("--report", help="write the section into this Markdown file")
