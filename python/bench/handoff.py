@@ -51,15 +51,17 @@ def _redbell_worker(name: str, seconds: float, wid: int, q) -> None:
         r = redis.asyncio.Redis.from_url(URL, protocol=2)
         m = client.mutex(name)
         n = total = 0
+        cpu = time.process_time()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             async with m:
                 prev = await r.getset(_last(name), wid)
                 n += prev is not None and int(prev) != wid
                 total += 1
+        cpu = time.process_time() - cpu
         await client.aclose()
         await r.aclose()
-        return n, total
+        return n, total, cpu
     q.put(asyncio.run(run()))
 
 
@@ -69,38 +71,42 @@ def _redbell_sync_worker(name: str, seconds: float, wid: int, q) -> None:
     n = total = 0
     with sync.connect(URL) as client:
         m = client.mutex(name)
+        cpu = time.process_time()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             with m:
                 prev = r.getset(_last(name), wid)
                 n += prev is not None and int(prev) != wid
                 total += 1
-    q.put((n, total))
+        cpu = time.process_time() - cpu
+    q.put((n, total, cpu))
 
 
 def _prl_worker(name: str, seconds: float, wid: int, q) -> None:
     import redis_lock
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
+    cpu = time.process_time()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         with redis_lock.Lock(r, name, expire=30):
             prev = r.getset(_last(name), wid)
             n += prev is not None and int(prev) != wid
             total += 1
-    q.put((n, total))
+    q.put((n, total, time.process_time() - cpu))
 
 
 def _redispy_worker(name: str, seconds: float, wid: int, q) -> None:
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
+    cpu = time.process_time()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         with r.lock(name, timeout=30):  # blocking acquire: polls every 0.1 s
             prev = r.getset(_last(name), wid)
             n += prev is not None and int(prev) != wid
             total += 1
-    q.put((n, total))
+    q.put((n, total, time.process_time() - cpu))
 
 
 HANDOFF = [
@@ -120,11 +126,13 @@ def handoffs(worker, workers: int, seconds: float) -> dict:
     q = mp.Queue()
     ps = [mp.Process(target=worker, args=(name, seconds, i, q)) for i in range(workers)]
     r.config_resetstat()
+    cpu0 = (lambda c: c["used_cpu_sys"] + c["used_cpu_user"])(r.info("cpu"))
     for p in ps:
         p.start()
     results = [q.get() for _ in ps]
     for p in ps:
         p.join()
+    server_cpu = r.info("cpu")
     stats = r.info("commandstats")
     cmds = scripts = 0
     for k, v in stats.items():
@@ -137,115 +145,81 @@ def handoffs(worker, workers: int, seconds: float) -> dict:
         r.delete(key)
     n = sum(x[0] for x in results)
     return {"rate": n / seconds, "all": sum(x[1] for x in results) / seconds,
-            "cmds": cmds / max(n, 1), "scripts": scripts / max(n, 1)}
+            "cmds": cmds / max(n, 1), "scripts": scripts / max(n, 1),
+            "cpu": sum(x[2] for x in results) / max(n, 1) * 1e6,
+            "redis_cpu": (server_cpu["used_cpu_sys"] + server_cpu["used_cpu_user"]
+                          - cpu0) / max(n, 1) * 1e6}
 
 
 # -- uncontended lock + unlock (this process) ---------------------------------
 
-def _unc_redbell(n: int) -> float:
+def _per(n: int, t: float, c: float) -> "tuple[float, float]":
+    """Operations/s since perf_counter ``t``, and this process's CPU µs
+    per operation since process_time ``c`` (the sync face's loop thread
+    included)."""
+    return n / (time.perf_counter() - t), (time.process_time() - c) / n * 1e6
+
+
+def _unc_redbell(n: int) -> "tuple[float, float]":
     import redbell
 
-    async def run() -> float:
+    async def run() -> "tuple[float, float]":
         client = await redbell.connect(URL)
         m = client.mutex("bench-py-unc-" + uuid.uuid4().hex[:8])
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             g = await m.lock()
             await g.unlock()
-        rate = n / (time.perf_counter() - t)
+        rate = _per(n, t, c)
         await client.aclose()
         return rate
     return asyncio.run(run())
 
 
-def _unc_redbell_sync(n: int) -> float:
+def _unc_redbell_sync(n: int) -> "tuple[float, float]":
     from redbell import sync
     with sync.connect(URL) as client:
         m = client.mutex("bench-py-unc-" + uuid.uuid4().hex[:8])
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             m.lock().unlock()
-        return n / (time.perf_counter() - t)
+        return _per(n, t, c)
 
 
-def _unc_redispy(n: int) -> float:
+def _unc_redispy(n: int) -> "tuple[float, float]":
     r = redis.Redis.from_url(URL, protocol=2)
     lock = r.lock("bench-py-unc-" + uuid.uuid4().hex[:8], timeout=30)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
         lock.acquire()
         lock.release()
-    return n / (time.perf_counter() - t)
+    return _per(n, t, c)
 
 
-def _unc_redispy_async(n: int) -> float:
-    async def run() -> float:
+def _unc_redispy_async(n: int) -> "tuple[float, float]":
+    async def run() -> "tuple[float, float]":
         r = redis.asyncio.Redis.from_url(URL, protocol=2)
         lock = r.lock("bench-py-unc-" + uuid.uuid4().hex[:8], timeout=30)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             await lock.acquire()
             await lock.release()
-        rate = n / (time.perf_counter() - t)
+        rate = _per(n, t, c)
         await r.aclose()
         return rate
     return asyncio.run(run())
 
 
-def _unc_prl(n: int) -> float:
+def _unc_prl(n: int) -> "tuple[float, float]":
     import redis_lock
     r = redis.Redis.from_url(URL, protocol=2)
     lock = redis_lock.Lock(r, "bench-py-unc-" + uuid.uuid4().hex[:8], expire=30)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
         lock.acquire()
         lock.release()
-    return n / (time.perf_counter() - t)
+    return _per(n, t, c)
 
-
-# -- the serial floor: the hand-off loop in one process, nobody waiting -------
-
-def _floor_redbell(n: int) -> float:
-    import redbell
-
-    async def run() -> float:
-        client = await redbell.connect(URL)
-        r = redis.asyncio.Redis.from_url(URL, protocol=2)
-        name = "bench-py-floor-" + uuid.uuid4().hex[:8]
-        m = client.mutex(name)
-        t = time.perf_counter()
-        for _ in range(n):
-            async with m:
-                await r.getset(_last(name), 0)
-        rate = n / (time.perf_counter() - t)
-        await r.delete(_last(name))
-        await client.aclose()
-        await r.aclose()
-        return rate
-    return asyncio.run(run())
-
-
-def _floor_prl(n: int) -> float:
-    import redis_lock
-    r = redis.Redis.from_url(URL, protocol=2)
-    name = "bench-py-floor-" + uuid.uuid4().hex[:8]
-    lock = redis_lock.Lock(r, name, expire=30)
-    t = time.perf_counter()
-    for _ in range(n):
-        with lock:
-            r.getset(_last(name), 0)
-    rate = n / (time.perf_counter() - t)
-    r.delete(_last(name))
-    return rate
-
-
-FLOOR = [
-    ("redbell", _floor_redbell),
-    ("python-redis-lock", _floor_prl),
-]
-"""Each worker's loop (lock → GETSET → unlock) run serially in one process
-with no other worker: the same calls as a hand-off without the wake-up and
-the switch to another process, so a hand-off rate cannot be much above it."""
 
 UNCONTENDED = [
     ("redbell", _unc_redbell),
@@ -269,10 +243,10 @@ def _runs(xs: "list[float]") -> str:
     return ", ".join(f"{x:.0f}" for x in xs)
 
 
-def section(args, hand: dict, unc: dict, floor: dict, loads: "tuple[float, float]") -> str:
+def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
     med = {k: statistics.median(x["rate"] for x in v) for k, v in hand.items()}
-    umed = {k: statistics.median(v) for k, v in unc.items()}
-    fmed = {k: statistics.median(v) for k, v in floor.items()}
+    umed = {k: statistics.median(x[0] for x in v) for k, v in unc.items()}
+    ucpu = {k: statistics.median(x[1] for x in v) for k, v in unc.items()}
     r = redis.Redis.from_url(URL, protocol=2)
     redis_version = r.info("server").get("redis_version", "?")
     out = [BEGIN, "", "## Python client", ""]
@@ -291,12 +265,17 @@ def section(args, hand: dict, unc: dict, floor: dict, loads: "tuple[float, float
         f"libraries take turns, {args.rounds} rounds (medians; each run listed). *hand-offs/s* "
         f"counts acquisitions whose previous holder was another worker. *commands* = every "
         f"Redis command per hand-off (`INFO commandstats`, those inside Lua scripts included, "
-        f"the bench's `GETSET` excluded); *script calls* = `EVALSHA`/`EVAL` per hand-off. "
-        f"python-redis-lock waits on `BLPOP`; redis-py's `Lock` polls every 0.1 s.")
+        f"the bench's `GETSET` excluded); *script calls* = `EVALSHA`/`EVAL` per hand-off; "
+        f"*client CPU* = the CPU time of all {args.workers} worker processes over their loops "
+        f"(`time.process_time()`) per hand-off; *Redis CPU* = `used_cpu_sys + used_cpu_user` "
+        f"per hand-off. On a loaded machine the workers share what CPU is left, so client "
+        f"CPU per hand-off bounds the rate. python-redis-lock waits on `BLPOP`; redis-py's "
+        f"`Lock` polls every 0.1 s.")
     out.append("")
     out.append("| library | hand-offs/s to another worker (runs) | × python-redis-lock "
-               "| all acquisitions/s | commands / hand-off | script calls / hand-off |")
-    out.append("|---|---|---|---|---|---|")
+               "| all acquisitions/s | commands / hand-off | script calls / hand-off "
+               "| client CPU / hand-off | Redis CPU / hand-off |")
+    out.append("|---|---|---|---|---|---|---|---|")
     base = med.get("python-redis-lock")
     for k, v in hand.items():
         ratio = f"{med[k] / base:.2f}×" if base else "–"
@@ -304,31 +283,23 @@ def section(args, hand: dict, unc: dict, floor: dict, loads: "tuple[float, float
             f"| {k} | **{med[k]:.0f}** ({_runs([x['rate'] for x in v])}) | {ratio} "
             f"| {statistics.median(x['all'] for x in v):.0f} "
             f"| {statistics.median(x['cmds'] for x in v):.1f} "
-            f"| {statistics.median(x['scripts'] for x in v):.2f} |")
-    out.append("")
-    out.append(
-        f"**Serial floor.** Each worker's loop (lock → `GETSET` → unlock) serially in one "
-        f"process with nobody else: the same calls as a hand-off, without the wake-up and the "
-        f"switch to another process, {args.uncontended} iterations, {args.rounds} rounds "
-        f"(medians). A hand-off costs at least these three round trips, so its rate stays "
-        f"below the floor.")
-    out.append("")
-    out.append("| library | loop iterations/s (runs) | its hand-offs/s as a share of it |")
-    out.append("|---|---|---|")
-    for k, v in floor.items():
-        share = f"{med[k] / fmed[k]:.0%}" if k in med and fmed[k] else "–"
-        out.append(f"| {k} | **{fmed[k]:.0f}** ({_runs(v)}) | {share} |")
+            f"| {statistics.median(x['scripts'] for x in v):.2f} "
+            f"| {statistics.median(x['cpu'] for x in v):.0f} µs "
+            f"| {statistics.median(x['redis_cpu'] for x in v):.0f} µs |")
     out.append("")
     out.append(
         f"**Uncontended lock + unlock.** One process, {args.uncontended} sequential lock + "
-        f"unlock on a free lock, each library in turn, {args.rounds} rounds (medians).")
+        f"unlock on a free lock, the libraries in turn (order rotated each round), "
+        f"{args.rounds} rounds (medians). *CPU* = this process's CPU time per lock+unlock "
+        f"(`time.process_time()`), which the machine's load inflates less than the rate.")
     out.append("")
-    out.append("| library | lock+unlock/s (runs) | × redis-py Lock |")
-    out.append("|---|---|---|")
+    out.append("| library | lock+unlock/s (runs) | × redis-py Lock | CPU / lock+unlock |")
+    out.append("|---|---|---|---|")
     ubase = umed.get("redis-py Lock")
     for k, v in unc.items():
         ratio = f"{umed[k] / ubase:.2f}×" if ubase else "–"
-        out.append(f"| {k} | **{umed[k]:.0f}** ({_runs(v)}) | {ratio} |")
+        out.append(f"| {k} | **{umed[k]:.0f}** ({_runs([x[0] for x in v])}) | {ratio} "
+                   f"| {ucpu[k]:.0f} µs |")
     out.append("")
     out.append("Goals of the Python client (reported, not asserted):")
     out.append("")
@@ -337,17 +308,20 @@ def section(args, hand: dict, unc: dict, floor: dict, loads: "tuple[float, float
         line = (f"- hand-offs/s at {args.workers} workers ≥ 1.5× python-redis-lock's: "
                 f"{med['redbell']:.0f} vs {base:.0f} = {med['redbell'] / base:.2f}× — "
                 f"{'met' if ok else 'NOT met'}")
-        if not ok and "redbell" in fmed:
-            line += (f"; 1.5× is {1.5 * base:.0f}/s, {1.5 * base / fmed['redbell']:.0%} of "
-                     f"redbell's serial floor ({fmed['redbell']:.0f}/s), while "
-                     f"python-redis-lock's hand-offs already run at "
-                     f"{base / fmed.get('python-redis-lock', base):.0%} of its own")
+        if not ok:
+            cpu = {k: statistics.median(x["cpu"] + x["redis_cpu"] for x in hand[k])
+                   for k in ("redbell", "python-redis-lock") if k in hand}
+            if len(cpu) == 2:
+                line += (f"; client + Redis CPU per hand-off {cpu['redbell']:.0f} vs "
+                         f"{cpu['python-redis-lock']:.0f} µs "
+                         f"({cpu['python-redis-lock'] / cpu['redbell']:.2f}×)")
         out.append(line)
     if ubase and "redbell" in umed:
         ok = umed["redbell"] >= 0.8 * ubase
         out.append(f"- uncontended lock+unlock ≥ 0.8× redis-py `Lock`: {umed['redbell']:.0f} vs "
                    f"{ubase:.0f}/s = {umed['redbell'] / ubase:.2f}× — "
-                   f"{'met' if ok else 'NOT met'}")
+                   f"{'met' if ok else 'NOT met'}; CPU per lock+unlock "
+                   f"{ucpu['redbell']:.0f} vs {ucpu['redis-py Lock']:.0f} µs")
     out += ["", END, ""]
     return "\n".join(out)
 
@@ -387,21 +361,20 @@ def main() -> None:
     loads0 = os.getloadavg()[0]
     hand: dict = {k: [] for k, _ in pick(HANDOFF)}
     unc: dict = {k: [] for k, _ in pick(UNCONTENDED)}
-    floor: dict = {k: [] for k, _ in pick(FLOOR)}
     for i in range(args.rounds):
         rot = pick(HANDOFF)[i % len(pick(HANDOFF)):] + pick(HANDOFF)[:i % len(pick(HANDOFF))]
         for k, worker in rot:
             x = handoffs(worker, args.workers, args.seconds)
             hand[k].append(x)
             print(f"round {i + 1}: {k}: {x['rate']:.0f} hand-offs/s, "
-                  f"{x['cmds']:.1f} commands / hand-off", file=sys.stderr)
-        for k, f in pick(FLOOR):
-            floor[k].append(f(args.uncontended))
-            print(f"round {i + 1}: serial floor {k}: {floor[k][-1]:.0f}/s", file=sys.stderr)
-        for k, f in pick(UNCONTENDED):
+                  f"{x['cmds']:.1f} commands, {x['cpu']:.0f} µs client CPU / hand-off",
+                  file=sys.stderr)
+        rows = pick(UNCONTENDED)
+        for k, f in rows[i % len(rows):] + rows[:i % len(rows)]:
             unc[k].append(f(args.uncontended))
-            print(f"round {i + 1}: uncontended {k}: {unc[k][-1]:.0f}/s", file=sys.stderr)
-    text = section(args, hand, unc, floor, (loads0, os.getloadavg()[0]))
+            print(f"round {i + 1}: uncontended {k}: {unc[k][-1][0]:.0f}/s, "
+                  f"{unc[k][-1][1]:.0f} µs CPU", file=sys.stderr)
+    text = section(args, hand, unc, (loads0, os.getloadavg()[0]))
     print(text)
     if args.report:
         write_report(args.report, text)

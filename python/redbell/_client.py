@@ -521,7 +521,8 @@ class Client:
         inflight: Optional[_Call] = None  # the attempt on the wire, if any
         channel = (k.wake + self.id).encode()
         arrival = ""
-        if not (wait and self._hub.subscribed(channel)):
+        first = wait and self._hub.subscribed(channel)  # no attempt yet: the loop's first is due
+        if not first:
             # Fast path (duty 2): one call, no member, no SUBSCRIBE. Skipped
             # while the channel is still subscribed (a lock this client
             # waited for within the linger): the first attempt of the loop
@@ -541,7 +542,6 @@ class Client:
                 arrival = str(r.now_us)  # duty 6: keep FIFO position
         ch, w = self._hub.join(channel, k.b, kind, token, permits)
         inflight = None
-        first = arrival == ""  # no attempt yet: the loop's first one is due even at the deadline
         try:
             while True:
                 if first:
