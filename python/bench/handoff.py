@@ -55,13 +55,16 @@ def _redbell_worker(name: str, seconds: float, wid: int, q) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             async with m:
+                got = time.monotonic()
                 prev = await r.getset(_last(name), wid)
                 n += prev is not None and int(prev) != wid
                 total += 1
+                spans.append((got, time.monotonic()))
         cpu = time.process_time() - cpu
         await client.aclose()
         await r.aclose()
-        return n, total, cpu
+        return n, total, cpu, spans
+    spans: list = []
     q.put(asyncio.run(run()))
 
 
@@ -69,44 +72,53 @@ def _redbell_sync_worker(name: str, seconds: float, wid: int, q) -> None:
     from redbell import sync
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
+    spans: list = []
     with sync.connect(URL) as client:
         m = client.mutex(name)
         cpu = time.process_time()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             with m:
+                got = time.monotonic()
                 prev = r.getset(_last(name), wid)
                 n += prev is not None and int(prev) != wid
                 total += 1
+                spans.append((got, time.monotonic()))
         cpu = time.process_time() - cpu
-    q.put((n, total, cpu))
+    q.put((n, total, cpu, spans))
 
 
 def _prl_worker(name: str, seconds: float, wid: int, q) -> None:
     import redis_lock
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
+    spans: list = []
     cpu = time.process_time()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         with redis_lock.Lock(r, name, expire=30):
+            got = time.monotonic()
             prev = r.getset(_last(name), wid)
             n += prev is not None and int(prev) != wid
             total += 1
-    q.put((n, total, time.process_time() - cpu))
+            spans.append((got, time.monotonic()))
+    q.put((n, total, time.process_time() - cpu, spans))
 
 
 def _redispy_worker(name: str, seconds: float, wid: int, q) -> None:
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
+    spans: list = []
     cpu = time.process_time()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         with r.lock(name, timeout=30):  # blocking acquire: polls every 0.1 s
+            got = time.monotonic()
             prev = r.getset(_last(name), wid)
             n += prev is not None and int(prev) != wid
             total += 1
-    q.put((n, total, time.process_time() - cpu))
+            spans.append((got, time.monotonic()))
+    q.put((n, total, time.process_time() - cpu, spans))
 
 
 HANDOFF = [
@@ -144,7 +156,12 @@ def handoffs(worker, workers: int, seconds: float) -> dict:
     for key in r.scan_iter(f"*{name}*"):
         r.delete(key)
     n = sum(x[0] for x in results)
-    return {"rate": n / seconds, "all": sum(x[1] for x in results) / seconds,
+    # The gap of each hand-off: from the holder's last statement inside the
+    # lock to the next holder's first (CLOCK_MONOTONIC: one clock for all).
+    held = sorted((got, left, i) for i, x in enumerate(results) for got, left in x[3])
+    gaps = sorted(b[0] - a[1] for a, b in zip(held, held[1:]) if a[2] != b[2]) or [0.0]
+    return {"gap50": gaps[len(gaps) // 2] * 1e6, "gap99": gaps[len(gaps) * 99 // 100] * 1e6,
+            "gapmean": statistics.mean(gaps) * 1e6,"rate": n / seconds, "all": sum(x[1] for x in results) / seconds,
             "cmds": cmds / max(n, 1), "scripts": scripts / max(n, 1),
             "cpu": sum(x[2] for x in results) / max(n, 1) * 1e6,
             "redis_cpu": (server_cpu["used_cpu_sys"] + server_cpu["used_cpu_user"]
@@ -239,6 +256,12 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _us(v: list, key: str) -> str:
+    """The median over runs of ``key`` (µs), as µs or ms."""
+    x = statistics.median(r[key] for r in v)
+    return f"{x:.0f} µs" if x < 1000 else f"{x / 1000:.1f} ms"
+
+
 def _runs(xs: "list[float]") -> str:
     return ", ".join(f"{x:.0f}" for x in xs)
 
@@ -266,6 +289,9 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
         f"counts acquisitions whose previous holder was another worker. *commands* = every "
         f"Redis command per hand-off (`INFO commandstats`, those inside Lua scripts included, "
         f"the bench's `GETSET` excluded); *script calls* = `EVALSHA`/`EVAL` per hand-off; "
+        f"*gap* = from a holder's last statement inside the lock (unlock about to be sent) "
+        f"to the next holder's first, for hand-offs to another worker (p50, mean, p99; "
+        f"the mean is what bounds hand-offs/s); "
         f"*client CPU* = the CPU time of all {args.workers} worker processes over their loops "
         f"(`time.process_time()`) per hand-off; *Redis CPU* = `used_cpu_sys + used_cpu_user` "
         f"per hand-off. On a loaded machine the workers share what CPU is left, so client "
@@ -274,8 +300,8 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
     out.append("")
     out.append("| library | hand-offs/s to another worker (runs) | × python-redis-lock "
                "| all acquisitions/s | commands / hand-off | script calls / hand-off "
-               "| client CPU / hand-off | Redis CPU / hand-off |")
-    out.append("|---|---|---|---|---|---|---|---|")
+               "| gap p50 / mean / p99 | client CPU / hand-off | Redis CPU / hand-off |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
     base = med.get("python-redis-lock")
     for k, v in hand.items():
         ratio = f"{med[k] / base:.2f}×" if base else "–"
@@ -284,6 +310,7 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
             f"| {statistics.median(x['all'] for x in v):.0f} "
             f"| {statistics.median(x['cmds'] for x in v):.1f} "
             f"| {statistics.median(x['scripts'] for x in v):.2f} "
+            f"| {_us(v, 'gap50')} / {_us(v, 'gapmean')} / {_us(v, 'gap99')} "
             f"| {statistics.median(x['cpu'] for x in v):.0f} µs "
             f"| {statistics.median(x['redis_cpu'] for x in v):.0f} µs |")
     out.append("")
@@ -366,9 +393,9 @@ def main() -> None:
         for k, worker in rot:
             x = handoffs(worker, args.workers, args.seconds)
             hand[k].append(x)
-            print(f"round {i + 1}: {k}: {x['rate']:.0f} hand-offs/s, "
-                  f"{x['cmds']:.1f} commands, {x['cpu']:.0f} µs client CPU / hand-off",
-                  file=sys.stderr)
+            print(f"round {i + 1}: {k}: {x['rate']:.0f} hand-offs/s, gap p50 "
+                  f"{x['gap50']:.0f} mean {x['gapmean']:.0f} p99 {x['gap99']:.0f} µs, "
+                  f"{x['cpu']:.0f} µs client CPU / hand-off", file=sys.stderr)
         rows = pick(UNCONTENDED)
         for k, f in rows[i % len(rows):] + rows[:i % len(rows)]:
             unc[k].append(f(args.uncontended))
