@@ -21,7 +21,7 @@ WITH_REDIS := scripts/with-redis.sh
 # against servers of scripts/redis/tls.sh).
 TEST_FEATURES := --features redbell-integration-tests/tls
 
-.PHONY: test test-python python-lua test-valkey demo bench bench-scale soak lint doc redis-up redis-down build
+.PHONY: test test-python python-lua test-valkey demo bench bench-python bench-scale soak lint doc redis-up redis-down build
 
 build:
 	cargo build --workspace --all-targets
@@ -102,6 +102,15 @@ bench:
 	cp target/release/redbell-bench target/release/redbell-bench-metrics; \
 	$(WITH_REDIS) cargo run --release -p redbell-bench -- bench --cluster "$$REDBELL_CLUSTER_NODES" \
 	  --report docs/performance.md
+
+# The Python client's section of docs/performance.md ("Python client"):
+# python/bench/handoff.py, redbell beside python-redis-lock and redis-py's
+# Lock (both from PyPI, into the venv), in interleaved rounds; it rewrites
+# only its own section (`make bench` keeps it). About 4 minutes.
+bench-python: python-lua
+	@test -x $(PY_VENV)/bin/pip || python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q -e python/ 'python-redis-lock>=4'
+	$(WITH_REDIS) $(PY_VENV)/bin/python python/bench/handoff.py --report docs/performance.md
 
 # Cost at scale (bench/src/scale.rs): 100 to 100,000 parked waiters, 1 to
 # 100,000 lock names, and the capacity model; takes several minutes. The

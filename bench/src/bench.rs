@@ -375,6 +375,7 @@ fn write_page(results: &Results, page: &std::path::Path) -> Result<(), Failure> 
     chart::draw(results, &chart)
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot draw {}: {e}", chart.display())))?;
     let text = page::render(results, &page::command_line(), &chart_name);
+    let text = page::keep_python(text, std::fs::read_to_string(page).ok().as_deref());
     std::fs::write(page, text)
         .map_err(|e| Failure::new(EX_FAILURE, format!("cannot write {}: {e}", page.display())))?;
     eprintln!("bench: wrote {} and {}", page.display(), chart.display());

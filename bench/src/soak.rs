@@ -11,7 +11,9 @@
 //! 2. Three workers of each kind (`Mutex`, `FairMutex`, `RwLock` writers,
 //!    `RwLock` readers on the writers' lock), four on a `Semaphore` of two
 //!    permits, a pool of six `Mutex` tasks in one process on the `Mutex`
-//!    workers' lock, and two `redbell run` workers (`runner.rs`) start as
+//!    workers' lock, two Python workers on each of the `Mutex` and
+//!    `FairMutex` locks (the Python package, `python.rs`; skipped with a
+//!    message when its venv is missing), and two `redbell run` workers (`runner.rs`) start as
 //!    copies of this executable (`soak-worker`, `worker.rs`), one lock per
 //!    kind, named after the run (`soak-RUN-KIND`), with a 1.5 s lease
 //!    renewed by the library (response timeout 2 s, the default). A
@@ -76,6 +78,7 @@ mod checker;
 mod fault_kind;
 mod faults;
 mod plan;
+mod python;
 mod report;
 mod runner;
 mod stalls;
@@ -106,6 +109,8 @@ const LOOP_LATE: Duration = Duration::from_millis(250);
 pub async fn worker(url: &str, args: WorkerArgs) -> Result<(), Failure> {
     if args.kind == WorkerKind::Run {
         runner::drive(url, args).await
+    } else if args.kind.is_python() {
+        Err(python::exec(url, &args))
     } else {
         worker::run(url, args).await
     }
@@ -132,8 +137,10 @@ pub struct SoakArgs {
     #[arg(long, env = "SOAK_FAULTS", value_delimiter = ',', value_parser = parse_fault)]
     pub faults: Vec<checker::FaultKind>,
 
-    /// Only these worker kinds (comma-separated: `mutex`, `fair`,
-    /// `rw-write`, `rw-read`, `run`, `sem`); all by default.
+    /// Only these worker kinds (comma-separated: `mutex`, `pool`, `fair`,
+    /// `rw-write`, `rw-read`, `run`, `sem`, and the Python package's `py`
+    /// and `py-fair`, skipped with a message without its venv); all by
+    /// default.
     #[arg(long, env = "SOAK_KINDS", value_delimiter = ',')]
     pub kinds: Vec<WorkerKind>,
 
@@ -187,10 +194,20 @@ async fn soak(
     let lock_of = |k: WorkerKind| format!("soak-{run_id}-{}", k.lock_part());
     let (url, proxy_to) = topo.worker_url();
     let mut pool = Pool::new(&url, proxy_to, topo.worker_args(), dir, args.hold_ms)?;
-    let kinds: Vec<WorkerKind> = WorkerKind::ALL
+    let mut kinds: Vec<WorkerKind> = WorkerKind::ALL
         .into_iter()
         .filter(|k| args.kinds.is_empty() || args.kinds.contains(k))
         .collect();
+    if kinds.iter().any(|k| k.is_python())
+        && let Some(why) = python::unavailable(&args.topology)
+    {
+        println!("soak: skipping the Python workers (py, py-fair): {why}");
+        kinds.retain(|k| !k.is_python());
+        if kinds.is_empty() {
+            println!("soak: no worker kind left to run");
+            return Ok(());
+        }
+    }
     let mut locks: Vec<String> = kinds.iter().map(|&k| lock_of(k)).collect();
     locks.dedup();
     topo.set_locks(&locks);

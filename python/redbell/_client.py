@@ -20,6 +20,7 @@ passes the member on (duty 9), so nothing is left behind.
 """
 
 import asyncio
+import functools
 import math
 import time
 import unicodedata
@@ -31,6 +32,7 @@ from redis import exceptions as rexc
 
 from . import _scripts
 from ._hub import Channel, Hub
+from ._mux import Mux, pack
 from .errors import (
     ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
     NoPermission, NotHeld, PermitsMismatch, ProtocolMismatch, RedisError,
@@ -106,9 +108,13 @@ class _Keys:
     def __init__(self, prefix: str, name: str) -> None:
         self.name = name
         self.b = f"{prefix}:{{{name}}}"
+        self.wake = f"{self.b}:wake:"
+        """The wake prefix ``B:wake:`` (a client's channel is ``B:wake:C``)."""
 
     def __getattr__(self, sub: str) -> str:
-        return f"{self.b}:{sub.replace('_', ':')}"
+        key = f"{self.b}:{sub.replace('_', ':')}"
+        setattr(self, sub, key)  # computed once per handle
+        return key
 
 
 # Per kind: token letter, acquire/release/pass scripts.
@@ -180,9 +186,8 @@ class Guard:
             raise NotHeld(f"lock {self.name!r} was already released")
         self._done = True
         self._client._holds.discard(self)
-        # Shielded: a cancelled unlock still releases (redis-py #3847).
-        code = await asyncio.shield(asyncio.ensure_future(
-            self._client._release(self._kind, self._keys, self.token, self._permits)))
+        # Sent before the first await: a cancelled unlock still releases.
+        code = await self._client._release(self._kind, self._keys, self.token, self._permits)
         if code != 1:
             self.lost.set()
             raise NotHeld(f"lock {self.name!r} was no longer held")
@@ -302,11 +307,49 @@ class _Reply:
         self.now_us = int(reply[2]) if len(reply) > 2 else None
 
 
-def _answered(value: Any) -> "asyncio.Future[Any]":
-    """A future already answered {0, 0}: an attempt that took nothing."""
-    fut = asyncio.get_running_loop().create_future()
-    fut.set_result(_Reply([0, 0]))
-    return fut
+class _Call(asyncio.Future):
+    """The future of one script call, awaited directly by its caller. A
+    caller cancelled while it waits cancels only this future: the call's
+    reply is still read and kept, and :meth:`outcome` returns it (what
+    ``asyncio.shield`` would do, one event-loop step sooner)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: Optional[tuple] = None
+        self._waiter: Optional[asyncio.Future] = None
+
+    def settle(self, value: Any, error: Optional[BaseException]) -> None:
+        """The call's outcome: a value, or the exception it ended with."""
+        if self._kept is not None:
+            return
+        self._kept = (value, error)
+        if not self.done():
+            if error is None:
+                self.set_result(value)
+            else:
+                self.set_exception(error)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def outcome(self) -> Any:
+        """The call's value once it answered, whether or not this future
+        was cancelled; raises the exception the call ended with."""
+        if self._kept is None:
+            if self._waiter is None:
+                self._waiter = self.get_loop().create_future()
+            await asyncio.shield(self._waiter)
+        assert self._kept is not None
+        value, error = self._kept
+        if error is not None:
+            raise error
+        return value
+
+
+def _answered(value: Any) -> _Call:
+    """A call already answered {0, 0}: an attempt that took nothing."""
+    call = _Call()
+    call.settle(_Reply([0, 0]), None)
+    return call
 
 
 class Client:
@@ -345,23 +388,64 @@ class Client:
         self._renew_now = asyncio.Event()
         self._renew_at = -math.inf
         """Loop time the renewal loop sleeps until (-inf while it runs)."""
+        self._renew_timer: Optional[asyncio.TimerHandle] = None
         self._closed = False
+        pool = getattr(self._redis, "connection_pool", None)
+        self._mux: Optional[Mux] = None if pool is None else Mux(pool, RESPONSE_TIMEOUT)
+        """Script calls go here when the command client has one connection
+        pool (single server, Sentinel); else through ``_redis`` per call."""
 
     # -- scripts -----------------------------------------------------------
 
     async def _call(self, name: str, keys: List[str], args: List[Any]) -> Any:
         """EVALSHA, then EVAL after NOSCRIPT; ARGV[1] is the version."""
+        return await self._request(name, keys, args)
+
+    def _request(self, name: str, keys: List[str], args: List[Any],
+                 conv: Optional[Callable[[Any], Any]] = None) -> _Call:
+        """Send script ``name`` now; the call gets its reply (through
+        ``conv``) or the redbell exception it ended with. Calls of one task
+        reach the server in the order they were made."""
         if self._closed:
             raise ClientClosed("client closed")
         s = self._scripts[name]
         argv = [_scripts.PROTOCOL_VERSION, *args]
+        call = _Call()
+        if self._mux is None:
+            task = asyncio.ensure_future(self._call_pooled(s, keys, argv, conv))
+            task.add_done_callback(lambda t: call.settle(
+                None if t.cancelled() else t.result() if t.exception() is None else None,
+                ClientClosed("call cancelled") if t.cancelled() else t.exception()))
+            return call
+        self._mux.send(pack(("EVALSHA", s.sha1, len(keys), *keys, *argv)),
+                       functools.partial(self._answered, call, s, keys, argv, conv, True))
+        return call
+
+    def _answered(self, call: _Call, s: _scripts.Script, keys: List[str],
+                  argv: List[Any], conv: Optional[Callable[[Any], Any]], first: bool,
+                  reply: Any, e: Optional[Exception]) -> None:
+        """The mux's sink of one script call: settles ``call``."""
+        if e is None:
+            try:
+                call.settle(reply if conv is None else conv(reply), None)
+            except Exception as ce:  # a reply of the wrong shape
+                call.settle(None, RedisError(f"unexpected reply: {ce}"))
+        elif first and isinstance(e, rexc.NoScriptError) and self._mux is not None:
+            self._mux.send(pack(("EVAL", s.source, len(keys), *keys, *argv)),
+                           functools.partial(self._answered, call, s, keys, argv, conv, False))
+        else:
+            call.settle(None, _map_error(e) if isinstance(e, rexc.RedisError) else e)
+
+    async def _call_pooled(self, s: _scripts.Script, keys: List[str], argv: List[Any],
+                           conv: Optional[Callable[[Any], Any]]) -> Any:
         try:
             try:
-                return await self._redis.evalsha(s.sha1, len(keys), *keys, *argv)
+                r = await self._redis.evalsha(s.sha1, len(keys), *keys, *argv)
             except rexc.NoScriptError:
-                return await self._redis.eval(s.source, len(keys), *keys, *argv)
+                r = await self._redis.eval(s.source, len(keys), *keys, *argv)
         except rexc.RedisError as e:
             raise _map_error(e) from e
+        return r if conv is None else conv(r)
 
     def _spawn(self, coro) -> None:
         t = asyncio.ensure_future(coro)
@@ -374,63 +458,66 @@ class Client:
         except Exception:
             pass  # the lease or the queue entry's expiry ends it
 
-    async def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int,
-                       member: str, arrival: str, permits: Optional[int]) -> _Reply:
+    def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
+                 arrival: str, permits: Optional[int]) -> _Call:
+        """Send one acquire attempt now (see ``_request``)."""
         if kind in ("mutex", "election"):
-            r = await self._call("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
+            return self._request("acquire", [k.b, k.fence, k.waiters, k.readers, k.holders],
                                  [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, HANDOFF_MS, _KINDS[kind][0]])
-        elif kind == "read":
-            r = await self._call("rw_read_acquire",
+                                  PARK_MS, HANDOFF_MS, _KINDS[kind][0]], _Reply)
+        if kind == "read":
+            return self._request("rw_read_acquire",
                                  [k.b, k.readers, k.writers, k.fence, k.permits, k.holders],
-                                 [token, lease_ms, PARK_MS])
-        elif kind == "write":
-            r = await self._call("rw_write_acquire",
-                                 [k.b, k.readers, k.writers, k.fence, k.rw, k.permits, k.holders],
-                                 [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS, PARK_MS])
-        elif kind == "fair":
-            r = await self._call("fair_acquire",
+                                 [token, lease_ms, PARK_MS], _Reply)
+        if kind == "write":
+            return self._request("rw_write_acquire",
+                                 [k.b, k.readers, k.writers, k.fence, k.rw, k.permits,
+                                  k.holders],
+                                 [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
+                                  PARK_MS], _Reply)
+        if kind == "fair":
+            return self._request("fair_acquire",
                                  [k.b, k.fence, k.fifo, k.handoff, k.readers, k.holders],
                                  [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, k.b + ":wake:", CLAIM_MS, arrival])
-        else:
-            r = await self._call("sem_acquire",
-                                 [k.holders, k.fence, k.queue, k.queue_expiry, k.permits,
-                                  k.b, k.readers],
-                                 [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
-                                  PARK_MS, k.b + ":wake:", permits, SEM_RESERVE_MS, arrival])
-        return _Reply(r)
+                                  PARK_MS, k.wake, CLAIM_MS, arrival], _Reply)
+        return self._request("sem_acquire",
+                             [k.holders, k.fence, k.queue, k.queue_expiry, k.permits,
+                              k.b, k.readers],
+                             [token, lease_ms, FENCE_TTL_MS, member, QUEUE_GRACE_MS,
+                              PARK_MS, k.wake, permits, SEM_RESERVE_MS, arrival], _Reply)
 
-    async def _release(self, kind: str, k: _Keys, token: str, permits: Optional[int]) -> int:
+    def _release(self, kind: str, k: _Keys, token: str,
+                 permits: Optional[int]) -> _Call:
+        """Send the release now; the future gets its code (1 / 0 / -1)."""
         if kind in ("mutex", "election"):
-            r = await self._call("release", [k.b, k.waiters], [token, k.b + ":wake:", HANDOFF_MS])
-        elif kind == "read":
-            r = await self._call("rw_read_release", [k.readers, k.rw, k.writers],
-                                 [token, RW_WINDOW_MS])
-        elif kind == "write":
-            r = await self._call("rw_write_release", [k.b, k.rw, k.writers],
-                                 [token, RW_WINDOW_MS])
-        elif kind == "fair":
-            r = await self._call("fair_release", [k.b, k.fence, k.fifo, k.handoff],
-                                 [token, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
-        else:
-            r = await self._call("sem_release", [k.holders, k.queue, k.queue_expiry, k.permits],
-                                 [token, k.b + ":wake:", permits, SEM_RESERVE_MS])
-        return int(r)
+            return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS], int)
+        if kind == "read":
+            return self._request("rw_read_release", [k.readers, k.rw, k.writers],
+                                 [token, RW_WINDOW_MS], int)
+        if kind == "write":
+            return self._request("rw_write_release", [k.b, k.rw, k.writers],
+                                 [token, RW_WINDOW_MS], int)
+        if kind == "fair":
+            return self._request("fair_release", [k.b, k.fence, k.fifo, k.handoff],
+                                 [token, k.wake, CLAIM_MS, FENCE_TTL_MS], int)
+        return self._request("sem_release", [k.holders, k.queue, k.queue_expiry, k.permits],
+                             [token, k.wake, permits, SEM_RESERVE_MS], int)
 
-    async def _pass(self, kind: str, k: _Keys, member: str, permits: Optional[int]) -> None:
+    def _pass(self, kind: str, k: _Keys, member: str,
+              permits: Optional[int]) -> _Call:
+        """Send the kind's pass script for ``member`` now (a reader passes
+        nothing: an answered call)."""
         if kind in ("mutex", "election"):
-            await self._call("pass", [k.b, k.waiters], [member, k.b + ":wake:", HANDOFF_MS])
-        elif kind == "write":
-            await self._call("rw_pass", [k.writers, k.rw, k.b, k.readers], [member])
-        elif kind == "read":
-            pass  # a reader passes no member
-        elif kind == "fair":
-            await self._call("fair_pass", [k.b, k.fence, k.fifo, k.handoff],
-                             [member, k.b + ":wake:", CLAIM_MS, FENCE_TTL_MS])
-        else:
-            await self._call("sem_pass", [k.holders, k.queue, k.queue_expiry, k.permits],
-                             [member, k.b + ":wake:", permits, SEM_RESERVE_MS])
+            return self._request("pass", [k.b, k.waiters], [member, k.wake, HANDOFF_MS])
+        if kind == "write":
+            return self._request("rw_pass", [k.writers, k.rw, k.b, k.readers], [member])
+        if kind == "read":
+            return _answered(None)
+        if kind == "fair":
+            return self._request("fair_pass", [k.b, k.fence, k.fifo, k.handoff],
+                                 [member, k.wake, CLAIM_MS, FENCE_TTL_MS])
+        return self._request("sem_pass", [k.holders, k.queue, k.queue_expiry, k.permits],
+                             [member, k.wake, permits, SEM_RESERVE_MS])
 
     def _orphan(self, ch: Channel, wid: int) -> None:
         """Duty 9: a wake-up for a waiter this client no longer has is passed on."""
@@ -441,15 +528,12 @@ class Client:
     # -- acquiring -----------------------------------------------------------
 
     def _start(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
-               arrival: str, permits: Optional[int]) -> "asyncio.Future[_Reply]":
-        """Send one attempt as a task of its own, awaited through ``shield``:
-        a cancelled caller leaves it running, so redis-py never sees the
-        cancel (it would drop the connection mid-reply) and ``_undo`` learns
-        the outcome."""
-        return asyncio.ensure_future(
-            self._attempt(kind, k, token, lease_ms, member, arrival, permits))
+               arrival: str, permits: Optional[int]) -> _Call:
+        """Send one attempt now: a cancelled caller leaves its reply to be
+        read, so ``_undo`` learns the outcome (``_Call.outcome``)."""
+        return self._attempt(kind, k, token, lease_ms, member, arrival, permits)
 
-    async def _undo(self, attempt: "asyncio.Future[_Reply]", kind: str, k: _Keys, token: str,
+    async def _undo(self, attempt: _Call, kind: str, k: _Keys, token: str,
                     permits: Optional[int], member: Optional[str]) -> None:
         """Duties 9 and 10 for a caller that left with an attempt in flight
         (cancelled) or of unknown outcome (connection lost): once the attempt
@@ -457,7 +541,7 @@ class Client:
         that order: a pass sent first could be overtaken by the attempt,
         which would queue the member again."""
         try:
-            taken = (await attempt).acquired
+            taken = (await attempt.outcome()).acquired
         except (KindConflict, PermitsMismatch, ProtocolMismatch, WrongType, NoPermission):
             taken = False  # refused: nothing was written
         except BaseException:
@@ -477,24 +561,35 @@ class Client:
             deadline = loop.time() + timeout
         token = _KINDS[kind][0] + uuid.uuid4().hex
         member: Optional[str] = None  # set once passed in an attempt: pass it on leaving
-        inflight: Optional[asyncio.Future] = None  # the attempt on the wire, if any
-        sent = loop.time()
-        inflight = self._start(kind, k, token, lease_ms, "", "", permits)  # fast path (duty 2)
-        try:
-            r = await asyncio.shield(inflight)
-        except BaseException:
-            self._spawn(self._undo(inflight, kind, k, token, permits, None))
-            raise
-        if r.acquired:
-            return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
-        if not wait:
-            return None
-        arrival = str(r.now_us) if r.now_us is not None else ""  # duty 6: keep FIFO position
-        ch, w = self._hub.join((k.b + ":wake:" + self.id).encode(), k.b, kind, token, permits)
+        inflight: Optional[_Call] = None  # the attempt on the wire, if any
+        channel = (k.wake + self.id).encode()
+        arrival = ""
+        first = wait and self._hub.subscribed(channel)  # no attempt yet: the loop's first is due
+        if not first:
+            # Fast path (duty 2): one call, no member, no SUBSCRIBE. Skipped
+            # while the channel is still subscribed (a lock this client
+            # waited for within the linger): the first attempt of the loop
+            # then queues at once, saving a round trip per contended lock.
+            sent = loop.time()
+            inflight = self._start(kind, k, token, lease_ms, "", "", permits)
+            try:
+                r = await inflight
+            except BaseException:
+                self._spawn(self._undo(inflight, kind, k, token, permits, None))
+                raise
+            if r.acquired:
+                return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
+            if not wait:
+                return None
+            if r.now_us is not None:
+                arrival = str(r.now_us)  # duty 6: keep FIFO position
+        ch, w = self._hub.join(channel, k.b, kind, token, permits)
         inflight = None
         try:
             while True:
-                if deadline is not None and loop.time() >= deadline:
+                if first:
+                    first = False
+                elif deadline is not None and loop.time() >= deadline:
                     raise Timeout(f"lock {k.name!r} not acquired within {timeout} s")
                 if ch.confirmed is None or not ch.confirmed.done():
                     await self._wait_until(self._hub.subscribe(ch), deadline, k)  # duty 3
@@ -509,11 +604,13 @@ class Client:
                     inflight = self._start(kind, k, token, lease_ms, member, arrival, permits)
                 else:
                     inflight = self._start(kind, k, token, lease_ms, "", "", permits)
-                r = await asyncio.shield(inflight)
+                r = await inflight
                 inflight = None
                 if r.acquired:
                     member = None  # the acquire took it out of the queue
                     return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
+                if not arrival and r.now_us is not None:
+                    arrival = str(r.now_us)  # duty 6: the first failed reply's
                 park = r.value / 1000 if r.value >= 0 else PARK_MS / 1000
                 bound = loop.time() + min(park, MAX_PARK)  # duty 7: bounded park
                 while not (w.woken or w.turn):
@@ -535,7 +632,7 @@ class Client:
                     w.event.clear()
         except BaseException:
             if inflight is not None or member is not None:  # duties 9 and 10
-                done: asyncio.Future = inflight or _answered(None)
+                done: _Call = inflight or _answered(None)
                 self._spawn(self._undo(done, kind, k, token, permits, member))
             raise
         finally:
@@ -565,8 +662,14 @@ class Client:
         self._holds.add(g)
         if self._renewal is None:
             self._renewal = asyncio.ensure_future(self._renew_loop())
-        if g._next_renew < self._renew_at:  # else the loop wakes in time anyway
-            self._renew_now.set()
+        elif g._next_renew < self._renew_at:  # else the loop wakes in time anyway
+            # Move the loop's alarm in rather than wake it: an uncontended
+            # lock + unlock then costs the renewal loop nothing.
+            self._renew_at = g._next_renew
+            if self._renew_timer is not None:
+                self._renew_timer.cancel()
+            self._renew_timer = asyncio.get_running_loop().call_at(
+                g._next_renew, self._renew_now.set)
         return g
 
     async def _renew_loop(self) -> None:
@@ -592,11 +695,12 @@ class Client:
                       + [now + 3600])
             self._renew_now.clear()
             self._renew_at = nxt
-            timer = loop.call_later(max(nxt - loop.time(), 0.001), self._renew_now.set)
+            self._renew_timer = loop.call_at(max(nxt, loop.time() + 0.001), self._renew_now.set)
             try:
                 await self._renew_now.wait()
             finally:
-                timer.cancel()
+                self._renew_timer.cancel()
+                self._renew_timer = None
             self._renew_at = -math.inf  # scanning: every new hold wakes the loop
 
     def _lose(self, g: Guard) -> None:
@@ -678,6 +782,8 @@ class Client:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         self._closed = True
         await self._hub.aclose()
+        if self._mux is not None:
+            await self._mux.aclose()
         await self._redis.aclose()
         for close in self._on_close:
             await self._quiet(close())

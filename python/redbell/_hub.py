@@ -100,6 +100,13 @@ class Hub:
         self._closed = False
         self._next_id = 0
 
+    def subscribed(self, channel: bytes) -> bool:
+        """Whether ``channel`` is subscribed and confirmed on the live
+        connection (it has waiters, or lingers after its last one)."""
+        ch = self._channels.get(channel)
+        return ch is not None and ch.confirmed is not None and ch.confirmed.done() \
+            and self._conn is not None
+
     def join(self, channel: bytes, base: str, kind: str, token: str,
              permits: Optional[int]) -> "tuple[Channel, Waiter]":
         """Register a waiter (local only: nothing is sent)."""

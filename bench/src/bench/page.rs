@@ -92,6 +92,25 @@ pub fn render(r: &Results, command: &str, chart: &str) -> String {
     s
 }
 
+/// The markers of the page's Python section (`make bench-python`,
+/// `python/bench/handoff.py --report`), which this bench does not measure.
+const PYTHON_BEGIN: &str = "<!-- python-bench:begin -->";
+const PYTHON_END: &str = "<!-- python-bench:end -->";
+
+/// `page` with the Python section of `old` (the page it replaces), if any,
+/// kept at its end: rerunning this bench does not drop the other's figures.
+pub fn keep_python(mut page: String, old: Option<&str>) -> String {
+    let kept = old.and_then(|old| {
+        let start = old.find(PYTHON_BEGIN)?;
+        let end = old[start..].find(PYTHON_END)? + start + PYTHON_END.len();
+        Some(&old[start..end])
+    });
+    if let Some(section) = kept {
+        page = format!("{}\n\n{section}\n", page.trim_end());
+    }
+    page
+}
+
 /// The command line of this process, for the page: the program as
 /// `redbell-bench`, arguments with spaces quoted.
 pub fn command_line() -> String {
@@ -108,6 +127,18 @@ pub fn command_line() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_python_section_survives_a_new_page() {
+        let old = "# Performance\nold\n\n<!-- python-bench:begin -->\n## Python client\nrow\n<!-- python-bench:end -->\n";
+        let page = super::keep_python("# Performance\nnew\n".into(), Some(old));
+        assert_eq!(
+            page,
+            "# Performance\nnew\n\n<!-- python-bench:begin -->\n## Python client\nrow\n<!-- python-bench:end -->\n"
+        );
+        assert_eq!(super::keep_python("new\n".into(), Some("old\n")), "new\n");
+        assert_eq!(super::keep_python("new\n".into(), None), "new\n");
+    }
+
     #[test]
     fn the_method_names_every_section_of_the_report_once() {
         for n in ["1", "2–3", "4", "5", "6", "7", "8"] {

@@ -55,10 +55,17 @@ pub enum WorkerKind {
     /// [`POOL_TASKS`] tasks of one process (one client), each a `Mutex`
     /// worker on the `mutex` workers' lock.
     Pool,
+    /// The Python package's `Mutex` (`python/bench/soak_worker.py`, run by
+    /// the venv's interpreter, `python.rs`), on the `mutex` workers' lock.
+    #[value(name = "py")]
+    Python,
+    /// The Python package's `FairMutex`, on the `fair` workers' lock.
+    #[value(name = "py-fair")]
+    PythonFair,
 }
 
 impl WorkerKind {
-    pub const ALL: [WorkerKind; 7] = [
+    pub const ALL: [WorkerKind; 9] = [
         WorkerKind::Mutex,
         WorkerKind::Pool,
         WorkerKind::Fair,
@@ -66,6 +73,8 @@ impl WorkerKind {
         WorkerKind::RwRead,
         WorkerKind::Run,
         WorkerKind::Semaphore,
+        WorkerKind::Python,
+        WorkerKind::PythonFair,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,24 +86,33 @@ impl WorkerKind {
             WorkerKind::Run => "run",
             WorkerKind::Semaphore => "sem",
             WorkerKind::Pool => "pool",
+            WorkerKind::Python => "py",
+            WorkerKind::PythonFair => "py-fair",
         }
+    }
+
+    /// Whether its workers are Python processes (`python.rs`).
+    pub fn is_python(self) -> bool {
+        matches!(self, WorkerKind::Python | WorkerKind::PythonFair)
     }
 
     /// The lock's part of the lock name (readers share the writers' lock).
     pub fn lock_part(self) -> &'static str {
         match self {
             WorkerKind::RwWrite | WorkerKind::RwRead => "rw",
-            WorkerKind::Pool => "mutex",
+            WorkerKind::Pool | WorkerKind::Python => "mutex",
+            WorkerKind::PythonFair => "fair",
             k => k.name(),
         }
     }
 
     /// How many workers of this kind run at once (`redbell run` workers
-    /// start two processes a section: fewer of them; the semaphore's are
+    /// start two processes a section, a Python worker costs more CPU than
+    /// a Rust one: fewer of them; the semaphore's are
     /// twice its permits, so some always wait; one pool, of several tasks).
     pub fn workers(self) -> usize {
         match self {
-            WorkerKind::Run => 2,
+            WorkerKind::Run | WorkerKind::Python | WorkerKind::PythonFair => 2,
             WorkerKind::Pool => 1,
             WorkerKind::Semaphore => 2 * SEM_PERMITS as usize,
             _ => 3,

@@ -69,9 +69,11 @@ impl Handle {
 pub async fn run(url: &str, args: WorkerArgs) -> Result<(), Failure> {
     let client = args.target.client(url).await?;
     let handle = |client: &redbell::Client| match args.kind {
-        WorkerKind::Mutex | WorkerKind::Run | WorkerKind::Pool => {
+        // (Python workers never get here: `python.rs` runs them.)
+        WorkerKind::Mutex | WorkerKind::Run | WorkerKind::Pool | WorkerKind::Python => {
             Handle::Mutex(client.mutex(&args.lock))
         }
+        WorkerKind::PythonFair => Handle::Fair(client.fair_mutex(&args.lock)),
         WorkerKind::Fair => Handle::Fair(client.fair_mutex(&args.lock)),
         WorkerKind::RwWrite | WorkerKind::RwRead => Handle::Rw(client.rwlock(&args.lock)),
         WorkerKind::Semaphore => Handle::Semaphore(client.semaphore(&args.lock, SEM_PERMITS)),
