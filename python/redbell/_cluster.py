@@ -118,6 +118,11 @@ class ClusterHub:
         ch.hub = hub  # type: ignore[attr-defined]
         return ch, w
 
+    def subscribed(self, channel: bytes) -> bool:
+        """Whether ``channel`` is subscribed and confirmed on its node's
+        live connection (as :meth:`Hub.subscribed`)."""
+        return any(h.subscribed(channel) for h in self._hubs.values())
+
     def leave(self, ch: Channel, w: Any) -> None:
         """Unregister a waiter (as :meth:`Hub.leave`)."""
         ch.hub.leave(ch, w)  # type: ignore[attr-defined]
