@@ -259,7 +259,7 @@ pub fn check(records: &[Record], faults: &[Fault], lease_us: u64) -> Verdict {
     check_until(records, faults, &[], lease_us, 0)
 }
 
-/// [`check`] of a run whose workers were told to stop at `end_us` (0: at
+/// The checker, over the records of a run whose workers were told to stop at `end_us` (0: at
 /// its last record): a worker wedged for good logs nothing more, and a
 /// bound that awaits its next record is broken if the run went on past it.
 /// `stalls` are the machine's, in time order (`stalls.rs`): a free wait
