@@ -25,7 +25,9 @@
 //!   waiters of the last hold, not ahead of them.
 //! - **A frozen woken waiter** still counts as a receiver: the release takes
 //!   it out of the queue and tells the next seven members of *other* clients
-//!   to stand by, so it costs the others 2 x `HANDOFF_MS`, not a lease.
+//!   to stand by, the n-th for n × 2 x `HANDOFF_MS`, so it costs the others
+//!   2 x `HANDOFF_MS`, and k frozen clients in a row k times that, not a
+//!   lease.
 
 use std::fmt;
 use std::time::Duration;

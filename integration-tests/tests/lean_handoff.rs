@@ -252,9 +252,9 @@ async fn a_release_sends_standbys_only_where_they_help() {
     // standby). A member of client "b" queued during a reservation: its
     // score carries the fraction .5.
     for (case, second, third, want) in [
-        ("marked", "b:1", "c:1", vec!["c"]),
-        ("same client", "a:2", "c:1", vec!["c"]),
-        ("both needed", "c:1", "d:1", vec!["c", "d"]),
+        ("marked", "b:1", "c:1", told(&[("c", 400)])),
+        ("same client", "a:2", "c:1", told(&[("c", 400)])),
+        ("both needed", "c:1", "d:1", told(&[("c", 200), ("d", 400)])),
     ] {
         let name = unique("lean-standby");
         let lock = lock_key(&name);
@@ -274,9 +274,9 @@ async fn a_release_sends_standbys_only_where_they_help() {
         assert_eq!(release(&mut conn, &name, "mholder").await, 1, "{case}");
 
         let got = published(&mut stream, &wake).await;
-        let (woken, told) = woken_and_told(&got, case);
+        let (woken, standbys) = woken_and_told(&got, case);
         assert_eq!(woken, "a", "{case}: the head was not woken first: {got:?}");
-        assert_eq!(told, want, "{case}: {got:?}");
+        assert_eq!(standbys, want, "{case}: {got:?}");
     }
 }
 
@@ -307,28 +307,33 @@ async fn published(stream: &mut redis::aio::PubSubStream, wake: &str) -> Vec<(St
 }
 
 /// The client a release woke (the first message, naming waiter 1) and the
-/// clients it told to stand by, sorted; every later message must be a
-/// standby.
-fn woken_and_told(got: &[(String, String)], case: &str) -> (String, Vec<String>) {
+/// clients it told to stand by with each one's window in ms, sorted; every
+/// later message must be a standby.
+fn woken_and_told(got: &[(String, String)], case: &str) -> (String, Vec<(String, u64)>) {
     let Some((woken, id)) = got.first() else {
         panic!("{case}: nothing published");
     };
     assert_eq!(id, "1", "{case}: the first message is no wake-up: {got:?}");
-    let mut told: Vec<String> = got[1..]
+    let mut told: Vec<(String, u64)> = got[1..]
         .iter()
         .map(|(client, payload)| {
-            assert!(
-                payload.ends_with("::s200"),
-                "{case}: not a standby: {payload}"
-            );
-            client.clone()
+            let window = payload
+                .strip_prefix("1::s")
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| panic!("{case}: not a standby: {payload}"));
+            (client.clone(), window)
         })
         .collect();
     told.sort_unstable();
     (woken.clone(), told)
 }
 
-/// Before: each release sent a standby to the next two in line, so a
+/// `(client, window)` pairs, owned.
+fn told(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
+    pairs.iter().map(|&(c, w)| (c.to_owned(), w)).collect()
+}
+
+/// Before: each release sent a standby to the next ones in line, so a
 /// member was told again at every hand-off until it was woken (three
 /// messages per hand-off with eight waiting, each waking a parked task).
 /// A standby only ever shortens a park, so the release now tells a member
@@ -347,29 +352,31 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     for (i, member) in ["a:1", "c:1", "d:1", "e:1"].into_iter().enumerate() {
         enqueue(&mut conn, &name, (later + i as u64) as f64, member).await;
     }
-    // a is woken; c and d, next in line, are told to stand by.
+    // a is woken; c, d and e, next in line, are told to stand by, the
+    // n-th for n windows of 200 ms.
     set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
     assert_eq!(release(&mut conn, &name, "mholder").await, 1);
     let got = published(&mut stream, &wake).await;
     assert_eq!(
         woken_and_told(&got, "first"),
-        ("a".into(), ["c", "d"].map(String::from).to_vec()),
+        ("a".into(), told(&[("c", 200), ("d", 400), ("e", 600)])),
         "{got:?}"
     );
 
-    // a takes its reservation and releases: c is woken; d was told
-    // already, so only e, newly among the next two, is.
+    // a takes its reservation and releases: c is woken; d and e were told
+    // already, so nobody is.
     assert_eq!(acquire(&mut conn, &name, "ma", "a:1").await.0, 1);
     assert_eq!(release(&mut conn, &name, "ma").await, 1);
     let got = published(&mut stream, &wake).await;
     assert_eq!(
         woken_and_told(&got, "second"),
-        ("c".into(), ["e"].map(String::from).to_vec()),
+        ("c".into(), told(&[])),
         "{got:?}"
     );
 
     // d attempts (its window ended) while c holds: queued again, it is to
-    // be told once more. e, still told, is not. (g: a head to wake ahead
+    // be told once more, first after the woken: one window. e, still told,
+    // is not. (g: a head to wake ahead
     // of them.)
     assert_eq!(acquire(&mut conn, &name, "mc", "c:1").await.0, 1);
     assert_eq!(acquire(&mut conn, &name, "md", "d:1").await.0, 0);
@@ -379,7 +386,7 @@ async fn a_release_tells_a_member_to_stand_by_once_until_it_queues_again() {
     let got = published(&mut stream, &wake).await;
     assert_eq!(
         woken_and_told(&got, "third"),
-        ("g".into(), ["d"].map(String::from).to_vec()),
+        ("g".into(), told(&[("d", 200)])),
         "{got:?}"
     );
 }
@@ -420,4 +427,42 @@ async fn a_releaser_queued_during_its_reservation_takes_over_a_crashed_holder() 
         "took over {after:?} after a crash under a {short:?} lease"
     );
     g.unlock().await.unwrap();
+}
+
+/// A release tells the seven members after the one it wakes, the n-th for
+/// n windows, and nobody further back: ten waiting, the ninth and tenth
+/// hear nothing.
+#[tokio::test]
+async fn a_release_tells_the_next_seven_with_windows_by_rank() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let mut conn = raw(&url).await;
+    let name = unique("lean-seven");
+    let lock = lock_key(&name);
+    let wake = format!("{lock}:wake:");
+    let clients = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+    let mut stream = listen(&url, &wake, &clients).await;
+    let later = server_ms(&mut conn).await + 60_000;
+    for (i, client) in clients.into_iter().enumerate() {
+        enqueue(
+            &mut conn,
+            &name,
+            (later + i as u64) as f64,
+            &format!("{client}:1"),
+        )
+        .await;
+    }
+    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
+    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
+    let got = published(&mut stream, &wake).await;
+    let want: Vec<(&str, u64)> = clients[1..8]
+        .iter()
+        .copied()
+        .zip((1..).map(|n| n * 200))
+        .collect();
+    assert_eq!(
+        woken_and_told(&got, "ten"),
+        ("a".into(), told(&want)),
+        "{got:?}"
+    );
 }

@@ -187,7 +187,7 @@ async fn contend(url: &str, clients: usize, handoffs: usize) -> Contention {
 }
 
 fn assert_at_most_two(c: &Contention) {
-    // The next two in line stand by after each wake-up (in case the woken
+    // The next ones in line stand by after each wake-up (in case the woken
     // waiter froze) and attempt when their window ends, so each costs at
     // most one attempt per standby window, whatever the hand-off rate.
     let seconds = c.handoffs as f64 / c.rate;

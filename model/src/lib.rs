@@ -66,7 +66,8 @@ pub mod presets {
     /// handoff 100 ms (the reservation), grace 100 ms, claim 200 ms,
     /// intent window 200 ms, 2 permits reserved 100 ms; a shortening
     /// extend asks 100 ms. The stall bound is the kind's window in ticks: 2
-    /// (2 x handoff) for the Mutex, 3 (claim + 100 ms) for the FairMutex, 2
+    /// (2 x handoff) per other client for the Mutex (the n-th standby waits
+    /// n windows), 3 (claim + 100 ms) for the FairMutex, 2
     /// (the intent window) for the RwLock, 3 (2 x reserve, and a
     /// reservation) for the Semaphore.
     pub fn config(kind: Kind, tasks: &[u8], horizon_ticks: u64, max_faults: u8) -> Config {
@@ -86,7 +87,9 @@ pub mod presets {
             max_faults,
             faults: Faults::USUAL,
             stall_bound: match kind {
-                Kind::Mutex => 2,
+                // The n-th standby parks n windows: behind the others'
+                // clients, all frozen or dead, a live one waits its rank's.
+                Kind::Mutex => 2 * (tasks.len() as u8).saturating_sub(1).max(1),
                 Kind::Fair => 3,
                 Kind::RwLock => 2,
                 Kind::Semaphore => 3,

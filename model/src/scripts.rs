@@ -94,7 +94,7 @@ pub enum LockValue {
 
 /// A plain waiter queue entry: member scored by its expiry (server ms);
 /// `half` is the score's fraction `.5` (acquire.lua:211-212,
-/// wake_next.lua:104).
+/// wake_next.lua:113).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Entry {
     /// The integer part of the score: the entry's expiry.
@@ -342,7 +342,7 @@ pub enum ReleaseReply {
 /// fair and semaphore scripts send as many).
 pub const STANDBYS: usize = 7;
 
-/// wake_next.lua:58-113 (`head` is re-read here: the callers pass the
+/// wake_next.lua:66-122 (`head` is re-read here: the callers pass the
 /// first members just read in the same script).
 fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
     if s.waiters.is_empty() {
@@ -350,17 +350,17 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
     }
     let buggy = s.bugs.frozen_woken_waiter;
     loop {
-        // wake_next.lua:65-69: prune expired members (not in the old code).
+        // wake_next.lua:73-77: prune expired members (not in the old code).
         if !buggy {
             s.waiters.retain(|e| e.expiry > now);
         }
         let Some(first) = s.waiters.first().copied() else {
             return false;
         };
-        // wake_next.lua:74-82: wake the head on its client's channel.
+        // wake_next.lua:82-90: wake the head on its client's channel.
         let received = s.publish(first.member.client, Message::Wake(first.member.waiter));
         if received > 0 {
-            // wake_next.lua:84-86: reserve the lock; the woken member leaves.
+            // wake_next.lua:92-94: reserve the lock; the woken member leaves.
             s.lock = Some((
                 LockValue::Reserved {
                     member: first.member,
@@ -372,14 +372,15 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
                 return true;
             }
             s.zrem(first.member);
-            // wake_next.lua:87-107: standbys for the next STANDBYS (head[3..] of
+            // wake_next.lua:95-116: standbys for the next STANDBYS (head[3..] of
             // ZRANGE 0 STANDBYS: those read after the woken one).
+            // The n-th after the woken one gets n windows of 2 × handoff_ms.
             let next: Vec<Entry> = s.waiters.iter().take(STANDBYS).copied().collect();
-            for e in next {
+            for (n, e) in (1..).zip(next) {
                 if e.member.client != first.member.client && !e.half {
                     let told = s.publish(
                         e.member.client,
-                        Message::Standby(e.member.waiter, 2 * handoff_ms),
+                        Message::Standby(e.member.waiter, n * 2 * handoff_ms),
                     );
                     if told > 0 {
                         s.zadd(Entry { half: true, ..e });
@@ -388,7 +389,7 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
             }
             return true;
         }
-        // wake_next.lua:110-111: nobody received: drop it, try the next.
+        // wake_next.lua:119-120: nobody received: drop it, try the next.
         s.zrem(first.member);
     }
 }

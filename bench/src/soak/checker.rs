@@ -149,6 +149,10 @@ const RUN_RELEASE_US: u64 = 500_000;
 /// longer wait for that.
 const SENTINEL_SPLIT_US: u64 = 3_000_000;
 
+/// How long after the sentinels announce a new primary a client may still
+/// be switching to it (hearing `+switch-master` and reconnecting).
+const SWITCH_US: u64 = 500_000;
+
 /// Why two holds may overlap when one worker was stopped through a
 /// Sentinel failover's announcement (`stale_primary` below).
 const STALE_PRIMARY: &str = "old primary's grant to a client stopped through the failover";
@@ -307,12 +311,12 @@ pub fn check_until(
         .filter(|f| f.kind.is_server())
         .map(|f| (f.at_us, f.until_us.unwrap_or(f.at_us), f.kind))
         .collect();
-    // A worker stopped (SIGSTOP, partition) through a Sentinel failover's
-    // announcement hears it only once continued: its attempts meanwhile
-    // may still reach the old primary, which answers as a primary until
-    // the sentinels convert it, and grant it a lock the new primary has
-    // given another. Its window runs from its continue as everyone's runs
-    // from the announcement.
+    // A worker stopped (SIGSTOP, partition) over a Sentinel failover's
+    // announcement, before it could have acted on it, hears it only once
+    // continued: its attempts meanwhile may still reach the old primary,
+    // which answers as a primary until the sentinels convert it, and
+    // grant it a lock the new primary has given another. Its window runs
+    // from its continue as everyone's runs from the announcement.
     let stale_primary = |x: &Hold| {
         servers
             .iter()
@@ -320,10 +324,10 @@ pub fn check_until(
             .any(|&(at, announced, kind)| {
                 stops.iter().any(|&(w, s, u, _)| {
                     w == process_of(&x.worker)
-                        && s <= announced
-                        && u >= at
-                        && x.start <= u.saturating_add(split_us(kind))
+                        && s <= announced + SWITCH_US
+                        && u >= announced
                         && x.start >= at
+                        && x.start <= u.saturating_add(split_us(kind))
                 })
             })
     };
@@ -775,7 +779,9 @@ pub fn check_until(
                 } else {
                     0
                 };
-                if free > bound && free <= bound + stalled {
+                // At most the bound again: a stalled machine explains a
+                // late wake-up, not a lost one.
+                if free > bound && free <= bound + stalled.min(bound) {
                     v.free_waits_over_bound_in_stalls += 1;
                     v.longest_free_wait_in_stalls_us = v.longest_free_wait_in_stalls_us.max(free);
                 } else if free > bound {

@@ -197,7 +197,7 @@ end
 --     next attempt learns its PTTL), and its score carries the fraction .5:
 --     a release sends no standby to a member that parks that short anyway
 --   further back  for the lease it assumed: releases standby it (no .5)
---     once it is among the next two in line, and the ones ahead of it park
+--     once it is among the next seven in line, and the ones ahead of it park
 --     on the holder or the reservation, so a crashed holder is still taken
 --     over at its expiry
 if reserved_until then

@@ -9,7 +9,7 @@
 --
 -- Long parks. A waiter whose attempt found a long PTTL (more than a claim)
 -- may stay parked past the claim of a grant to the waiter ahead, so such
--- grants must also tell the next two in line to stand by. The queue then
+-- grants must also tell the next seven in line to stand by. The queue then
 -- holds one more member, LONG = "~", scored by minus the latest such
 -- waiter's arrival: it sorts first, so the grant's ZPOPMIN meets it before
 -- the head and learns the arrival; with no long park about (the usual
@@ -47,13 +47,16 @@
 --   is dropped without a grant and the next one tried; with drop_marked (the lock was found free, not
 --   released), so is the head the marker names once its deadline passed.
 --   When the granted head arrived no later than LONG's arrival, the next
---   two in line get a standby message "<waiter id>:<token>:s<window>":
+--   seven in line get a standby message "<waiter id>:<token>:s<window>":
 --   park no longer than `window` ms (the claim plus STANDBY_SLACK_MS for
---   the second, plus three times that for the third), then attempt; one
---   frozen head, or two in a row, delay the first live waiter by about a
---   claim, not a lease; a client queues one waiter per lock at a time
---   (acquire.rs, "One place per client"), so the two are other processes
---   than the granted one's, whatever its number of waiting tasks. A
+--   the first, plus three times that for the others), then attempt; a
+--   frozen head, or up to seven in a row (a paused host's workers), delay
+--   the first live waiter by about a claim per two frozen, not a lease (an
+--   attempt drops the standby the marker names and grants the next); a
+--   client queues one waiter per lock at a time (acquire.rs, "One place
+--   per client"), so they are other clients than the granted one's,
+--   whatever its number of waiting tasks. The queue is in arrival order,
+--   so a standby's attempt that finds the lock taken keeps its place. A
 --   PUBLISH the server refuses (its ACL denies the
 --   channel; run under redis.pcall, so the caller's writes stand) takes
 --   the grant back, puts the head back and returns 0: the waiters attempt

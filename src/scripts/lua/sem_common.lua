@@ -28,17 +28,19 @@
 --   [owed - freed, owed). A member whose client receives nothing (PUBLISH
 --   counted 0 receivers: it is gone) is dropped and the next one tried. A
 --   woken member's expiry is cut to reserve_ms from now (its attempt, if it
---   is alive, refreshes it), and the next two in line after the last woken
---   get a standby "<waiter id>::s<2 * reserve_ms>": they park no longer than
---   that, then attempt, and prune a frozen woken member whose socket stays
---   open. A client queues one waiter per semaphore at a time (acquire.rs,
---   "One place per client"), so those two are other processes than the
---   woken one's, whatever its number of waiting tasks: a live waiter of
---   another process gets a free permit within the window (500 ms); a
---   caller that finds a permit free but owed parks no longer than the owed
---   entry (sem_acquire.lua), so a newcomer, which got no standby, waits a
---   reservation at most, and a standby behind two frozen members a window
---   and a reservation. Nothing is published when nobody waits. Returns
+--   is alive, refreshes it), and the next seven in line after the last
+--   woken get a standby "<waiter id>::s<2 * reserve_ms>": they park no
+--   longer than that, then attempt, and prune a frozen woken member whose
+--   socket stays open (the queue is in arrival order: an attempt that
+--   finds no permit keeps its place). A client queues one waiter per
+--   semaphore at a time (acquire.rs, "One place per client"), so those
+--   are other clients than the woken one's, whatever its number of
+--   waiting tasks: a live waiter of another client gets a free permit
+--   within the window (500 ms); a caller that finds a permit free but
+--   owed parks no longer than the owed entry (sem_acquire.lua), so a
+--   newcomer, which got no standby, waits a reservation at most, and a
+--   standby behind k frozen members a window and about a reservation per
+--   extra frozen member (1 s behind three). Nothing is published when nobody waits. Returns
 --   the number woken.
 local function now()
   local t = redis.call('TIME')

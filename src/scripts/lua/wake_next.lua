@@ -22,18 +22,26 @@
 -- dropped and the next one is tried. The woken member leaves the queue (its
 -- attempt takes the reservation, or re-queues it if it came too late); a
 -- receiver may be frozen with its socket open, so the next STANDBYS (7) in
--- line get a standby message "<waiter id>::s<window>": they park no longer
--- than window = twice the reservation, then attempt, so a frozen head (or
--- up to seven frozen in a row: a paused host's or container's workers, or
--- clients cut off the network with their sockets open) costs the others
--- one reservation, not a lease. A client queues one waiter per lock at a
--- time (acquire.rs, "One place per client"), so the next seven are seven
--- other clients however many tasks the woken one's process has waiting: a
--- live waiter of another client gets the free lock within the window
--- (200 ms) of the release. Of those, a member that already parks no longer than a reservation (it queued
--- during one: acquire.lua scores it with the fraction .5) or that belongs
--- to the woken member's client (frozen with it, or alive and attempting;
--- rare: a member whose pass-on is on its way) gets no standby: it would change nothing. Nor does a member that was
+-- line get a standby message "<waiter id>::s<window>": the n-th after the
+-- woken one parks no longer than window = n times twice the reservation
+-- (200 ms, 400 ms, ... 1.4 s), then attempts. So a frozen head, or up to
+-- seven frozen clients in a row (a paused host's or container's workers,
+-- clients cut off the network with their sockets open), costs the first
+-- live waiter behind them its rank's window, not the holder's lease: 200 ms
+-- behind one, 800 ms behind four, 1.4 s behind seven. The window grows with
+-- the rank because the queue is ordered by expiry: an attempt that finds
+-- the lock taken queues again behind everyone who queued since, so a
+-- member whose window ended before the hand-offs reached it would lose its
+-- place, again and again in a steady stream of holds; with n windows for n
+-- places, that takes holds longer than a window (200 ms). A client queues
+-- one waiter per lock at a time (acquire.rs, "One place per client"), so
+-- the next seven are seven other clients however many tasks the woken
+-- one's process has waiting. Of those, a member that already parks no
+-- longer than a reservation (it queued during one: acquire.lua scores it
+-- with the fraction .5) or that belongs to the woken member's client
+-- (frozen with it, or alive and attempting; rare: a member whose pass-on
+-- is on its way) gets no standby: it would change nothing. Nor does a
+-- member that was
 -- sent one already: a standby only ever shortens a park, so it attempts
 -- within that first window anyway; the release marks it with the same
 -- fraction .5 (its next attempt queues it again, unmarked). So in a steady
@@ -51,8 +59,8 @@
 -- reservation), 0 if nobody waits or PUBLISH was refused (the lock key is
 -- left as it was).
 -- How many members after the woken one get a standby: the longest run of
--- frozen clients at the head of a queue that costs a live waiter one
--- reservation window rather than the holder's lease.
+-- frozen clients at the head of a queue that costs a live waiter a window
+-- of its rank rather than the holder's lease.
 local STANDBYS = 7
 
 local function wake_next(lock, waiters, prefix, handoff_ms, head)
@@ -93,8 +101,9 @@ local function wake_next(lock, waiters, prefix, handoff_ms, head)
         -- queued during a reservation (score fraction .5: it parks no
         -- longer than a reservation anyway).
         if s and string.sub(next, 1, s) ~= client and tonumber(head[i + 1]) % 1 == 0 then
+          local window = (i - 1) * tonumber(handoff_ms)  -- n × 2 × handoff_ms
           local told = redis.pcall('PUBLISH', prefix .. string.sub(next, 1, s - 1),
-                                   string.sub(next, s + 1) .. '::s' .. (2 * tonumber(handoff_ms)))
+                                   string.sub(next, s + 1) .. '::s' .. window)
           if type(told) == 'number' and told > 0 then
             -- It attempts within the window now, whatever later standbys
             -- say (a standby only ever shortens a park): the fraction .5

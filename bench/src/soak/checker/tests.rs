@@ -696,6 +696,17 @@ fn a_free_wait_over_the_bound_by_a_machine_stall_inside_it_is_counted_not_failed
     assert_eq!(v.longest_free_wait_in_stalls_us, 1_400_000);
     assert_eq!((v.machine_stalls, v.machine_stall_total_us), (1, 500_000));
 
+    // A stall excuses at most the bound again: 2.4 s free with 2 s of
+    // stalls inside is still over 1 s + 1 s.
+    let mut long = section("a", 1, 10, 0, 10, 1_000, "accepted");
+    long.extend(section("b", 1, 11, 5, 2_401_000, 2_500_000, "accepted"));
+    let most = [Stall {
+        from_us: 200_000,
+        until_us: 2_200_000,
+    }];
+    let v = check_until(&long, &[], &most, LEASE, 0);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+
     // A stall too short, or outside the wait, excuses nothing.
     let short = [Stall {
         from_us: 200_000,
@@ -727,13 +738,25 @@ fn a_worker_stopped_through_a_failover_may_be_granted_by_the_old_primary() {
     r.extend(section(
         "p", 1, 11, 400_000, 5_201_000, 5_209_000, "accepted",
     ));
-    let through = stop(FaultKind::Sigstop, "p", 500_000, 5_000_000);
-    let v = check(&r, &[failover.clone(), through], LEASE);
-    assert!(v.violations.is_empty(), "{:?}", v.violations);
-    assert_eq!(v.overlaps_by_cause[STALE_PRIMARY], 1);
+    for from in [500_000, 2_050_000] {
+        // Stopped before the announcement, or 50 ms after it (before the
+        // client could have switched).
+        let through = stop(FaultKind::Sigstop, "p", from, 5_000_000);
+        let v = check(&r, &[failover.clone(), through], LEASE);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.overlaps_by_cause[STALE_PRIMARY], 1);
+    }
+    // Continued before the announcement: it heard it live.
+    let before = stop(FaultKind::Sigstop, "p", 500_000, 1_900_000);
+    let v = check(&r, &[failover.clone(), before], LEASE);
+    assert_eq!(
+        v.overlaps_unexplained, 1,
+        "{:?} {:?}",
+        v.violations, v.overlaps_by_cause
+    );
 
-    // Stopped only after the announcement, p heard it: no excuse.
-    let after = stop(FaultKind::Sigstop, "p", 2_500_000, 5_000_000);
+    // Stopped over 0.5 s after the announcement, p had switched: no excuse.
+    let after = stop(FaultKind::Sigstop, "p", 2_600_000, 5_000_000);
     let v = check(&r, &[failover, after], LEASE);
     assert_eq!(v.overlaps_unexplained, 1, "{:?}", v.violations);
 }
