@@ -89,7 +89,21 @@ pub(crate) struct Inner {
     /// What the client did, for [`Client::stats`] (and the `metrics`
     /// feature); shared with the hub, the renewer and the worker.
     pub(crate) counters: Arc<Counters>,
+    /// Slots for the acquire attempts of waiting callers in flight at once
+    /// ([`ATTEMPTS_IN_FLIGHT`]).
+    pub(crate) attempts: tokio::sync::Semaphore,
 }
+
+/// How many acquire attempts of waiting callers (`lock`, `lock_timeout`)
+/// one client has in flight at once; the others wait their turn in the
+/// client, in order. A burst of N waiters (100,000 tasks calling `lock()`
+/// at once) would otherwise put N script calls on the one command
+/// connection together: the last reply then waits behind all the others,
+/// past the response timeout of a healthy connection (so the callers saw
+/// errors), and each call's state (~11 KB while in flight) is allocated at
+/// once, which the allocator keeps after the burst. 256 calls in flight
+/// are more than enough to keep one connection's pipeline full.
+pub(crate) const ATTEMPTS_IN_FLIGHT: usize = 256;
 
 /// Settings fixed when the client is built.
 #[derive(Debug, Clone)]

@@ -106,6 +106,11 @@ impl Waiter {
         }
     }
 
+    /// Its member in the lock's queue.
+    pub(crate) fn member(&self) -> &str {
+        &self.member
+    }
+
     /// The window of the standby just received, if the notification was
     /// one (and clears it).
     pub(crate) fn take_standby(&self) -> Option<Duration> {
