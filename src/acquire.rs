@@ -132,8 +132,8 @@ pub(crate) struct Acquirer {
 
 impl Acquirer {
     pub(crate) fn new(client: Client, name: &str, kind: Kind) -> Acquirer {
-        let keys = match client.keys(name, kind) {
-            Ok(keys) => Ok(Arc::new(keys)),
+        let keys = match client.shared_keys(name, kind) {
+            Ok(keys) => Ok(keys),
             Err(Error::InvalidName { name, reason }) => Err((name, reason)),
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
         };

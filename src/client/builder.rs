@@ -417,6 +417,7 @@ impl ClientBuilder {
             config,
             counters,
             attempts: tokio::sync::Semaphore::new(super::ATTEMPTS_IN_FLIGHT),
+            shared_keys: std::sync::Mutex::default(),
         })))
     }
 }

@@ -5,7 +5,8 @@
 mod builder;
 
 use std::fmt;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
@@ -92,6 +93,8 @@ pub(crate) struct Inner {
     /// Slots for the acquire attempts of waiting callers in flight at once
     /// ([`ATTEMPTS_IN_FLIGHT`]).
     pub(crate) attempts: tokio::sync::Semaphore,
+    /// The keys of the live lock handles, shared by name and kind.
+    pub(crate) shared_keys: std::sync::Mutex<SharedKeys>,
 }
 
 /// How many acquire attempts of waiting callers (`lock`, `lock_timeout`)
@@ -313,6 +316,46 @@ impl Client {
         let config = &self.0.config;
         LockKeys::new(&config.prefix, &self.0.id, name, kind, config.fence_ttl)
     }
+
+    /// As [`keys`](Self::keys), shared with every live handle of the same
+    /// lock and kind: a lock's keys are a dozen strings (~1 KB), and a
+    /// task parked in `lock()` keeps its handle's, so 10 tasks waiting on
+    /// one lock each through their own handle kept 10 copies.
+    pub(crate) fn shared_keys(&self, name: &str, kind: Kind) -> Result<Arc<LockKeys>, Error> {
+        let mut shared = self.0.shared_keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(keys) = shared
+            .live
+            .get(name)
+            .and_then(|kinds| kinds.iter().filter_map(Weak::upgrade).find(|k| k.kind == kind))
+        {
+            return Ok(keys);
+        }
+        let keys = Arc::new(self.keys(name, kind)?);
+        shared
+            .live
+            .entry(name.to_owned())
+            .or_default()
+            .push(Arc::downgrade(&keys));
+        // Names whose handles are all gone are swept once the map has
+        // doubled since the last sweep: amortised O(1) per handle.
+        if shared.live.len() >= shared.sweep_at {
+            shared.live.retain(|_, kinds| {
+                kinds.retain(|k| k.strong_count() > 0);
+                !kinds.is_empty()
+            });
+            shared.sweep_at = (2 * shared.live.len()).max(64);
+        }
+        Ok(keys)
+    }
+}
+
+/// The lock keys of the client's live handles, by name (see
+/// [`Client::shared_keys`]).
+#[derive(Default)]
+pub(crate) struct SharedKeys {
+    live: HashMap<String, Vec<Weak<LockKeys>>>,
+    /// The map's size at which the next sweep runs.
+    sweep_at: usize,
 }
 
 impl Inner {
