@@ -139,5 +139,8 @@ async fn a_burst_of_waiters_parks_without_timing_out() {
         }
     })
     .await;
-    assert!(all.is_ok(), "{WAITERS} waiters were not all served in 300 s");
+    assert!(
+        all.is_ok(),
+        "{WAITERS} waiters were not all served in 300 s"
+    );
 }

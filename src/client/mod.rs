@@ -4,8 +4,8 @@
 
 mod builder;
 
-use std::fmt;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -323,11 +323,12 @@ impl Client {
     /// one lock each through their own handle kept 10 copies.
     pub(crate) fn shared_keys(&self, name: &str, kind: Kind) -> Result<Arc<LockKeys>, Error> {
         let mut shared = self.0.shared_keys.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(keys) = shared
-            .live
-            .get(name)
-            .and_then(|kinds| kinds.iter().filter_map(Weak::upgrade).find(|k| k.kind == kind))
-        {
+        if let Some(keys) = shared.live.get(name).and_then(|kinds| {
+            kinds
+                .iter()
+                .filter_map(Weak::upgrade)
+                .find(|k| k.kind == kind)
+        }) {
             return Ok(keys);
         }
         let keys = Arc::new(self.keys(name, kind)?);

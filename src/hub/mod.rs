@@ -154,6 +154,10 @@ impl Drop for Registration {
                 if entry.waiters.is_empty() {
                     if entry.subscribed {
                         entry.idle_since = Some(Instant::now()); // linger
+                        if !entry.lingering {
+                            entry.lingering = true;
+                            self.shared.lingering().push(self.keys.channel.clone());
+                        }
                     } else {
                         channels.remove(&self.keys.channel); // never subscribed
                     }
@@ -212,6 +216,7 @@ impl Hub {
             counters,
             next_waiter: AtomicU64::new(1),
             own_unsubscribes: StdMutex::new(HashMap::new()),
+            lingering: StdMutex::new(Vec::new()),
         });
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let control = Control::new(
@@ -267,6 +272,7 @@ impl Hub {
                         waiters,
                         queuer,
                         idle_since: None,
+                        lingering: false,
                         subscribed: false,
                         released_at: None,
                     },

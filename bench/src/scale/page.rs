@@ -243,9 +243,7 @@ fn heap(s: &mut String, r: &Report) {
         let classes: Vec<String> = p
             .heap_classes
             .iter()
-            .map(|(class, blocks, bytes)| {
-                format!("{blocks:.2} × ≤ {class} B ({bytes:.0} B)")
-            })
+            .map(|(class, blocks, bytes)| format!("{blocks:.2} × ≤ {class} B ({bytes:.0} B)"))
             .collect();
         let _ = writeln!(
             s,

@@ -337,7 +337,10 @@ async fn one(
             })
             .filter(|(_, blocks, _)| *blocks >= 0.05)
             .collect();
-        let mut s = sizes.split_whitespace().skip(1).map(|w| w.parse().unwrap_or(0));
+        let mut s = sizes
+            .split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap_or(0));
         row.sizes = (
             s.next().unwrap_or(0),
             s.next().unwrap_or(0),
@@ -393,7 +396,11 @@ async fn one(
             .unwrap_or_default();
         let stamps: Vec<u64> = line
             .strip_prefix(&want)
-            .map(|t| t.split_whitespace().filter_map(|w| w.parse().ok()).collect())
+            .map(|t| {
+                t.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         let Some((&at, polls)) = stamps.split_first() else {
             return Err(Failure::new(
@@ -518,8 +525,12 @@ async fn heap(
         .await
         .map_err(|e| Failure::new(EX_FAILURE, format!("scale-waiters stdin: {e}")))?;
     let line = next(lines).await?;
-    crate::heap::Snapshot::parse(&line)
-        .ok_or_else(|| Failure::new(EX_FAILURE, format!("scale-waiters: expected heap, got {line:?}")))
+    crate::heap::Snapshot::parse(&line).ok_or_else(|| {
+        Failure::new(
+            EX_FAILURE,
+            format!("scale-waiters: expected heap, got {line:?}"),
+        )
+    })
 }
 
 fn broken(what: &str) -> Failure {
