@@ -48,8 +48,10 @@ const METHOD: &str = "\
   window before any waiter existed, and the server's CPU (`INFO cpu`, `used_cpu_sys + \
   used_cpu_user`). Then the bench unlocks locks one at a time, 20 ms apart, and times each \
   wake-up: from just before its `unlock()` to the woken task's `lock()` returning (both \
-  stamps from the one machine clock). N = 100 is repeated with fresh processes until it has \
-  the samples.
+  stamps from the one machine clock), split at the woken task's first poll after the \
+  release. N = 100 is repeated with fresh processes until it has the samples. The waiter \
+  process also counts its own heap (a counting global allocator in the bench binary: live \
+  bytes, blocks and size classes, after parking minus before).
 - **2. Cost flat in the number of locks.** K distinct names. *Uncontended*: one task, one \
   client, sequential `lock()` + `unlock()` on name `i % K`. *Contended*: two tasks on two \
   clients meet at a barrier on name `step % K`, both call `lock()`, each takes it twice (hold \
