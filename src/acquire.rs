@@ -132,8 +132,8 @@ pub(crate) struct Acquirer {
 
 impl Acquirer {
     pub(crate) fn new(client: Client, name: &str, kind: Kind) -> Acquirer {
-        let keys = match client.keys(name, kind) {
-            Ok(keys) => Ok(Arc::new(keys)),
+        let keys = match client.shared_keys(name, kind) {
+            Ok(keys) => Ok(keys),
             Err(Error::InvalidName { name, reason }) => Err((name, reason)),
             Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
         };
@@ -248,9 +248,8 @@ impl Acquirer {
         let token = self.client.0.tokens.next(keys.kind);
         let (mut registration, mut subscribed) = hub.join(&keys, &token);
         let waiter = registration.waiter();
-        let member = registration.member().to_owned();
         let mut queue = Queue {
-            member: &member,
+            member: waiter.member(),
             grace_ms: QUEUE_GRACE_MS,
             park_ms: millis(config.max_park),
             arrival_us: None,
@@ -290,8 +289,14 @@ impl Acquirer {
             // Boxed, it lives only during the call; a parked waiter costs
             // ~1 KB instead of ~15 KB (`redbell-bench scale`,
             // `tests/parked_memory.rs`).
+            // One of the client's slots first (`ATTEMPTS_IN_FLIGHT`): a
+            // burst of waiters queues here, in order, not on the
+            // connection, and allocates no call state while it does.
+            let slot = self.client.0.attempts.acquire().await.ok();
             let attempt = Box::pin(self.attempt(&keys, &token, lease_ms, queuing));
-            let pttl = match attempt.await? {
+            let outcome = attempt.await;
+            drop(slot);
+            let pttl = match outcome? {
                 Ok(held) => {
                     registration.acquired();
                     return Ok(held);

@@ -22,6 +22,7 @@ mod demo;
 #[allow(dead_code)]
 #[path = "../../cli/src/fail.rs"]
 mod fail;
+mod heap;
 mod scale;
 mod soak;
 
@@ -108,6 +109,11 @@ enum Command {
     #[command(flatten)]
     Hidden(demo::Hidden),
 }
+
+/// Counts live heap only once `heap::enable` was called (the scale run's
+/// waiter process); a relaxed load per allocation otherwise.
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

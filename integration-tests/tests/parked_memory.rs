@@ -58,3 +58,89 @@ async fn a_parked_lock_future_is_small_and_still_hands_over() {
         "200 parked waiters were not all served in 60 s"
     );
 }
+
+/// A burst of waiters (issue 32: 100,000 tasks calling `lock()` at once)
+/// puts its attempts on the client's one command connection. All at once,
+/// the last replies waited behind every other call, past the response
+/// timeout of a connection that was only busy, and `lock()` failed; the
+/// client now keeps at most a few hundred attempts in flight and queues
+/// the rest in order, so every waiter parks, and all are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_waiters_parks_without_timing_out() {
+    const LOCKS: usize = 300;
+    const WAITERS: usize = 30_000;
+    let url = redis_url();
+    let base = unique("burst");
+    let holder = client(&url).await;
+    let waiters = redbell::Client::builder(url.as_str())
+        // Short, so that a connection busy with the whole burst at once
+        // overruns it even on a fast machine; the calls in flight at once
+        // with the client's cap (a few hundred) are far below it even on
+        // a loaded one.
+        .response_timeout(Duration::from_millis(1_000))
+        .connect()
+        .await
+        .expect("waiters' client connects");
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        let guard = holder
+            .mutex(&format!("{base}-{i}"))
+            .with_lease(Duration::from_secs(120))
+            .lock()
+            .await
+            .expect("holder locks");
+        guards.push(guard);
+    }
+
+    // Spawned 1,000 at a time, a millisecond apart: the calls pile up on
+    // the connection as fast as they would all at once, but the runtime
+    // is not busy with 30,000 first polls (which would starve the
+    // connection's reader of this debug build whatever the client does).
+    let mut tasks = Vec::with_capacity(WAITERS);
+    for i in 0..WAITERS {
+        if i % 1_000 == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let m = waiters.mutex(&format!("{base}-{}", i % LOCKS));
+        tasks.push(tokio::spawn(async move { m.lock().await?.unlock().await }));
+    }
+    // Parked: every attempt made (the waiters' gauge counts each one's
+    // first park), and none failed.
+    let parked = tokio::time::timeout(Duration::from_secs(120), async {
+        while waiters.stats().waiters < WAITERS as i64 {
+            if tasks.iter().any(|t| t.is_finished()) {
+                return Err(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    })
+    .await;
+    let failed = tasks.iter().filter(|t| t.is_finished()).count();
+    if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
+        let first = tasks.swap_remove(i).await.expect("task");
+        panic!(
+            "{failed} of {WAITERS} waiters ended before any lock was released (their attempts \
+             timed out behind the burst), the first with {first:?}"
+        );
+    }
+    assert!(
+        matches!(parked, Ok(Ok(()))),
+        "the burst did not park in 120 s ({} parked)",
+        waiters.stats().waiters
+    );
+
+    for guard in guards {
+        guard.unlock().await.expect("holder unlocks");
+    }
+    let all = tokio::time::timeout(Duration::from_secs(300), async {
+        for t in tasks {
+            t.await.expect("task").expect("waiter locks and unlocks");
+        }
+    })
+    .await;
+    assert!(
+        all.is_ok(),
+        "{WAITERS} waiters were not all served in 300 s"
+    );
+}

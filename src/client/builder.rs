@@ -416,6 +416,8 @@ impl ClientBuilder {
             tokens: crate::keys::Tokens::new(),
             config,
             counters,
+            attempts: tokio::sync::Semaphore::new(super::ATTEMPTS_IN_FLIGHT),
+            shared_keys: std::sync::Mutex::default(),
         })))
     }
 }

@@ -4,8 +4,9 @@
 
 mod builder;
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
@@ -89,7 +90,23 @@ pub(crate) struct Inner {
     /// What the client did, for [`Client::stats`] (and the `metrics`
     /// feature); shared with the hub, the renewer and the worker.
     pub(crate) counters: Arc<Counters>,
+    /// Slots for the acquire attempts of waiting callers in flight at once
+    /// ([`ATTEMPTS_IN_FLIGHT`]).
+    pub(crate) attempts: tokio::sync::Semaphore,
+    /// The keys of the live lock handles, shared by name and kind.
+    pub(crate) shared_keys: std::sync::Mutex<SharedKeys>,
 }
+
+/// How many acquire attempts of waiting callers (`lock`, `lock_timeout`)
+/// one client has in flight at once; the others wait their turn in the
+/// client, in order. A burst of N waiters (100,000 tasks calling `lock()`
+/// at once) would otherwise put N script calls on the one command
+/// connection together: the last reply then waits behind all the others,
+/// past the response timeout of a healthy connection (so the callers saw
+/// errors), and each call's state (~11 KB while in flight) is allocated at
+/// once, which the allocator keeps after the burst. 256 calls in flight
+/// are more than enough to keep one connection's pipeline full.
+pub(crate) const ATTEMPTS_IN_FLIGHT: usize = 256;
 
 /// Settings fixed when the client is built.
 #[derive(Debug, Clone)]
@@ -299,6 +316,47 @@ impl Client {
         let config = &self.0.config;
         LockKeys::new(&config.prefix, &self.0.id, name, kind, config.fence_ttl)
     }
+
+    /// As [`keys`](Self::keys), shared with every live handle of the same
+    /// lock and kind: a lock's keys are a dozen strings (~1 KB), and a
+    /// task parked in `lock()` keeps its handle's, so 10 tasks waiting on
+    /// one lock each through their own handle kept 10 copies.
+    pub(crate) fn shared_keys(&self, name: &str, kind: Kind) -> Result<Arc<LockKeys>, Error> {
+        let mut shared = self.0.shared_keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(keys) = shared.live.get(name).and_then(|kinds| {
+            kinds
+                .iter()
+                .filter_map(Weak::upgrade)
+                .find(|k| k.kind == kind)
+        }) {
+            return Ok(keys);
+        }
+        let keys = Arc::new(self.keys(name, kind)?);
+        shared
+            .live
+            .entry(name.to_owned())
+            .or_default()
+            .push(Arc::downgrade(&keys));
+        // Names whose handles are all gone are swept once the map has
+        // doubled since the last sweep: amortised O(1) per handle.
+        if shared.live.len() >= shared.sweep_at {
+            shared.live.retain(|_, kinds| {
+                kinds.retain(|k| k.strong_count() > 0);
+                !kinds.is_empty()
+            });
+            shared.sweep_at = (2 * shared.live.len()).max(64);
+        }
+        Ok(keys)
+    }
+}
+
+/// The lock keys of the client's live handles, by name (see
+/// [`Client::shared_keys`]).
+#[derive(Default)]
+pub(crate) struct SharedKeys {
+    live: HashMap<String, Vec<Weak<LockKeys>>>,
+    /// The map's size at which the next sweep runs.
+    sweep_at: usize,
 }
 
 impl Inner {

@@ -351,24 +351,42 @@ impl Control {
     /// stay (marked unsubscribed, so a new waiter subscribes again, after
     /// this) until the server confirmed: a wake-up published meanwhile still
     /// finds its lock and is passed on.
+    ///
+    /// Only the channels listed as lingering are looked at (each listed
+    /// once, when its last waiter left): the sweep costs nothing per
+    /// channel in use, so a wake-up's dispatch, which takes the same lock,
+    /// never waits behind a scan of every channel waited on.
     async fn unsubscribe_idle(&mut self) {
+        let listed = std::mem::take(&mut *self.shared.lingering());
+        if listed.is_empty() {
+            return;
+        }
+        let mut still = Vec::new();
         let idle: Vec<String> = {
             let mut channels = self.shared.lock();
             let linger = self.linger;
             let mut idle = Vec::new();
-            for (name, entry) in channels.iter_mut() {
+            for name in listed {
+                let Some(entry) = channels.get_mut(&name) else {
+                    continue; // gone (a reconnect dropped it)
+                };
+                let Some(since) = entry.idle_since else {
+                    entry.lingering = false; // in use again
+                    continue;
+                };
                 // Not while a re-check's SSUBSCRIBE of it is in flight: that
                 // could overtake this UNSUBSCRIBE.
-                if entry.subscribed
-                    && entry.idle_since.is_some_and(|t| t.elapsed() >= linger)
-                    && !self.shards.busy(name)
-                {
+                if entry.subscribed && since.elapsed() >= linger && !self.shards.busy(&name) {
                     entry.subscribed = false;
-                    idle.push(name.clone());
+                    entry.lingering = false;
+                    idle.push(name);
+                } else {
+                    still.push(name); // lingers on (or waits to be resubscribed)
                 }
             }
             idle
         };
+        self.shared.lingering().extend(still);
         if idle.is_empty() {
             return;
         }

@@ -42,8 +42,8 @@ pub(crate) struct Registration {
     shared: Arc<Registry>,
     keys: Arc<LockKeys>,
     id: u64,
-    /// `"<client id>:<waiter id>"`, this waiter's member in the queue.
-    member: String,
+    /// Also holds `"<client id>:<waiter id>"`, this waiter's member in the
+    /// queue (one copy per waiter).
     waiter: Arc<Waiter>,
     /// Set once an attempt that queues `member` was sent.
     queued: bool,
@@ -57,11 +57,6 @@ impl Registration {
     /// What this waiter parks on; a wake-up naming it calls `notify_one`.
     pub(crate) fn waiter(&self) -> Arc<Waiter> {
         self.waiter.clone()
-    }
-
-    /// This waiter's member in the lock's queue.
-    pub(crate) fn member(&self) -> &str {
-        &self.member
     }
 
     /// Records that an attempt queuing this waiter is about to be sent:
@@ -159,6 +154,10 @@ impl Drop for Registration {
                 if entry.waiters.is_empty() {
                     if entry.subscribed {
                         entry.idle_since = Some(Instant::now()); // linger
+                        if !entry.lingering {
+                            entry.lingering = true;
+                            self.shared.lingering().push(self.keys.channel.clone());
+                        }
                     } else {
                         channels.remove(&self.keys.channel); // never subscribed
                     }
@@ -169,7 +168,7 @@ impl Drop for Registration {
             self.shared.counters.passed_on();
             self.shared.background.send(Work::PassOn {
                 keys: self.keys.clone(),
-                member: std::mem::take(&mut self.member),
+                member: self.waiter.member.clone(),
             });
         }
     }
@@ -217,6 +216,7 @@ impl Hub {
             counters,
             next_waiter: AtomicU64::new(1),
             own_unsubscribes: StdMutex::new(HashMap::new()),
+            lingering: StdMutex::new(Vec::new()),
         });
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let control = Control::new(
@@ -249,7 +249,7 @@ impl Hub {
             Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
             _ => format!("{}:{id}", self.shared.client_id),
         };
-        let waiter = Arc::new(Waiter::new(member.clone()));
+        let waiter = Arc::new(Waiter::new(member));
         let subscribed = {
             let mut channels = self.shared.lock();
             // Looked up first: the channel's name is cloned only for a new
@@ -272,6 +272,7 @@ impl Hub {
                         waiters,
                         queuer,
                         idle_since: None,
+                        lingering: false,
                         subscribed: false,
                         released_at: None,
                     },
@@ -283,7 +284,6 @@ impl Hub {
             shared: self.shared.clone(),
             keys: keys.clone(),
             id,
-            member,
             waiter,
             queued: false,
             acquired: false,

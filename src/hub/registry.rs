@@ -33,6 +33,13 @@ pub(super) struct Registry {
     /// the dispatcher (on a cluster, as a push it must not take for the
     /// server dropping the channel). Cleared when the connection is lost.
     pub(super) own_unsubscribes: StdMutex<HashMap<String, u32>>,
+    /// The channels whose last waiter left while subscribed (each once:
+    /// its entry's `lingering` is set), the only ones the linger sweep
+    /// looks at: a sweep of every channel, ten times a second, held the
+    /// registry's lock (which each wake-up's dispatch takes) for a time
+    /// that grew with the channels waited on. Taken after `channels`,
+    /// never before it.
+    pub(super) lingering: StdMutex<Vec<String>>,
 }
 
 pub(super) struct Entry {
@@ -53,6 +60,8 @@ pub(super) struct Entry {
     pub(super) queuer: Option<u64>,
     /// When `waiters` last became empty; `None` while it is not.
     pub(super) idle_since: Option<Instant>,
+    /// Listed in the registry's `lingering`.
+    pub(super) lingering: bool,
     /// The current pub/sub connection confirmed our SUBSCRIBE. Set only by
     /// the control task; cleared for every entry when the connection drops,
     /// and on a cluster for the entries of one shard when that shard's
@@ -104,6 +113,11 @@ impl Waiter {
             member,
             ..Waiter::default()
         }
+    }
+
+    /// Its member in the lock's queue.
+    pub(crate) fn member(&self) -> &str {
+        &self.member
     }
 
     /// The window of the standby just received, if the notification was
@@ -185,6 +199,11 @@ impl Registry {
         // (every update is a single insert, remove or field write), so
         // poisoning is ignored.
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The list of lingering channels.
+    pub(super) fn lingering(&self) -> StdMutexGuard<'_, Vec<String>> {
+        self.lingering.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes that we are about to unsubscribe from `channels`.

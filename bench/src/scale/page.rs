@@ -48,8 +48,10 @@ const METHOD: &str = "\
   window before any waiter existed, and the server's CPU (`INFO cpu`, `used_cpu_sys + \
   used_cpu_user`). Then the bench unlocks locks one at a time, 20 ms apart, and times each \
   wake-up: from just before its `unlock()` to the woken task's `lock()` returning (both \
-  stamps from the one machine clock). N = 100 is repeated with fresh processes until it has \
-  the samples.
+  stamps from the one machine clock), split at the woken task's first poll after the \
+  release. N = 100 is repeated with fresh processes until it has the samples. The waiter \
+  process also counts its own heap (a counting global allocator in the bench binary: live \
+  bytes, blocks and size classes, after parking minus before).
 - **2. Cost flat in the number of locks.** K distinct names. *Uncontended*: one task, one \
   client, sequential `lock()` + `unlock()` on name `i % K`. *Contended*: two tasks on two \
   clients meet at a barrier on name `step % K`, both call `lock()`, each takes it twice (hold \
@@ -188,22 +190,107 @@ fn parked(s: &mut String, r: &Report) {
             p.fence_keys_left,
         );
     }
+    heap(s, r);
+    wake_parts(s, r);
     let _ = writeln!(
         s,
         "\n*Queue members*: a client keeps one place per lock in the queue (its oldest waiter); \
          its other waiters park in the client. *Channels*: one wake channel per lock the client \
          waits on. *Keys left*: after every lock was released and the waiter process exited; \
          only fence keys may stay.\n\n\
-         *Client memory.* A parked task keeps its `lock()` future, its tokio task and its place \
-         in the client's hub. The future was 10,992 bytes in a release build, because a future \
-         is as big as its biggest await point and the script call's state was carried while \
-         parked; the attempt is now boxed for the call alone and the future is 1,376 bytes \
-         (`integration-tests/tests/parked_memory.rs` bounds it). The RSS figures include what \
-         the allocator keeps after the parking burst: spawned all at once, every first attempt \
-         (a boxed script call of ~11 KB) is in flight at the same moment, and the freed memory \
-         stays resident; spawned 1,000 at a time, far less of it does. What remains above the \
-         1 KiB goal is the future itself plus the task and the hub's per-waiter entry.\n"
+         *Client memory.* A parked task keeps its tokio task (the caller's: here the bench's \
+         future, which holds the `Mutex` handle and the `lock()` future), its owner token and \
+         queue member (one string each), its place in the client's hub (a `Notify` and a few \
+         flags behind an `Arc`, and a slot in the lock's map of local waiters) and, shared by \
+         every handle of one lock and kind in the client, the lock's keys (a dozen strings, \
+         ~1 KB, once per lock). A `lock()` future is as big as its biggest await point: the \
+         script call's state (~11 KB) is boxed for the call alone, so the parked future stays \
+         small (`integration-tests/tests/parked_memory.rs` bounds it), and a client has at \
+         most 256 attempts in flight, so a burst of waiters neither allocates all those calls \
+         at once (memory the allocator would keep afterwards) nor queues them all on the \
+         connection past its response timeout (the same test file parks 30,000 at once). The \
+         heap profile is the waiter process's own count (a counting allocator in the bench \
+         binary); the RSS columns add what the allocator keeps beyond it.\n"
     );
+}
+
+/// The waiter process's heap per parked waiter, and its pieces.
+fn heap(s: &mut String, r: &Report) {
+    if r.parked.iter().all(|p| p.heap_blocks_per_waiter == 0.0) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nWhere a parked waiter's client memory goes (the waiter process's live heap, counted \
+         by its allocator, after parking minus before; sizes from `size_of`):\n\n\
+         | waiters | heap B/waiter | reserved by malloc | blocks/waiter | RSS B/waiter | \
+         `lock()` future | the task's future (bench) | `Mutex` handle |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for p in &r.parked {
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.0} | {:.1} | {:.0} | {} B | {} B | {} B |",
+            group(p.waiters.into()),
+            p.heap_per_waiter,
+            p.heap_usable_per_waiter,
+            p.heap_blocks_per_waiter,
+            p.rss_per_waiter_batched,
+            p.sizes.0,
+            p.sizes.1,
+            p.sizes.2,
+        );
+    }
+    if let Some(p) = r.parked.last() {
+        let classes: Vec<String> = p
+            .heap_classes
+            .iter()
+            .map(|(class, blocks, bytes)| format!("{blocks:.2} × ≤ {class} B ({bytes:.0} B)"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nAt {} waiters, per waiter, by size class: {}. The largest block is the tokio \
+             task that holds the caller's future (its header and the future: {} B, of which \
+             the `lock()` future is {} B).",
+            group(p.waiters.into()),
+            classes.join("; "),
+            p.sizes.1,
+            p.sizes.0,
+        );
+    }
+}
+
+/// The parts of each wake-up (see [`ParkedRow::wake_parts`]).
+fn wake_parts(s: &mut String, r: &Report) {
+    if r.parked.iter().all(|p| p.wake_parts.is_empty()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nEach wake-up in parts, p50 / p99: the holder's `unlock()` (a round trip; the \
+         PUBLISH runs in its script); from the release until the woken task ran (its first \
+         poll after it), and that time minus the unlock: the message's way out of the server, \
+         through the pub/sub socket, the hub's dispatch (a hash lookup) and the runtime's \
+         scheduling among the parked tasks, the only part that could grow with the number \
+         parked; then the woken task's own attempt (a round trip).\n\n\
+         | waiters | unlock | release → task runs | minus the unlock | the attempt |\n\
+         |---:|---:|---:|---:|---:|"
+    );
+    for p in &r.parked {
+        let part = |f: fn(&(f64, f64, f64)) -> f64| {
+            let v: Vec<f64> = p.wake_parts.iter().map(f).collect();
+            format!("{:.2} / {:.2} ms", pct(&v, 50.0), pct(&v, 99.0))
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            group(p.waiters.into()),
+            part(|w| w.0),
+            part(|w| w.1),
+            part(|w| (w.1 - w.0).max(0.0)),
+            part(|w| w.2),
+        );
+    }
 }
 
 fn names(s: &mut String, r: &Report) {

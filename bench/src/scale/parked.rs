@@ -85,6 +85,32 @@ pub struct ParkedRow {
     pub cpu_idle_pct: f64,
     /// Wake-up latencies, ms, in release order.
     pub wake_ms: Vec<f64>,
+    /// The waiter process's heap per waiter (a counting allocator in it):
+    /// live bytes asked for, ...
+    #[serde(default)]
+    pub heap_per_waiter: f64,
+    /// ... bytes the allocator reserved for them, ...
+    #[serde(default)]
+    pub heap_usable_per_waiter: f64,
+    /// ... and blocks.
+    #[serde(default)]
+    pub heap_blocks_per_waiter: f64,
+    /// The live blocks per waiter by size class: `(class upper bound,
+    /// blocks, bytes)`, those with at least 0.05 blocks per waiter.
+    #[serde(default)]
+    pub heap_classes: Vec<(usize, f64, f64)>,
+    /// `size_of` the `lock()` future, the spawned task's future (the
+    /// bench's: the `Mutex` handle, the result's sender and the `lock()`
+    /// future) and the `Mutex` handle, bytes.
+    #[serde(default)]
+    pub sizes: (usize, usize, usize),
+    /// Each wake-up's parts, ms: the holder's `unlock()` (its round trip,
+    /// the PUBLISH in it); from the release until the woken task ran (its
+    /// first poll after it: the message's way through the server, the
+    /// socket, the hub's dispatch and the runtime's scheduling); from then
+    /// until its `lock()` returned (its attempt's round trip).
+    #[serde(default)]
+    pub wake_parts: Vec<(f64, f64, f64)>,
     /// Keys of this N's locks left after everything was released.
     pub keys_left: u64,
     /// Of those, fence keys (they outlive locks by design).
@@ -153,6 +179,12 @@ pub async fn row(
         cpu_parked_pct: 0.0,
         cpu_idle_pct: idle.cpu_pct,
         wake_ms: Vec::new(),
+        wake_parts: Vec::new(),
+        heap_per_waiter: 0.0,
+        heap_usable_per_waiter: 0.0,
+        heap_blocks_per_waiter: 0.0,
+        heap_classes: Vec::new(),
+        sizes: (0, 0, 0),
         keys_left: 0,
         fence_keys_left: 0,
     };
@@ -174,7 +206,10 @@ pub async fn row(
             measure.then_some(&mut row),
         )
         .await
-        .map(|wakes| row.wake_ms.extend(wakes))?;
+        .map(|(wakes, parts)| {
+            row.wake_ms.extend(wakes);
+            row.wake_parts.extend(parts);
+        })?;
         let pattern = format!("redbell:{{{base}-*");
         for stray in srv.strays(&pattern, 5).await {
             eprintln!("scale: left after {base}: {stray}");
@@ -225,7 +260,7 @@ async fn one(
     quiet: Duration,
     idle: &Idle,
     row: Option<&mut ParkedRow>,
-) -> Result<Vec<f64>, Failure> {
+) -> Result<Wakes, Failure> {
     let holder = redbell::Client::connect(url)
         .await
         .map_err(|e| Failure::lock(url, "holder: cannot connect", &e))?;
@@ -251,6 +286,7 @@ async fn one(
     let mut stdin = child.stdin.take().ok_or_else(|| broken("stdin"))?;
     let mut lines = BufReader::new(child.stdout.take().ok_or_else(|| broken("stdout"))?).lines();
     expect(&mut lines, "ready").await?;
+    let heap0 = heap(&mut stdin, &mut lines).await?;
     let rss0 = rss_bytes(pid).unwrap_or(0);
     let mem2 = settled_memory(srv).await?;
     srv.reset_stats().await?;
@@ -260,6 +296,7 @@ async fn one(
         .await
         .map_err(|e| Failure::new(EX_FAILURE, format!("scale-waiters stdin: {e}")))?;
     expect(&mut lines, "spawned").await?;
+    let sizes = next(&mut lines).await?;
     // Parked: every task attempted once, and the attempts have stopped.
     let mut last = 0;
     loop {
@@ -281,8 +318,34 @@ async fn one(
     if let Some(row) = row {
         row.park_secs = park_secs;
         let rss1 = rss_bytes(pid).unwrap_or(0);
+        let heap1 = heap(&mut stdin, &mut lines).await?;
         let mem3 = settled_memory(srv).await?;
         let n = f64::from(waiters);
+        row.heap_per_waiter = (heap1.bytes - heap0.bytes) as f64 / n;
+        row.heap_usable_per_waiter = (heap1.usable - heap0.usable) as f64 / n;
+        row.heap_blocks_per_waiter = (heap1.blocks - heap0.blocks) as f64 / n;
+        row.heap_classes = heap1
+            .by_size
+            .iter()
+            .map(|&(class, blocks, bytes)| {
+                let (b0, y0) = heap0
+                    .by_size
+                    .iter()
+                    .find(|(c, _, _)| *c == class)
+                    .map_or((0, 0), |&(_, b, y)| (b, y));
+                (class, (blocks - b0) as f64 / n, (bytes - y0) as f64 / n)
+            })
+            .filter(|(_, blocks, _)| *blocks >= 0.05)
+            .collect();
+        let mut s = sizes
+            .split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap_or(0));
+        row.sizes = (
+            s.next().unwrap_or(0),
+            s.next().unwrap_or(0),
+            s.next().unwrap_or(0),
+        );
         row.rss_per_waiter = (rss1 as f64 - rss0 as f64) / n;
         row.redis_per_waiter = (mem3 as f64 - mem2 as f64) / n;
         row.redis_per_lock = (mem1 as f64 - mem0 as f64) / f64::from(locks);
@@ -314,6 +377,7 @@ async fn one(
     }
 
     let mut wakes = Vec::new();
+    let mut parts = Vec::new();
     for i in 0..take as usize {
         let Some(guard) = guards.get_mut(i).and_then(Option::take) else {
             continue;
@@ -323,17 +387,41 @@ async fn one(
             .unlock()
             .await
             .map_err(|e| Failure::lock(url, "holder: unlock", &e))?;
+        let unlocked = now_us();
         let want = format!("acq {i} ");
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
             .map_err(|_| Failure::new(EX_FAILURE, format!("lock {i}: no waiter woke in 60 s")))?
             .map_err(|e| Failure::new(EX_FAILURE, format!("scale-waiters stdout: {e}")))?
             .unwrap_or_default();
-        let at: u64 = line
+        let stamps: Vec<u64> = line
             .strip_prefix(&want)
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(|| Failure::new(EX_FAILURE, format!("expected {want:?}, got {line:?}")))?;
-        wakes.push(at.saturating_sub(released) as f64 / 1e3);
+            .map(|t| {
+                t.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some((&at, polls)) = stamps.split_first() else {
+            return Err(Failure::new(
+                EX_FAILURE,
+                format!("expected {want:?}, got {line:?}"),
+            ));
+        };
+        let ms = |us: u64| us as f64 / 1e3;
+        // The woken task's first poll after the release.
+        let ran = polls
+            .iter()
+            .copied()
+            .filter(|&p| p >= released)
+            .min()
+            .unwrap_or(at);
+        wakes.push(ms(at.saturating_sub(released)));
+        parts.push((
+            ms(unlocked.saturating_sub(released)),
+            ms(ran.saturating_sub(released)),
+            ms(at.saturating_sub(ran)),
+        ));
         tokio::time::sleep(PACE).await;
     }
     let _ = stdin.write_all(b"exit\n").await;
@@ -355,8 +443,12 @@ async fn one(
     // Background releases of cancelled acquires, and the server noticing
     // the waiter process's closed sockets, take a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    Ok(wakes)
+    Ok((wakes, parts))
 }
+
+/// The wake-ups of one run: their latencies, ms, and each one's parts
+/// (see [`ParkedRow::wake_parts`]).
+type Wakes = (Vec<f64>, Vec<(f64, f64, f64)>);
 
 /// Takes locks `BASE-0 ..` with the holder's fixed lease, 8 at a time.
 async fn hold_all(
@@ -409,14 +501,43 @@ async fn settled_memory(srv: &mut Server) -> Result<u64, Failure> {
     Ok(v[1])
 }
 
+type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
+
+/// The waiter process's next line.
+async fn next(lines: &mut Lines) -> Result<String, Failure> {
+    match tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await {
+        Ok(Ok(Some(l))) => Ok(l),
+        other => Err(Failure::new(
+            EX_FAILURE,
+            format!("scale-waiters: expected a line, got {other:?}"),
+        )),
+    }
+}
+
+/// Asks the waiter process for its live heap (before any release: no
+/// other line can come first).
+async fn heap(
+    stdin: &mut tokio::process::ChildStdin,
+    lines: &mut Lines,
+) -> Result<crate::heap::Snapshot, Failure> {
+    stdin
+        .write_all(b"heap\n")
+        .await
+        .map_err(|e| Failure::new(EX_FAILURE, format!("scale-waiters stdin: {e}")))?;
+    let line = next(lines).await?;
+    crate::heap::Snapshot::parse(&line).ok_or_else(|| {
+        Failure::new(
+            EX_FAILURE,
+            format!("scale-waiters: expected heap, got {line:?}"),
+        )
+    })
+}
+
 fn broken(what: &str) -> Failure {
     Failure::new(EX_FAILURE, format!("scale-waiters: no {what}"))
 }
 
-async fn expect(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    want: &str,
-) -> Result<(), Failure> {
+async fn expect(lines: &mut Lines, want: &str) -> Result<(), Failure> {
     match tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await {
         Ok(Ok(Some(l))) if l == want => Ok(()),
         other => Err(Failure::new(

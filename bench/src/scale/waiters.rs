@@ -6,8 +6,10 @@
 //! client, print `ready`; on `go`, spawn `--waiters` tasks (all at once,
 //! or `--batch` at a time), task `i`
 //! calling `lock()` on lock `i % --locks` (names `BASE-<index>`), and
-//! print `spawned`; for each acquisition print `acq <index> <µs since the
-//! epoch>` and keep the guard; on `exit` (or end of input) abort the
+//! print `spawned` and `sizes <lock() future> <task future> <Mutex>`
+//! (bytes); for each acquisition print `acq <index> <µs since the epoch>
+//! <the times of the last polls of its lock()>` and keep the guard; on
+//! `heap` (before `go`, or parked) print the live heap (`crate::heap`); on `exit` (or end of input) abort the
 //! parked tasks first (else each unlock below would hand its lock to this
 //! process's next waiter, whose guard would die with the process and hold
 //! the lock for a lease), then unlock the guards held, and exit.
@@ -37,6 +39,9 @@ pub struct WaitersArgs {
     pub batch: u32,
 }
 
+/// Poll times kept per waiter.
+const POLLS: usize = 8;
+
 fn say(line: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")
@@ -46,18 +51,23 @@ fn say(line: &str) -> Result<(), Failure> {
 
 /// Runs a `scale-waiters` process.
 pub async fn run(url: &str, args: WaitersArgs) -> Result<(), Failure> {
+    crate::heap::enable();
     let client = redbell::Client::connect(url)
         .await
         .map_err(|e| Failure::lock(url, "cannot connect", &e))?;
     say("ready")?;
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    match stdin.next_line().await {
-        Ok(Some(line)) if line == "go" => {}
-        _ => return Ok(()),
+    loop {
+        match stdin.next_line().await {
+            Ok(Some(line)) if line == "go" => break,
+            Ok(Some(line)) if line == "heap" => say(&crate::heap::snapshot().line())?,
+            _ => return Ok(()),
+        }
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let locks = args.locks.max(1);
     let mut parked = Vec::with_capacity(args.waiters as usize);
+    let (mut lock_future, mut task_future) = (0, 0);
     for i in 0..args.waiters {
         if args.batch > 0 && i > 0 && i.is_multiple_of(args.batch) {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -65,27 +75,49 @@ pub async fn run(url: &str, args: WaitersArgs) -> Result<(), Failure> {
         let index = i % locks;
         let mutex = client.mutex(&format!("{}-{index}", args.base));
         let tx = tx.clone();
-        parked.push(tokio::spawn(async move {
-            let got = mutex.lock().await;
-            let _ = tx.send((index, now_us(), got));
-        }));
+        if i == 0 {
+            lock_future = std::mem::size_of_val(&mutex.lock());
+        }
+        let task = async move {
+            // The times of the last polls of `lock()`: the first after a
+            // release is when the woken task ran (the bench splits the
+            // wake-up there).
+            let mut polls = [0u64; POLLS];
+            let mut n = 0;
+            let mut lock = std::pin::pin!(mutex.lock());
+            let got = std::future::poll_fn(|cx| {
+                polls[n % POLLS] = now_us();
+                n += 1;
+                lock.as_mut().poll(cx)
+            })
+            .await;
+            let _ = tx.send((index, now_us(), polls, got));
+        };
+        task_future = std::mem::size_of_val(&task);
+        parked.push(tokio::spawn(task));
     }
     drop(tx);
     say("spawned")?;
+    say(&format!(
+        "sizes {lock_future} {task_future} {}",
+        std::mem::size_of::<redbell::Mutex>()
+    ))?;
     let mut held = Vec::new();
     loop {
         tokio::select! {
             got = rx.recv() => match got {
-                Some((index, at, Ok(guard))) => {
+                Some((index, at, polls, Ok(guard))) => {
                     held.push(guard);
-                    say(&format!("acq {index} {at}"))?;
+                    let polls: Vec<String> = polls.iter().map(u64::to_string).collect();
+                    say(&format!("acq {index} {at} {}", polls.join(" ")))?;
                 }
-                Some((index, _, Err(e))) => {
+                Some((index, _, _, Err(e))) => {
                     return Err(Failure::lock(url, &format!("lock {index}"), &e));
                 }
                 None => break,
             },
             line = stdin.next_line() => match line {
+                Ok(Some(l)) if l == "heap" => say(&crate::heap::snapshot().line())?,
                 Ok(Some(l)) if l != "exit" => {}
                 _ => break,
             },
@@ -98,7 +130,7 @@ pub async fn run(url: &str, args: WaitersArgs) -> Result<(), Failure> {
         let _ = task.await;
     }
     rx.close();
-    while let Some((_, _, got)) = rx.recv().await {
+    while let Some((_, _, _, got)) = rx.recv().await {
         if let Ok(guard) = got {
             held.push(guard);
         }
