@@ -13,7 +13,9 @@ Sentinel: :func:`connect_sentinel`; Redis Cluster: :func:`connect_cluster`.
 Synchronous code: :mod:`redbell.sync`.
 """
 
-from ._client import Client, FairMutex, Guard, Mutex, Semaphore, connect
+from ._client import Client, connect
+from ._guard import Guard
+from ._handles import FairMutex, Mutex, Semaphore
 from ._scripts import PROTOCOL_VERSION
 from ._cluster import connect_cluster
 from ._election import Election, Leader, Leadership

@@ -31,7 +31,9 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.connection import parse_url
 
-from ._client import RESPONSE_TIMEOUT, Client, Guard, _map_error
+from ._calls import RESPONSE_TIMEOUT, _map_error
+from ._client import Client
+from ._guard import Guard
 from ._hub import Channel, Hub
 from .errors import RedisError
 

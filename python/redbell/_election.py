@@ -6,7 +6,10 @@ the leader's value lives in ``B:leader``; changes are published on
 import asyncio
 from typing import Any, NamedTuple, Optional
 
-from ._client import DEFAULT_LEASE, FENCE_TTL_MS, Client, Guard, Mutex
+from ._calls import DEFAULT_LEASE, FENCE_TTL_MS
+from ._client import Client
+from ._guard import Guard
+from ._handles import Mutex
 from .errors import NotHeld, RedisError
 
 

@@ -15,8 +15,10 @@ import asyncio
 import uuid
 from typing import Optional
 
-from ._client import (MAX_PARK, PARK_MS, Client, Guard, _answered, _check_name,
-                      _Keys, _lease_ms, DEFAULT_LEASE)
+from ._calls import (MAX_PARK, PARK_MS, _answered, _check_name, _Keys, _lease_ms,
+                     DEFAULT_LEASE)
+from ._client import Client
+from ._guard import Guard
 from .errors import InvalidLease, Timeout
 
 

@@ -25,7 +25,8 @@ from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.connection import parse_url
 
-from ._client import POOL_SIZE, RESPONSE_TIMEOUT, Client, _map_error
+from ._calls import POOL_SIZE, RESPONSE_TIMEOUT, _map_error
+from ._client import Client
 from ._hub import Hub
 from .errors import RedisError
 

@@ -9,10 +9,15 @@ cancels the call on the loop, which is cancel-safe: nothing is left behind.
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, List, Optional, Sequence
 
 from . import _client, _cluster, _sentinel
+from ._calls import DEFAULT_LEASE
+from ._guard import Guard
 from .errors import NotHeld
+
+if TYPE_CHECKING:
+    from ._handles import _Handle
 
 
 class SyncClient:
@@ -51,25 +56,25 @@ class SyncClient:
         """The client id (32 lowercase hex digits)."""
         return self._client.id
 
-    def mutex(self, name: str, lease: float = _client.DEFAULT_LEASE) -> "SyncLock":
+    def mutex(self, name: str, lease: float = DEFAULT_LEASE) -> "SyncLock":
         """A Mutex handle. Raises InvalidName, InvalidLease."""
         return SyncLock(self, self._client.mutex(name, lease))
 
-    def fair_mutex(self, name: str, lease: float = _client.DEFAULT_LEASE) -> "SyncLock":
+    def fair_mutex(self, name: str, lease: float = DEFAULT_LEASE) -> "SyncLock":
         """A FairMutex handle. Raises InvalidName, InvalidLease."""
         return SyncLock(self, self._client.fair_mutex(name, lease))
 
     def semaphore(self, name: str, permits: int,
-                  lease: float = _client.DEFAULT_LEASE) -> "SyncLock":
+                  lease: float = DEFAULT_LEASE) -> "SyncLock":
         """A Semaphore handle; ``lock`` takes one permit.
         Raises InvalidName, InvalidLease, InvalidPermits."""
         return SyncLock(self, self._client.semaphore(name, permits, lease))
 
-    def rwlock(self, name: str, lease: float = _client.DEFAULT_LEASE) -> "SyncRwLock":
+    def rwlock(self, name: str, lease: float = DEFAULT_LEASE) -> "SyncRwLock":
         """An RwLock handle. Raises InvalidName, InvalidLease."""
         return SyncRwLock(self, self._client.rwlock(name, lease))
 
-    def election(self, name: str, lease: float = _client.DEFAULT_LEASE) -> "SyncElection":
+    def election(self, name: str, lease: float = DEFAULT_LEASE) -> "SyncElection":
         """An Election handle. Raises InvalidName, InvalidLease."""
         return SyncElection(self, self._client.election(name, lease))
 
@@ -90,7 +95,7 @@ class SyncClient:
 class SyncGuard:
     """A held lock: ``fence``, ``token``, ``name``, ``is_lost``, :meth:`unlock`."""
 
-    def __init__(self, client: SyncClient, guard: _client.Guard) -> None:
+    def __init__(self, client: SyncClient, guard: Guard) -> None:
         self._client = client
         self._guard = guard
         self.name = guard.name
@@ -133,7 +138,7 @@ class SyncGuard:
 class SyncLock:
     """A blocking Mutex, FairMutex or Semaphore handle."""
 
-    def __init__(self, client: SyncClient, handle: "_client._Handle") -> None:
+    def __init__(self, client: SyncClient, handle: "_Handle") -> None:
         self._client = client
         self._handle = handle
         self._local = threading.local()
@@ -173,7 +178,7 @@ class SyncRwLock:
         self.name = handle.name
         """The lock's name."""
 
-    def _guard(self, g: Optional[_client.Guard]) -> Optional[SyncGuard]:
+    def _guard(self, g: Optional[Guard]) -> Optional[SyncGuard]:
         return None if g is None else SyncGuard(self._client, g)
 
     def read(self, timeout: Optional[float] = None) -> SyncGuard:
