@@ -116,10 +116,7 @@ impl Model for WaitModel {
                         if unconfirmed {
                             out.push(Action::Confirm(c, t));
                         }
-                        if fault
-                            && cfg.faults.short_extend
-                            && matches!(cfg.kind, Kind::Mutex | Kind::Fair)
-                        {
+                        if fault && cfg.faults.short_extend {
                             out.push(Action::ShortExtend(c, t, false));
                             out.push(Action::ShortExtend(c, t, true));
                         }

@@ -36,6 +36,9 @@
 
 use std::collections::BTreeSet;
 
+mod extend;
+pub use extend::{ExtendReply, Holder, extend, rw_read_extend, sem_extend};
+
 /// Server time in milliseconds (the scripts' `now_ms`).
 pub type Ms = u64;
 /// A client (process) id: the `<client id>` of members and wake channels.
@@ -76,6 +79,10 @@ pub struct Bugs {
     /// (e) Before bd02ee1: a fair grantee returned its guard on the grant
     /// message, its confirm sent afterwards (client side).
     pub fair_guard_on_grant: bool,
+    /// (f) Before this model's check of every kind's extend: only a
+    /// Mutex's (or Election's) shortening extend told its waiters; the
+    /// FairMutex's, RwLock's and Semaphore's parked on the old lease.
+    pub short_extend_tells_mutex_only: bool,
 }
 
 /// The value of the lock key `P:{N}`.
@@ -409,52 +416,6 @@ pub fn release(s: &mut Server, a: &ReleaseArgs, now: Ms) -> ReleaseReply {
         s.lock = None;
     }
     ReleaseReply::Released
-}
-
-/// Reply of [`extend`] for one key (the script takes a batch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ExtendReply {
-    /// `1`: ours; its expiry is now `lease_ms` from now.
-    Extended,
-    /// `0`: another token's.
-    NotOurs,
-    /// `-1`: gone.
-    Gone,
-}
-
-/// extend.lua:55-78, for one key (the Mutex's and the fair lock's; the
-/// fair lock's waiters are not in [`Server::waiters`], as its tokens are
-/// not `m`/`l` in the script).
-pub fn extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
-    match s.lock {
-        Some((LockValue::Token(t), e)) if t == token && e > now => {
-            s.lock = Some((LockValue::Token(t), now + lease_ms));
-            // extend.lua:65-69: shortened (PEXPIRE GT refused, LT set).
-            if now + lease_ms < e {
-                standby(s, lease_ms, now);
-            }
-            ExtendReply::Extended
-        }
-        _ => match s.lock_at(now) {
-            Some(_) => ExtendReply::NotOurs,
-            None => ExtendReply::Gone,
-        },
-    }
-}
-
-/// extend.lua:36-53: the first three live waiters get a standby of the
-/// new lease.
-fn standby(s: &mut Server, lease_ms: Ms, now: Ms) {
-    let head: Vec<Entry> = s
-        .waiters
-        .iter()
-        .filter(|e| e.expiry > now)
-        .take(3)
-        .copied()
-        .collect();
-    for e in head {
-        s.publish(e.member.client, Message::Standby(e.member.waiter, lease_ms));
-    }
 }
 
 /// pass.lua:16-27: the member leaves; a free lock (or its own

@@ -567,12 +567,17 @@ class Client:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         try:
+            # Each lock's keys, its token and its wake prefix (a shortened
+            # lease tells the waiters; PROTOCOL.md, "extend").
+            args = [x for g in gs for x in (g.token, g._keys.b + ":wake:")]
             if gs[0]._kind == "semaphore":
-                keys = [x for g in gs for x in (g._keys.holders, g._keys.permits)]
-                codes = await self._call("sem_extend", keys, [lease_ms, *[g.token for g in gs]])
+                keys = [x for g in gs
+                        for x in (g._keys.holders, g._keys.permits, g._keys.queue)]
+                codes = await self._call("sem_extend", keys, [lease_ms, *args])
             else:
-                codes = await self._call("extend", [g._keys.b for g in gs],
-                                         [lease_ms, *[g.token for g in gs]])
+                keys = [x for g in gs for x in
+                        (g._keys.b, g._keys.waiters if g._kind == "mutex" else g._keys.fifo)]
+                codes = await self._call("extend", keys, [lease_ms, *args])
         except Exception:
             for g in gs:
                 g._next_renew = loop.time() + min(g._renew_every / 4, 0.25)

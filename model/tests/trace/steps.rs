@@ -6,7 +6,7 @@ use redbell_model::scripts::{
     self as m, AcquireReply, ExtendReply, FairAcquireReply, Ms, ReleaseReply, Server,
 };
 
-use crate::replay::{Act, Call, Num, Obs, Outcome, Replay};
+use crate::replay::{Act, Call, Kind, Num, Obs, Outcome, Replay};
 use crate::wire;
 
 /// ARGV[1] of every script: the protocol version (`protocol.lua`).
@@ -211,7 +211,12 @@ impl Replay<'_> {
                 Outcome::Done
             }
             Act::Extend { token, lease } => {
-                let code = match m::extend(s, token, lease, now) {
+                let holder = match self.kind {
+                    Kind::Mutex | Kind::Election => m::Holder::Mutex,
+                    Kind::Fair => m::Holder::Fair,
+                    Kind::Rw => m::Holder::Writer,
+                };
+                let code = match m::extend(s, holder, token, lease, now) {
                     ExtendReply::Extended => 1,
                     ExtendReply::NotOurs => 0,
                     ExtendReply::Gone => -1,
