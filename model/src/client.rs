@@ -629,7 +629,9 @@ impl State {
                     now,
                 );
             }
-            Kind::RwLock => {}
+            Kind::RwLock => {
+                scripts::rw_pass(&mut self.server, member(c, t), now);
+            }
         }
         self.flush(cfg);
     }

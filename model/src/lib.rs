@@ -122,13 +122,30 @@ impl Outcome {
     }
 }
 
-/// Runs the breadth-first checker on `cfg` with `threads` threads.
+/// Runs the breadth-first checker on `cfg` with `threads` threads (its
+/// counterexamples are shortest paths).
 pub fn check(cfg: Config, threads: usize) -> Outcome {
+    run(cfg, threads, false)
+}
+
+/// Runs the depth-first checker on `cfg`: the same states and verdicts as
+/// [`check`], in a fraction of its memory (it keeps one path, not the
+/// frontier), with counterexamples that need not be shortest.
+pub fn check_deep(cfg: Config, threads: usize) -> Outcome {
+    run(cfg, threads, true)
+}
+
+fn run(cfg: Config, threads: usize, dfs: bool) -> Outcome {
     let start = Instant::now();
     let model = WaitModel { cfg };
     let all = model.properties();
     let props: Vec<&'static str> = all.iter().map(|p| p.name).collect();
-    let checker = model.clone().checker().threads(threads).spawn_bfs().join();
+    let builder = model.clone().checker().threads(threads);
+    let checker: Box<dyn Checker<WaitModel>> = if dfs {
+        Box::new(builder.spawn_dfs().join())
+    } else {
+        Box::new(builder.spawn_bfs().join())
+    };
     let mut counterexamples = Vec::new();
     for p in &all {
         let name = &p.name;

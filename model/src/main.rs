@@ -7,7 +7,7 @@
 //! (defaults: 4 ticks, 3 for the RwLock; 1 fault; every kind).
 
 use redbell_model::client::Kind;
-use redbell_model::{check, presets};
+use redbell_model::{check, check_deep, presets};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -27,6 +27,9 @@ fn main() {
         // can show. The Mutex runs 3 clients x 2 tasks (about 11 million
         // states, 4.5 GB); the others fewer tasks, to stay within a few
         // minutes and the memory of a shared machine.
+        let custom: Option<Vec<u8>> = args
+            .get(4)
+            .map(|t| t.split(',').filter_map(|n| n.parse().ok()).collect());
         let (tasks, h): (&[u8], u64) = match kind {
             Kind::Mutex => (&[2, 2, 2], 4),
             Kind::Fair => (&[2, 1, 1], 4),
@@ -34,6 +37,7 @@ fn main() {
             Kind::Semaphore => (&[2, 2, 1], 4),
         };
         let h = horizon.unwrap_or(h);
+        let tasks = custom.as_deref().unwrap_or(tasks);
         let cfg = presets::config(kind, tasks, h, faults);
         println!(
             "== {kind:?}: tasks per client {tasks:?}; horizon {h} ticks of {} ms; lease {} ms, \
@@ -47,7 +51,11 @@ fn main() {
             cfg.faults,
             cfg.stall_bound
         );
-        let out = check(cfg, threads);
+        let out = if std::env::var_os("MODEL_BFS").is_some() {
+            check(cfg, threads)
+        } else {
+            check_deep(cfg, threads)
+        };
         println!(
             "   {} states explored, depth {}, {:.1} s",
             out.states,

@@ -834,6 +834,18 @@ pub fn rw_write_release(s: &mut Server, token: Token, window_ms: Ms, now: Ms) ->
     ReleaseReply::Released
 }
 
+/// rw_pass.lua:16-28: the waiting writer `member` gives up; returns
+/// whether the waiters were woken (`"i"`).
+pub fn rw_pass(s: &mut Server, member: Member, now: Ms) -> bool {
+    s.rw.intents.retain(|x| x.0 != member);
+    let free = s.lock_at(now).is_none() && s.rw.readers.iter().all(|r| r.1 <= now);
+    if free || s.rw.intents.is_empty() {
+        s.broadcast(b'i');
+        return true;
+    }
+    false
+}
+
 /// A semaphore's holders `P:{N}:holders`, queue `P:{N}:queue` and entry
 /// expiries `P:{N}:queue:expiry` (the permit count is the callers').
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
