@@ -132,9 +132,10 @@ redis-up:
 redis-down:
 	scripts/redis/stop.sh $(REDBELL_TEST_PORT)
 
-# The wait protocol's model (model/), checked on 3 clients of each
-# kind, deeper than `cargo test -p redbell-model` (minutes; prints the states
-# explored and the properties that held).
+# The wait protocol's model (model/), checked on 3 clients of 2 tasks each
+# for every kind, deeper than `cargo test -p redbell-model` (about 20
+# minutes; prints the bound, the states explored and the properties that
+# held, and the states explored so far every 30 s).
 .PHONY: model
 model:
-	cargo run -p redbell-model --bin redbell-model
+	MODEL_PROGRESS=1 cargo run -p redbell-model --bin redbell-model

@@ -135,6 +135,25 @@ pub fn check_deep(cfg: Config, threads: usize) -> Outcome {
     run(cfg, threads, true)
 }
 
+/// Joins `checker`; with `MODEL_PROGRESS` set, prints the states explored
+/// so far every 30 s meanwhile (on standard error).
+fn wait<C: Checker<WaitModel>>(checker: C, start: Instant) -> C {
+    if std::env::var_os("MODEL_PROGRESS").is_some() {
+        while !checker.is_done() {
+            std::thread::sleep(Duration::from_millis(200));
+            let secs = start.elapsed().as_secs();
+            if secs > 0 && secs % 30 == 0 {
+                eprintln!(
+                    "   .. {} states after {secs} s",
+                    checker.unique_state_count()
+                );
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+    checker.join()
+}
+
 fn run(cfg: Config, threads: usize, dfs: bool) -> Outcome {
     let start = Instant::now();
     let model = WaitModel { cfg };
@@ -142,9 +161,9 @@ fn run(cfg: Config, threads: usize, dfs: bool) -> Outcome {
     let props: Vec<&'static str> = all.iter().map(|p| p.name).collect();
     let builder = model.clone().checker().threads(threads);
     let checker: Box<dyn Checker<WaitModel>> = if dfs {
-        Box::new(builder.spawn_dfs().join())
+        Box::new(wait(builder.spawn_dfs(), start))
     } else {
-        Box::new(builder.spawn_bfs().join())
+        Box::new(wait(builder.spawn_bfs(), start))
     };
     let mut counterexamples = Vec::new();
     for p in &all {
