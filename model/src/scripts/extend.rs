@@ -35,12 +35,13 @@ pub enum Holder {
     Writer,
 }
 
-/// extend.lua:70-95, for one key.
+/// extend.lua:76-99, for one key.
 pub fn extend(s: &mut Server, holder: Holder, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
     match s.lock {
         Some((LockValue::Token(t), e)) if t == token && e > now => {
             s.lock = Some((LockValue::Token(t), now + lease_ms));
-            // extend.lua:80-84: shortened (PEXPIRE GT refused, LT set).
+            // extend.lua:88-91: shortened (PEXPIRE GT refused, LT set), told by
+            // the token's kind letter (extend.lua:47-74).
             if now + lease_ms < e {
                 match holder {
                     Holder::Mutex => standby(s, lease_ms, now),
@@ -58,7 +59,7 @@ pub fn extend(s: &mut Server, holder: Holder, token: Token, lease_ms: Ms, now: M
     }
 }
 
-/// extend.lua:45-56: the first three live waiters get a standby of the
+/// extend.lua:60-73: the first three live waiters get a standby of the
 /// new lease.
 fn standby(s: &mut Server, lease_ms: Ms, now: Ms) {
     let head: Vec<Member> = s
@@ -73,7 +74,7 @@ fn standby(s: &mut Server, lease_ms: Ms, now: Ms) {
     }
 }
 
-/// extend.lua:57-66: the first three waiters by arrival (not the long-park
+/// extend.lua:58-59, 63-73: the first three waiters by arrival (not the long-park
 /// marker, scored below 0) get a fair standby of the new lease.
 fn fair_standby(s: &mut Server, lease_ms: Ms) {
     let head: Vec<(Member, Token)> = s
@@ -92,21 +93,21 @@ fn fair_standby(s: &mut Server, lease_ms: Ms) {
     }
 }
 
-/// rw_read_extend.lua:22-36, for one hold.
+/// rw_read_extend.lua:23-37, for one hold.
 pub fn rw_read_extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
     let Some(r) = s.rw.readers.iter_mut().find(|r| r.0 == token && r.1 > now) else {
         return ExtendReply::Gone;
     };
     let old = r.1;
     r.1 = now + lease_ms;
-    // rw_read_extend.lua:30-33: shortened: the waiting writers attempt.
+    // rw_read_extend.lua:30-32: shortened: the waiting writers attempt.
     if now + lease_ms < old && !s.bugs.short_extend_tells_mutex_only {
         s.broadcast(b's');
     }
     ExtendReply::Extended
 }
 
-/// sem_extend.lua:30-50, for one permit.
+/// sem_extend.lua:29-57, for one permit.
 pub fn sem_extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
     let Some(i) = s.sem.holders.iter().position(|h| h.1 == token && h.0 > now) else {
         return ExtendReply::Gone;
@@ -115,7 +116,7 @@ pub fn sem_extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> Extend
     let e = now + lease_ms;
     let at = s.sem.holders.partition_point(|h| *h < (e, token));
     s.sem.holders.insert(at, (e, token));
-    // sem_extend.lua:38-46: shortened: the first three waiters stand by.
+    // sem_extend.lua:42-52: shortened: the first three waiters stand by.
     if e < old && !s.bugs.short_extend_tells_mutex_only {
         let head: Vec<Member> = s.sem.queue.iter().take(3).map(|x| x.1).collect();
         for m in head {
