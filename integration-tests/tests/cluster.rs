@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redbell_integration_tests::cluster::{
-    Cluster, cluster_client, conn, get, monitor_node, must, zcard,
+    Cluster, cluster_client, cluster_client_with, conn, get, monitor_node, must, zcard,
 };
 use redbell_integration_tests::{
     POLL, counter_key, counter_value, eventually_every, hash_tag, lock_key, non_atomic_increment,
@@ -317,7 +317,7 @@ async fn every_kind_renews_and_extends_on_a_cluster() {
     let writes = client.rwlock(&cluster.name_on(on(2), "ext-w").await);
     let reads = client.rwlock(&cluster.name_on(on(0), "ext-r").await);
     let sem = client.semaphore(&cluster.name_on(on(1), "ext-s").await, 2);
-    let guards = vec![
+    let guards = [
         redbell::AnyGuard::from(must_hold(mutex.lock().await)),
         redbell::AnyGuard::from(must_hold(fair.lock().await)),
         redbell::AnyGuard::from(must_hold(writes.write().await)),

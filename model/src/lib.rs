@@ -154,7 +154,7 @@ fn wait<C: Checker<WaitModel>>(checker: C, start: Instant) -> C {
         while !checker.is_done() {
             std::thread::sleep(Duration::from_millis(200));
             let secs = start.elapsed().as_secs();
-            if secs > 0 && secs % 30 == 0 {
+            if secs > 0 && secs.is_multiple_of(30) {
                 eprintln!(
                     "   .. {} states after {secs} s",
                     checker.unique_state_count()
