@@ -134,7 +134,7 @@ pub struct FairKeys {
     /// (score in µs, member), sorted: waiters by arrival, LONG by minus the
     /// latest long parker's arrival (so it sorts first).
     pub queue: Vec<(i64, FairMember)>,
-    /// The marker "<deadline ms>:<member>" and the marker key's expiry.
+    /// The marker `"<deadline ms>:<member>"` and the marker key's expiry.
     pub handoff: Option<(Ms, FairMember, Ms)>,
 }
 
@@ -246,17 +246,17 @@ impl Server {
 /// Arguments of [`acquire`] (acquire.lua's ARGV).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AcquireArgs {
-    /// ARGV[1] the attempt's token.
+    /// `ARGV[1]` the attempt's token.
     pub token: Token,
-    /// ARGV[2] lease_ms.
+    /// `ARGV[2]` lease_ms.
     pub lease_ms: Ms,
-    /// ARGV[4] the waiting caller's member, `None` for `""`.
+    /// `ARGV[4]` the waiting caller's member, `None` for `""`.
     pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
+    /// `ARGV[5]` grace_ms.
     pub grace_ms: Ms,
-    /// ARGV[6] park_ms (a key without expiry).
+    /// `ARGV[6]` park_ms (a key without expiry).
     pub park_ms: Ms,
-    /// ARGV[7] handoff_ms.
+    /// `ARGV[7]` handoff_ms.
     pub handoff_ms: Ms,
 }
 
@@ -405,9 +405,9 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
 /// Arguments of [`release`] (release.lua's ARGV).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReleaseArgs {
-    /// ARGV[1] the token being released.
+    /// `ARGV[1]` the token being released.
     pub token: Token,
-    /// ARGV[3] handoff_ms.
+    /// `ARGV[3]` handoff_ms.
     pub handoff_ms: Ms,
 }
 
@@ -579,19 +579,19 @@ fn grant_next(
 /// Arguments of [`fair_acquire`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FairAcquireArgs {
-    /// ARGV[1] the waiter's token.
+    /// `ARGV[1]` the waiter's token.
     pub token: Token,
-    /// ARGV[2] lease_ms.
+    /// `ARGV[2]` lease_ms.
     pub lease_ms: Ms,
-    /// ARGV[4] the member (with the token), `None` for `""`.
+    /// `ARGV[4]` the member (with the token), `None` for `""`.
     pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
+    /// `ARGV[5]` grace_ms.
     pub grace_ms: Ms,
-    /// ARGV[6] park_ms.
+    /// `ARGV[6]` park_ms.
     pub park_ms: Ms,
-    /// ARGV[8] claim_ms.
+    /// `ARGV[8]` claim_ms.
     pub claim_ms: Ms,
-    /// ARGV[9] arrival_us, `None` for `""`.
+    /// `ARGV[9]` arrival_us, `None` for `""`.
     pub arrival_us: Option<u64>,
 }
 

@@ -26,20 +26,20 @@ impl Server {
 /// Arguments of [`rw_write_acquire`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RwWriteArgs {
-    /// ARGV[1] the writer's token.
+    /// `ARGV[1]` the writer's token.
     pub token: Token,
-    /// ARGV[2] lease_ms.
+    /// `ARGV[2]` lease_ms.
     pub lease_ms: Ms,
-    /// ARGV[4] the waiting writer's member, `None` for `""`.
+    /// `ARGV[4]` the waiting writer's member, `None` for `""`.
     pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
+    /// `ARGV[5]` grace_ms.
     pub grace_ms: Ms,
-    /// ARGV[6] park_ms.
+    /// `ARGV[6]` park_ms.
     pub park_ms: Ms,
 }
 
 /// rw_write_acquire.lua:53-109 (kind checks left out). Replies as
-/// [`acquire`]: `{1, fence}` or `{0, park}`.
+/// [`acquire`](super::acquire): `{1, fence}` or `{0, park}`.
 pub fn rw_write_acquire(s: &mut Server, a: &RwWriteArgs, now: Ms) -> AcquireReply {
     let writer = s.lock_at(now);
     // rw_write_acquire.lua:61-67: a re-sent call finds its own token.

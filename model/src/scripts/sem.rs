@@ -93,26 +93,26 @@ fn settle(s: &mut Server, permits: u8, freed: i64, reserve_ms: Ms, now: Ms) -> u
 /// Arguments of [`sem_acquire`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SemAcquireArgs {
-    /// ARGV[1] the permit token.
+    /// `ARGV[1]` the permit token.
     pub token: Token,
-    /// ARGV[2] lease_ms.
+    /// `ARGV[2]` lease_ms.
     pub lease_ms: Ms,
-    /// ARGV[4] the waiting caller's member, `None` for `""`.
+    /// `ARGV[4]` the waiting caller's member, `None` for `""`.
     pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
+    /// `ARGV[5]` grace_ms.
     pub grace_ms: Ms,
-    /// ARGV[6] park_ms.
+    /// `ARGV[6]` park_ms.
     pub park_ms: Ms,
-    /// ARGV[8] the permit count.
+    /// `ARGV[8]` the permit count.
     pub permits: u8,
-    /// ARGV[9] reserve_ms.
+    /// `ARGV[9]` reserve_ms.
     pub reserve_ms: Ms,
-    /// ARGV[10] arrival_us, `None` for `""`.
+    /// `ARGV[10]` arrival_us, `None` for `""`.
     pub arrival_us: Option<u64>,
 }
 
 /// sem_acquire.lua:60-169 (kind and count checks left out). Replies as
-/// [`fair_acquire`]: `{1, fence}` or `{0, park, now_us}`.
+/// [`fair_acquire`](super::fair_acquire): `{1, fence}` or `{0, park, now_us}`.
 pub fn sem_acquire(s: &mut Server, a: &SemAcquireArgs, now: Ms) -> FairAcquireReply {
     let now_us = now * 1000;
     // sem_acquire.lua:91-95: a re-sent call finds its live permit.
