@@ -49,12 +49,20 @@
 //! 2+1 and 1+1+1 for the FairMutex (4), 2+1+1 for the RwLock (3) and the
 //! Semaphore (4), breadth-first. `make model` checks every kind on 3
 //! clients of 2 tasks each, with one fault, depth-first ([`check_deep`]:
-//! the same states in a fraction of the memory). Its last run (`nice -n 10
-//! make model`, 2 cores shared with other work):
+//! the same states in a fraction of the memory). Measured with `nice -n 10
+//! make model` (and the Semaphore alone beside it), 2 cores shared with
+//! other work:
 //!
-//! | kind | tasks | horizon | states | time | properties held |
+//! | kind | tasks | horizon | states | time | properties |
 //! |---|---|---|---|---|---|
-//! FIGURES
+//! | Mutex | 2+2+2 | 4 ticks | 8,428,125 | 36.7 s | all held |
+//! | FairMutex | 2+2+2 | 4 ticks | over 286 million | stopped after 64 min | none broken so far |
+//! | RwLock | 2+2+2 | 3 ticks | (not reached) | | |
+//! | Semaphore | 2+2+2 | 4 ticks | over 177 million | stopped after 41 min | none broken so far |
+//!
+//! So the 2+2+2 instances of the FairMutex, RwLock and Semaphore take
+//! hours on such a machine; `redbell-model 4 1 fair 2,2,1` and the like
+//! check smaller ones in minutes.
 #![forbid(unsafe_code)]
 
 pub mod client;
