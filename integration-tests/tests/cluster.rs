@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redbell_integration_tests::cluster::{
-    Cluster, cluster_client, conn, get, monitor_node, must, zcard,
+    Cluster, cluster_client, cluster_client_with, conn, get, monitor_node, must, zcard,
 };
 use redbell_integration_tests::{
     POLL, counter_key, counter_value, eventually_every, hash_tag, lock_key, non_atomic_increment,
@@ -293,4 +293,49 @@ async fn wake_up_within_200ms_and_the_traffic_stays_in_the_shard() {
             "round {round}: the waiter got the lock {l:?} after the release ({latencies:?})"
         );
     }
+}
+
+/// Renewals and extends of every kind run on a cluster: the extend scripts
+/// take each lock's queue key beside its lock key (one slot, by the hash
+/// tag). A client whose leases of 2 s are renewed every 200 ms holds a
+/// Mutex, a FairMutex, an RwLock's write and read sides and a Semaphore
+/// permit, on names spread over the shards, for twice the lease; then
+/// lengthens and shortens each lease by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_renews_and_extends_on_a_cluster() {
+    let cluster = Cluster::start().await;
+    let ports: Vec<u16> = cluster.primaries().await.iter().map(|p| p.port).collect();
+    let on = |i: usize| ports[i % ports.len()];
+    let client = cluster_client_with(
+        &cluster.urls(),
+        Duration::from_secs(2),
+        Duration::from_millis(200),
+    )
+    .await;
+    let mutex = client.mutex(&cluster.name_on(on(0), "ext-m").await);
+    let fair = client.fair_mutex(&cluster.name_on(on(1), "ext-q").await);
+    let writes = client.rwlock(&cluster.name_on(on(2), "ext-w").await);
+    let reads = client.rwlock(&cluster.name_on(on(0), "ext-r").await);
+    let sem = client.semaphore(&cluster.name_on(on(1), "ext-s").await, 2);
+    let guards = [
+        redbell::AnyGuard::from(must_hold(mutex.lock().await)),
+        redbell::AnyGuard::from(must_hold(fair.lock().await)),
+        redbell::AnyGuard::from(must_hold(writes.write().await)),
+        redbell::AnyGuard::from(must_hold(reads.read().await)),
+        redbell::AnyGuard::from(must_hold(sem.acquire().await)),
+    ];
+    sleep(Duration::from_secs(4)).await;
+    for (i, g) in guards.iter().enumerate() {
+        for lease in [Duration::from_secs(5), Duration::from_secs(1)] {
+            let r = timeout(Duration::from_secs(10), g.extend(lease)).await;
+            assert!(
+                matches!(r, Ok(Ok(()))),
+                "guard {i}: extend to {lease:?} after 4 s of renewals: {r:?}"
+            );
+        }
+    }
+}
+
+fn must_hold<G>(r: Result<G, redbell::Error>) -> G {
+    r.unwrap_or_else(|e| panic!("acquire on the cluster: {e}"))
 }

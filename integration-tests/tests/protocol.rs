@@ -74,8 +74,8 @@ fn case(script: &str, name: &str) -> Case {
                 true,
             ),
             "extend" => (
-                vec![l.clone()],
-                strings(&["60000", "mT"]),
+                vec![l.clone(), k(":waiters")],
+                strings(&["60000", "mT", &prefix]),
                 vec![cmd(&["SET", &l, "mT", "PX", "30000"])],
                 true,
             ),
@@ -154,7 +154,7 @@ fn case(script: &str, name: &str) -> Case {
             ),
             "rw_read_extend" => (
                 vec![k(":readers")],
-                strings(&["60000", "rT"]),
+                strings(&["60000", "rT", &k(":rw")]),
                 vec![cmd(&["ZADD", &k(":readers"), &far, "rT"])],
                 true,
             ),
@@ -230,8 +230,8 @@ fn case(script: &str, name: &str) -> Case {
                 true,
             ),
             "sem_extend" => (
-                vec![k(":holders"), k(":permits")],
-                strings(&["60000", "sT"]),
+                vec![k(":holders"), k(":permits"), k(":queue")],
+                strings(&["60000", "sT", &prefix]),
                 vec![cmd(&["ZADD", &k(":holders"), &far, "sT"])],
                 true,
             ),

@@ -13,7 +13,7 @@
 
 use crate::scripts::{
     self, AcquireArgs, AcquireReply, Bugs, ClientId, ExtendReply, FairAcquireArgs,
-    FairAcquireReply, FairArgs, LockValue, Member, Message, Ms, Published, ReleaseArgs,
+    FairAcquireReply, FairArgs, Holder, LockValue, Member, Message, Ms, Published, ReleaseArgs,
     RwWriteArgs, SemAcquireArgs, Server, Token,
 };
 
@@ -573,8 +573,18 @@ impl State {
         } else {
             until.min(new)
         };
-        let reply = scripts::extend(&mut self.server, token(c, t), cfg.short_ms, now);
-        // A shortening extend tells the waiters (extend.lua's standby).
+        let (tok, lease) = (token(c, t), cfg.short_ms);
+        let server = &mut self.server;
+        let reply = match cfg.kind {
+            Kind::Mutex => scripts::extend(server, Holder::Mutex, tok, lease, now),
+            Kind::Fair => scripts::extend(server, Holder::Fair, tok, lease, now),
+            Kind::RwLock if is_writer(cfg, t) => {
+                scripts::extend(server, Holder::Writer, tok, lease, now)
+            }
+            Kind::RwLock => scripts::rw_read_extend(server, tok, lease, now),
+            Kind::Semaphore => scripts::sem_extend(server, tok, lease, now),
+        };
+        // A shortening extend tells the waiters.
         self.flush(cfg);
         let after = match (cancelled, reply) {
             (true, _) => before,
@@ -619,7 +629,9 @@ impl State {
                     now,
                 );
             }
-            Kind::RwLock => {}
+            Kind::RwLock => {
+                scripts::rw_pass(&mut self.server, member(c, t), now);
+            }
         }
         self.flush(cfg);
     }

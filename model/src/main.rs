@@ -1,13 +1,14 @@
-//! `make model`: checks each kind (the Mutex on 3 clients x 2 tasks, the
-//! others on 3 clients with 4 or 5 tasks), deeper than
-//! `cargo test` does, and prints the states explored and the properties
-//! that held (exit status 1 if one broke).
+//! `make model`: checks each kind on 3 clients of 2 tasks each, deeper
+//! than `cargo test` does, and prints the bound, the states explored and
+//! the properties that held (exit status 1 if one broke).
 //!
-//! Usage: `redbell-model [HORIZON_TICKS] [MAX_FAULTS] [mutex|fair|rwlock|semaphore]`
-//! (defaults: 4 ticks, 3 for the RwLock; 1 fault; every kind).
+//! Usage: `redbell-model [HORIZON_TICKS] [MAX_FAULTS] [mutex|fair|rwlock|semaphore] [TASKS]`
+//! (defaults: 4 ticks, 3 for the RwLock; 1 fault; every kind; TASKS
+//! `2,2,2`, the tasks of each client). With `MODEL_PROGRESS` set, the
+//! states explored so far are printed every 30 s.
 
 use redbell_model::client::Kind;
-use redbell_model::{check, presets};
+use redbell_model::{check_deep, presets};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -20,34 +21,36 @@ fn main() {
         Some("semaphore") => vec![Kind::Semaphore],
         _ => vec![Kind::Mutex, Kind::Fair, Kind::RwLock, Kind::Semaphore],
     };
+    let tasks: Vec<u8> = args.get(4).map_or(vec![2, 2, 2], |t| {
+        t.split(',').filter_map(|n| n.parse().ok()).collect()
+    });
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut failed = false;
     for kind in kinds {
         // Each horizon is past the kind's stall bound, so a lost wake-up
-        // can show. The Mutex runs 3 clients x 2 tasks (about 11 million
-        // states, 4.5 GB); the others fewer tasks, to stay within a few
-        // minutes and the memory of a shared machine.
-        let (tasks, h): (&[u8], u64) = match kind {
-            Kind::Mutex => (&[2, 2, 2], 4),
-            Kind::Fair => (&[2, 1, 1], 4),
-            Kind::RwLock => (&[2, 2, 1], 3),
-            Kind::Semaphore => (&[2, 2, 1], 4),
-        };
-        let h = horizon.unwrap_or(h);
-        let cfg = presets::config(kind, tasks, h, faults);
+        // can show.
+        let h = horizon.unwrap_or(match kind {
+            Kind::RwLock => 3,
+            Kind::Mutex | Kind::Fair | Kind::Semaphore => 4,
+        });
+        let cfg = presets::config(kind, &tasks, h, faults);
         println!(
-            "== {kind:?}: tasks per client {tasks:?}; horizon {h} ticks of {} ms; lease {} ms, \
-             handoff {} ms, claim {} ms, grace {} ms; at most {faults} fault(s) of {:?}; \
-             stall bound {} ticks",
+            "== {kind:?}: bound: {} clients with tasks {tasks:?}; horizon {h} ticks of {} ms; \
+             at most {faults} fault(s) of {:?}; lease {} ms, handoff {} ms, claim {} ms, \
+             grace {} ms, intent window {} ms, {} permits reserved {} ms; stall bound {} ticks",
+            tasks.len(),
             cfg.tick_ms,
+            cfg.faults,
             cfg.lease_ms,
             cfg.handoff_ms,
             cfg.claim_ms,
             cfg.grace_ms,
-            cfg.faults,
+            cfg.window_ms,
+            cfg.permits,
+            cfg.reserve_ms,
             cfg.stall_bound
         );
-        let out = check(cfg, threads);
+        let out = check_deep(cfg, threads);
         println!(
             "   {} states explored, depth {}, {:.1} s",
             out.states,

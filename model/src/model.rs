@@ -116,10 +116,7 @@ impl Model for WaitModel {
                         if unconfirmed {
                             out.push(Action::Confirm(c, t));
                         }
-                        if fault
-                            && cfg.faults.short_extend
-                            && matches!(cfg.kind, Kind::Mutex | Kind::Fair)
-                        {
+                        if fault && cfg.faults.short_extend {
                             out.push(Action::ShortExtend(c, t, false));
                             out.push(Action::ShortExtend(c, t, true));
                         }
@@ -135,7 +132,15 @@ impl Model for WaitModel {
                 out.push(Action::Deliver(i));
             }
         }
-        if s.now < START_MS + cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
+        // Time passes only once a task has asked: a run whose first step
+        // comes k ticks in is, shifted by k ticks, one that starts at once
+        // (nothing is stored yet, and every property is about time spans
+        // and order), and that run goes on k ticks longer.
+        let asked = s
+            .clients
+            .iter()
+            .any(|c| c.tasks.iter().any(|t| t.phase != Phase::Idle));
+        if asked && s.now < START_MS + cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
             out.push(Action::Tick);
         }
     }

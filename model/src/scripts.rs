@@ -36,6 +36,15 @@
 
 use std::collections::BTreeSet;
 
+mod extend;
+mod rw;
+mod sem;
+pub use extend::{ExtendReply, Holder, extend, rw_read_extend, sem_extend};
+pub use rw::{
+    RwWriteArgs, rw_pass, rw_read_acquire, rw_read_release, rw_write_acquire, rw_write_release,
+};
+pub use sem::{SemAcquireArgs, SemKeys, sem_acquire, sem_pass, sem_release};
+
 /// Server time in milliseconds (the scripts' `now_ms`).
 pub type Ms = u64;
 /// A client (process) id: the `<client id>` of members and wake channels.
@@ -76,6 +85,10 @@ pub struct Bugs {
     /// (e) Before bd02ee1: a fair grantee returned its guard on the grant
     /// message, its confirm sent afterwards (client side).
     pub fair_guard_on_grant: bool,
+    /// (f) Before this model's check of every kind's extend: only a
+    /// Mutex's (or Election's) shortening extend told its waiters; the
+    /// FairMutex's, RwLock's and Semaphore's parked on the old lease.
+    pub short_extend_tells_mutex_only: bool,
 }
 
 /// The value of the lock key `P:{N}`.
@@ -121,7 +134,7 @@ pub struct FairKeys {
     /// (score in µs, member), sorted: waiters by arrival, LONG by minus the
     /// latest long parker's arrival (so it sorts first).
     pub queue: Vec<(i64, FairMember)>,
-    /// The marker "<deadline ms>:<member>" and the marker key's expiry.
+    /// The marker `"<deadline ms>:<member>"` and the marker key's expiry.
     pub handoff: Option<(Ms, FairMember, Ms)>,
 }
 
@@ -233,17 +246,17 @@ impl Server {
 /// Arguments of [`acquire`] (acquire.lua's ARGV).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AcquireArgs {
-    /// ARGV[1] the attempt's token.
+    /// `ARGV[1]` the attempt's token.
     pub token: Token,
-    /// ARGV[2] lease_ms.
+    /// `ARGV[2]` lease_ms.
     pub lease_ms: Ms,
-    /// ARGV[4] the waiting caller's member, `None` for `""`.
+    /// `ARGV[4]` the waiting caller's member, `None` for `""`.
     pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
+    /// `ARGV[5]` grace_ms.
     pub grace_ms: Ms,
-    /// ARGV[6] park_ms (a key without expiry).
+    /// `ARGV[6]` park_ms (a key without expiry).
     pub park_ms: Ms,
-    /// ARGV[7] handoff_ms.
+    /// `ARGV[7]` handoff_ms.
     pub handoff_ms: Ms,
 }
 
@@ -372,9 +385,9 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
                 return true;
             }
             s.zrem(first.member);
-            // wake_next.lua:95-116: standbys for the next STANDBYS (head[3..] of
-            // ZRANGE 0 STANDBYS: those read after the woken one).
-            // The n-th after the woken one gets n windows of 2 × handoff_ms.
+            // wake_next.lua:95-116: standbys for the next STANDBYS (head[3..]
+            // of ZRANGE 0 STANDBYS: those read after the woken one); the
+            // n-th after the woken one gets n windows of 2 × handoff_ms.
             let next: Vec<Entry> = s.waiters.iter().take(STANDBYS).copied().collect();
             for (n, e) in (1..).zip(next) {
                 if e.member.client != first.member.client && !e.half {
@@ -397,9 +410,9 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
 /// Arguments of [`release`] (release.lua's ARGV).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReleaseArgs {
-    /// ARGV[1] the token being released.
+    /// `ARGV[1]` the token being released.
     pub token: Token,
-    /// ARGV[3] handoff_ms.
+    /// `ARGV[3]` handoff_ms.
     pub handoff_ms: Ms,
 }
 
@@ -414,52 +427,6 @@ pub fn release(s: &mut Server, a: &ReleaseArgs, now: Ms) -> ReleaseReply {
         s.lock = None;
     }
     ReleaseReply::Released
-}
-
-/// Reply of [`extend`] for one key (the script takes a batch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ExtendReply {
-    /// `1`: ours; its expiry is now `lease_ms` from now.
-    Extended,
-    /// `0`: another token's.
-    NotOurs,
-    /// `-1`: gone.
-    Gone,
-}
-
-/// extend.lua:55-78, for one key (the Mutex's and the fair lock's; the
-/// fair lock's waiters are not in [`Server::waiters`], as its tokens are
-/// not `m`/`l` in the script).
-pub fn extend(s: &mut Server, token: Token, lease_ms: Ms, now: Ms) -> ExtendReply {
-    match s.lock {
-        Some((LockValue::Token(t), e)) if t == token && e > now => {
-            s.lock = Some((LockValue::Token(t), now + lease_ms));
-            // extend.lua:65-69: shortened (PEXPIRE GT refused, LT set).
-            if now + lease_ms < e {
-                standby(s, lease_ms, now);
-            }
-            ExtendReply::Extended
-        }
-        _ => match s.lock_at(now) {
-            Some(_) => ExtendReply::NotOurs,
-            None => ExtendReply::Gone,
-        },
-    }
-}
-
-/// extend.lua:36-53: the first three live waiters get a standby of the
-/// new lease.
-fn standby(s: &mut Server, lease_ms: Ms, now: Ms) {
-    let head: Vec<Entry> = s
-        .waiters
-        .iter()
-        .filter(|e| e.expiry > now)
-        .take(3)
-        .copied()
-        .collect();
-    for e in head {
-        s.publish(e.member.client, Message::Standby(e.member.waiter, lease_ms));
-    }
 }
 
 /// pass.lua:16-27: the member leaves; a free lock (or its own
@@ -580,7 +547,7 @@ fn grant_next(
             member.client,
             Message::Grant(member.waiter, token, f, claim_end),
         );
-        // fair_common.lua:164-182: standbys while a long parker may wait.
+        // fair_common.lua:164-181: standbys while a long parker may wait.
         if let Some(l) = long
             && score <= l
         {
@@ -617,19 +584,19 @@ fn grant_next(
 /// Arguments of [`fair_acquire`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FairAcquireArgs {
-    /// ARGV[1] the waiter's token.
+    /// `ARGV[1]` the waiter's token.
     pub token: Token,
-    /// ARGV[2] lease_ms.
+    /// `ARGV[2]` lease_ms.
     pub lease_ms: Ms,
-    /// ARGV[4] the member (with the token), `None` for `""`.
+    /// `ARGV[4]` the member (with the token), `None` for `""`.
     pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
+    /// `ARGV[5]` grace_ms.
     pub grace_ms: Ms,
-    /// ARGV[6] park_ms.
+    /// `ARGV[6]` park_ms.
     pub park_ms: Ms,
-    /// ARGV[8] claim_ms.
+    /// `ARGV[8]` claim_ms.
     pub claim_ms: Ms,
-    /// ARGV[9] arrival_us, `None` for `""`.
+    /// `ARGV[9]` arrival_us, `None` for `""`.
     pub arrival_us: Option<u64>,
 }
 
@@ -736,372 +703,4 @@ pub fn fair_pass(s: &mut Server, member: Member, token: Token, a: &FairArgs, now
     }
     s.lock = None;
     false
-}
-
-impl Server {
-    fn broadcast(&mut self, what: u8) {
-        let clients: Vec<ClientId> = self.subscribed.iter().copied().collect();
-        for c in clients {
-            self.published.push(Published {
-                client: c,
-                message: Message::RwReleased(what),
-            });
-        }
-    }
-
-    fn cut_intents(&mut self, now: Ms, window_ms: Ms) {
-        for i in &mut self.rw.intents {
-            i.1 = i.1.min(now + window_ms);
-        }
-    }
-}
-
-/// Arguments of [`rw_write_acquire`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RwWriteArgs {
-    /// ARGV[1] the writer's token.
-    pub token: Token,
-    /// ARGV[2] lease_ms.
-    pub lease_ms: Ms,
-    /// ARGV[4] the waiting writer's member, `None` for `""`.
-    pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
-    pub grace_ms: Ms,
-    /// ARGV[6] park_ms.
-    pub park_ms: Ms,
-}
-
-/// rw_write_acquire.lua:53-109 (kind checks left out). Replies as
-/// [`acquire`]: `{1, fence}` or `{0, park}`.
-pub fn rw_write_acquire(s: &mut Server, a: &RwWriteArgs, now: Ms) -> AcquireReply {
-    let writer = s.lock_at(now);
-    // rw_write_acquire.lua:61-67: a re-sent call finds its own token.
-    if writer == Some(LockValue::Token(a.token)) {
-        if let Some(m) = a.member {
-            s.rw.intents.retain(|x| x.0 != m);
-        }
-        return AcquireReply::Acquired { fence: s.fence };
-    }
-    let park = if writer.is_some() {
-        // rw_write_acquire.lua:68-72
-        s.pttl(now)
-    } else {
-        // rw_write_acquire.lua:74-100: no writer; readers?
-        s.rw.readers.retain(|r| r.1 > now);
-        match s.rw.readers.iter().map(|r| r.1).max() {
-            None => {
-                let had_intent = a.member.is_some_and(|m| {
-                    let n = s.rw.intents.len();
-                    s.rw.intents.retain(|x| x.0 != m);
-                    n != s.rw.intents.len()
-                });
-                let fence = s.advance_fence(now);
-                s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
-                if had_intent {
-                    s.broadcast(b'g');
-                }
-                return AcquireReply::Acquired { fence };
-            }
-            Some(last) => (last - now).max(1) as i64,
-        }
-    };
-    // rw_write_acquire.lua:102-108: register the intent.
-    if let Some(m) = a.member {
-        let ttl = park.max(0) as Ms + a.grace_ms;
-        s.rw.intents.retain(|x| x.0 != m);
-        let at = s.rw.intents.partition_point(|x| x.0 < m);
-        s.rw.intents.insert(at, (m, now + ttl));
-    }
-    AcquireReply::Held { park_ms: park }
-}
-
-/// rw_read_acquire.lua:44-77 (kind checks left out): `{1, fence}` (the
-/// current fence) or `{0, park}`.
-pub fn rw_read_acquire(
-    s: &mut Server,
-    token: Token,
-    lease_ms: Ms,
-    park_ms: Ms,
-    now: Ms,
-) -> AcquireReply {
-    // rw_read_acquire.lua:50-56: a writer holds it.
-    if s.lock_at(now).is_some() {
-        let pttl = s.pttl(now);
-        return AcquireReply::Held {
-            park_ms: if pttl < 0 { park_ms as i64 } else { pttl },
-        };
-    }
-    // rw_read_acquire.lua:69-81: a live intent holds new readers back, but
-    // not a re-sent attempt whose token already holds (renewed below).
-    s.rw.intents.retain(|x| x.1 > now);
-    if let Some(first) = s.rw.intents.iter().map(|x| x.1).min() {
-        let mine = s.rw.readers.iter().any(|r| r.0 == token && r.1 > now);
-        if !mine {
-            return AcquireReply::Held {
-                park_ms: (first - now).max(1) as i64,
-            };
-        }
-    }
-    // rw_read_acquire.lua:82-87
-    s.rw.readers.retain(|r| r.1 > now && r.0 != token);
-    let at = s.rw.readers.partition_point(|r| r.0 < token);
-    s.rw.readers.insert(at, (token, now + lease_ms));
-    AcquireReply::Acquired { fence: s.fence }
-}
-
-/// rw_read_release.lua:25-38: `Released` (1) or `Gone` (-1).
-pub fn rw_read_release(s: &mut Server, token: Token, window_ms: Ms, now: Ms) -> ReleaseReply {
-    let expiry = s.rw.readers.iter().find(|r| r.0 == token).map(|r| r.1);
-    s.rw.readers.retain(|r| r.0 != token);
-    match expiry {
-        Some(e) if e > now => {}
-        _ => return ReleaseReply::Gone,
-    }
-    s.rw.readers.retain(|r| r.1 > now);
-    if s.rw.readers.is_empty() {
-        s.cut_intents(now, window_ms);
-        s.broadcast(b'r');
-    }
-    ReleaseReply::Released
-}
-
-/// rw_write_release.lua:25-37.
-pub fn rw_write_release(s: &mut Server, token: Token, window_ms: Ms, now: Ms) -> ReleaseReply {
-    match s.lock_at(now) {
-        Some(LockValue::Token(t)) if t == token => {}
-        Some(_) => return ReleaseReply::NotOurs,
-        None => return ReleaseReply::Gone,
-    }
-    s.lock = None;
-    s.cut_intents(now, window_ms);
-    s.broadcast(b'w');
-    ReleaseReply::Released
-}
-
-/// A semaphore's holders `P:{N}:holders`, queue `P:{N}:queue` and entry
-/// expiries `P:{N}:queue:expiry` (the permit count is the callers').
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct SemKeys {
-    /// Permit token -> lease expiry (ms), sorted by (expiry, token).
-    pub holders: Vec<(Ms, Token)>,
-    /// Member -> arrival (µs), in FIFO order (arrival, member).
-    pub queue: Vec<(u64, Member)>,
-    /// Member -> entry expiry (ms).
-    pub expiry: Vec<(Member, Ms)>,
-}
-
-impl SemKeys {
-    /// sem_common.lua:49-52
-    fn owed(&self, permits: u8) -> usize {
-        let free = i64::from(permits) - self.holders.len() as i64;
-        free.min(self.queue.len() as i64).max(0) as usize
-    }
-
-    /// sem_common.lua:54-56
-    fn reclaim(&mut self, now: Ms) -> i64 {
-        let n = self.holders.len();
-        self.holders.retain(|h| h.0 > now);
-        (n - self.holders.len()) as i64
-    }
-
-    fn rank(&self, m: Member) -> Option<usize> {
-        self.queue.iter().position(|x| x.1 == m)
-    }
-
-    fn remove(&mut self, m: Member) {
-        self.queue.retain(|x| x.1 != m);
-        self.expiry.retain(|x| x.0 != m);
-    }
-
-    /// sem_common.lua:58-71
-    fn prune(&mut self, now: Ms, keep: Option<Member>, owed_now: usize) -> i64 {
-        let mut was_owed = 0;
-        let mut lapsed: Vec<(Ms, Member)> = self
-            .expiry
-            .iter()
-            .filter(|x| x.1 <= now && Some(x.0) != keep)
-            .map(|x| (x.1, x.0))
-            .collect();
-        lapsed.sort();
-        for (_, m) in lapsed {
-            if self.rank(m).is_some_and(|r| r < owed_now) {
-                was_owed += 1;
-            }
-            self.remove(m);
-        }
-        was_owed
-    }
-}
-
-/// sem_common.lua:73-117: wakes the members newly owed a permit.
-fn settle(s: &mut Server, permits: u8, freed: i64, reserve_ms: Ms, now: Ms) -> usize {
-    if freed <= 0 {
-        return 0;
-    }
-    let mut limit = s.sem.owed(permits);
-    let mut rank = (limit as i64 - freed).max(0) as usize;
-    let mut woken = 0;
-    while rank < limit {
-        let Some(&(_, m)) = s.sem.queue.get(rank) else {
-            break;
-        };
-        if s.publish(m.client, Message::Wake(m.waiter)) > 0 {
-            if let Some(e) = s.sem.expiry.iter_mut().find(|x| x.0 == m) {
-                e.1 = now + reserve_ms;
-            }
-            rank += 1;
-            woken += 1;
-        } else {
-            s.sem.remove(m);
-            limit = s.sem.owed(permits);
-        }
-    }
-    if woken > 0 {
-        let next: Vec<Member> = s
-            .sem
-            .queue
-            .iter()
-            .skip(rank)
-            .take(STANDBYS)
-            .map(|x| x.1)
-            .collect();
-        for m in next {
-            s.publish(m.client, Message::Standby(m.waiter, 2 * reserve_ms));
-        }
-    }
-    woken
-}
-
-/// Arguments of [`sem_acquire`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SemAcquireArgs {
-    /// ARGV[1] the permit token.
-    pub token: Token,
-    /// ARGV[2] lease_ms.
-    pub lease_ms: Ms,
-    /// ARGV[4] the waiting caller's member, `None` for `""`.
-    pub member: Option<Member>,
-    /// ARGV[5] grace_ms.
-    pub grace_ms: Ms,
-    /// ARGV[6] park_ms.
-    pub park_ms: Ms,
-    /// ARGV[8] the permit count.
-    pub permits: u8,
-    /// ARGV[9] reserve_ms.
-    pub reserve_ms: Ms,
-    /// ARGV[10] arrival_us, `None` for `""`.
-    pub arrival_us: Option<u64>,
-}
-
-/// sem_acquire.lua:60-169 (kind and count checks left out). Replies as
-/// [`fair_acquire`]: `{1, fence}` or `{0, park, now_us}`.
-pub fn sem_acquire(s: &mut Server, a: &SemAcquireArgs, now: Ms) -> FairAcquireReply {
-    let now_us = now * 1000;
-    // sem_acquire.lua:91-95: a re-sent call finds its live permit.
-    if s.sem.holders.iter().any(|h| h.1 == a.token && h.0 > now) {
-        if let Some(m) = a.member {
-            s.sem.remove(m);
-        }
-        return FairAcquireReply::Acquired { fence: s.fence };
-    }
-    // sem_acquire.lua:97-100
-    let mut freed = s.sem.reclaim(now);
-    let free = i64::from(a.permits) - s.sem.holders.len() as i64;
-    let owed_now = free.min(s.sem.queue.len() as i64).max(0) as usize;
-    freed += s.sem.prune(now, a.member, owed_now);
-    // sem_acquire.lua:101-114: a waiting caller is queued by its arrival
-    // before its rank is judged (it may sort among the owed ranks).
-    if let Some(m) = a.member
-        && s.sem.rank(m).is_none()
-    {
-        let arrival = a.arrival_us.unwrap_or(now_us).min(now_us);
-        let at = s.sem.queue.partition_point(|x| *x < (arrival, m));
-        s.sem.queue.insert(at, (arrival, m));
-    }
-    let rank = a
-        .member
-        .and_then(|m| s.sem.rank(m))
-        .unwrap_or(s.sem.queue.len());
-    // sem_acquire.lua:116-132: a permit free and not owed ahead of us.
-    if (rank as i64) < free {
-        let fence = s.advance_fence(now);
-        s.sem.holders.retain(|h| h.1 != a.token);
-        let at = s
-            .sem
-            .holders
-            .partition_point(|h| *h < (now + a.lease_ms, a.token));
-        s.sem.holders.insert(at, (now + a.lease_ms, a.token));
-        if let Some(m) = a.member {
-            s.sem.remove(m);
-        }
-        settle(s, a.permits, freed, a.reserve_ms, now);
-        return FairAcquireReply::Acquired { fence };
-    }
-    // sem_acquire.lua:134-148: park until the earliest holder's lease ends.
-    let mut park = match s.sem.holders.first() {
-        Some(h) => (h.0 as i64 - now as i64).max(1),
-        None => a.park_ms as i64,
-    };
-    if let Some(m) = a.member {
-        let ttl = park as Ms + a.grace_ms;
-        s.sem.expiry.retain(|x| x.0 != m);
-        s.sem.expiry.push((m, now + ttl));
-        s.sem.expiry.sort();
-    }
-    settle(s, a.permits, freed, a.reserve_ms, now);
-    // sem_acquire.lua:149-168: a free permit owed ahead: park no longer
-    // than the earliest owed entry.
-    if free > 0 {
-        for (_, m) in s.sem.queue.iter().take(free as usize) {
-            if let Some(e) = s.sem.expiry.iter().find(|x| x.0 == *m) {
-                park = park.min((e.1 as i64 - now as i64 + 1).max(1));
-            }
-        }
-    }
-    FairAcquireReply::Parked {
-        park_ms: park,
-        now_us,
-    }
-}
-
-/// sem_release.lua:20-36: `Released` (1) or `Gone` (-1).
-pub fn sem_release(
-    s: &mut Server,
-    token: Token,
-    permits: u8,
-    reserve_ms: Ms,
-    now: Ms,
-) -> ReleaseReply {
-    let score = s.sem.holders.iter().find(|h| h.1 == token).map(|h| h.0);
-    let mut freed = 0;
-    if score.is_some() {
-        s.sem.holders.retain(|h| h.1 != token);
-        freed = 1;
-    }
-    freed += s.sem.reclaim(now);
-    if freed > 0 {
-        let owed = s.sem.owed(permits);
-        freed += s.sem.prune(now, None, owed);
-        settle(s, permits, freed, reserve_ms, now);
-    }
-    match score {
-        Some(e) if e > now => ReleaseReply::Released,
-        _ => ReleaseReply::Gone,
-    }
-}
-
-/// sem_pass.lua (after its header): returns whether another waiter was
-/// woken.
-pub fn sem_pass(s: &mut Server, member: Member, permits: u8, reserve_ms: Ms, now: Ms) -> bool {
-    let Some(rank) = s.sem.rank(member) else {
-        return false;
-    };
-    let mut freed = s.sem.reclaim(now);
-    if rank < s.sem.owed(permits) {
-        freed += 1;
-    }
-    s.sem.remove(member);
-    let owed = s.sem.owed(permits);
-    freed += s.sem.prune(now, None, owed);
-    settle(s, permits, freed, reserve_ms, now) > 0
 }

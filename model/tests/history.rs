@@ -115,3 +115,53 @@ fn e_fair_claim_lapsed_under_a_stalled_holder() {
         "exclusion",
     );
 }
+
+/// Found by this model (the Mutex's was closed first): a FairMutex holder,
+/// an RwLock writer or reader, or a Semaphore permit holder that shortened
+/// its lease while others waited left them parked on the old lease; once
+/// the shorter one lapsed, the lock (or permit) stayed free for the rest
+/// of it. The instance's lease is 600 ms, so that the rest (500 ms) is
+/// longer than every kind's stall bound.
+#[test]
+fn f_shortening_extend_of_the_other_kinds() {
+    let instances: [(Kind, &[u8]); 4] = [
+        (Kind::Fair, &[1, 1]),
+        (Kind::RwLock, &[2, 1]), // the writer's lease shortened
+        (Kind::RwLock, &[1, 2]), // a reader's
+        (Kind::Semaphore, &[1, 1, 1]),
+    ];
+    for (kind, tasks) in instances {
+        let name = format!("(f) {kind:?} {tasks:?} shortening extend");
+        let cfg = |bugs: Bugs| {
+            let mut cfg = presets::config(kind, tasks, 8, 1);
+            cfg.lease_ms = 600;
+            cfg.faults = only(|f| f.short_extend = true);
+            cfg.bugs = bugs;
+            cfg
+        };
+        let old = check(
+            cfg(Bugs {
+                short_extend_tells_mutex_only: true,
+                ..Bugs::default()
+            }),
+            1,
+        );
+        let trace = old.found("no lost wake-up").unwrap_or_else(|| {
+            panic!(
+                "{name}: the old behaviour should lose a wake-up, but {} states held",
+                old.states
+            )
+        });
+        println!(
+            "{name}: old behaviour loses a wake-up ({} states):\n{trace}",
+            old.states
+        );
+        let today = check(cfg(Bugs::default()), 1);
+        for p in ["no lost wake-up", "exclusion", "fences increase"] {
+            if let Some(trace) = today.found(p) {
+                panic!("{name}: today's behaviour breaks {p:?}:\n{trace}");
+            }
+        }
+        println!("{name}: today's behaviour holds ({} states)", today.states);
+    }
+}

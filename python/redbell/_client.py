@@ -408,15 +408,24 @@ class Client:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         try:
-            if gs[0]._kind == "semaphore":
-                keys = [x for g in gs for x in (g._keys.holders, g._keys.permits)]
-                codes = await self._call("sem_extend", keys, [lease_ms, *[g.token for g in gs]])
-            elif gs[0]._kind == "read":
+            # Each lock's keys, its token and the channel its waiters
+            # listen on: a shortened lease tells them (PROTOCOL.md,
+            # "extend"). The RwLock's waiters listen on B:rw.
+            kind = gs[0]._kind
+            rw = kind in ("read", "write")
+            args = [x for g in gs
+                    for x in (g.token, g._keys.rw if rw else g._keys.wake)]
+            if kind == "semaphore":
+                keys = [x for g in gs
+                        for x in (g._keys.holders, g._keys.permits, g._keys.queue)]
+                codes = await self._call("sem_extend", keys, [lease_ms, *args])
+            elif kind == "read":
                 codes = await self._call("rw_read_extend", [g._keys.readers for g in gs],
-                                         [lease_ms, *[g.token for g in gs]])
+                                         [lease_ms, *args])
             else:
-                codes = await self._call("extend", [g._keys.b for g in gs],
-                                         [lease_ms, *[g.token for g in gs]])
+                queue = {"fair": "fifo", "write": "writers"}.get(kind, "waiters")
+                keys = [x for g in gs for x in (g._keys.b, getattr(g._keys, queue))]
+                codes = await self._call("extend", keys, [lease_ms, *args])
         except Exception:
             for g in gs:
                 g._next_renew = loop.time() + min(g._renew_every / 4, 0.25)

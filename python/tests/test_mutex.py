@@ -126,3 +126,21 @@ def test_sync_face_has_the_same_names():
         g.unlock()
         p = c.semaphore(unique("syncsem"), 1).acquire()
         p.unlock()
+
+
+async def test_renewal_keeps_every_kind_held_past_its_lease(client, raw):
+    """Leases of 0.3 s, held for 1.5 s: the renewals (``extend`` with each
+    lock's queue key and wake prefix, ``sem_extend`` with its queue) keep
+    every hold; a renewal the scripts refused would set ``lost``."""
+    base = unique("renew")
+    guards = [
+        await client.mutex(base + "-m", lease=0.3).lock(),
+        await client.fair_mutex(base + "-q", lease=0.3).lock(),
+        await client.semaphore(base + "-s", 2, lease=0.3).acquire(),
+    ]
+    await asyncio.sleep(1.5)
+    for g in guards:
+        assert not g.lost.is_set(), f"{g.token} lost although renewed"
+    assert await raw.get(f"redbell:{{{base}-m}}") == guards[0].token.encode()
+    for g in guards:
+        await g.unlock()

@@ -340,11 +340,29 @@ pub(crate) async fn extend(
             Family::Permits => &SEM_EXTEND,
         });
         call.arg(lease_ms);
+        // Each lock's keys and its channel, in the order of the script's
+        // header: a shortened lease tells the waiters.
         for &i in &family {
-            call.key(&locks[i].0.token_key).arg(locks[i].1);
-            if kind == Family::Permits {
-                call.key(&locks[i].0.count);
-            }
+            let (keys, token) = locks[i];
+            // The RwLock's channel is shared; the others' is a prefix.
+            let channel = match keys.kind {
+                Kind::Read | Kind::Write => &keys.channel,
+                _ => &keys.wake_prefix,
+            };
+            match kind {
+                Family::Keys => call
+                    .key(&keys.token_key)
+                    .key(&keys.queue)
+                    .arg(token)
+                    .arg(channel),
+                Family::Readers => call.key(&keys.token_key).arg(token).arg(channel),
+                Family::Permits => call
+                    .key(&keys.token_key)
+                    .key(&keys.count)
+                    .key(&keys.queue)
+                    .arg(token)
+                    .arg(channel),
+            };
         }
         match call.run::<Vec<i64>>(conn, replication).await {
             Ok((codes, acked)) => {

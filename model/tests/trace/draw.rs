@@ -42,7 +42,8 @@ pub struct Gen {
 impl Gen {
     pub fn new(seed: u64) -> (Gen, Consts) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let kind = [Kind::Mutex, Kind::Election, Kind::Fair, Kind::Rw][rng.random_range(0..4)];
+        let kinds = [Kind::Mutex, Kind::Election, Kind::Fair, Kind::Rw, Kind::Sem];
+        let kind = kinds[rng.random_range(0..kinds.len())];
         let clients = rng.random_range(2..=3u8);
         let per = rng.random_range(1..=2u8);
         let tasks = (0..clients)
@@ -65,6 +66,8 @@ impl Gen {
             claim_ms: rng.random_range(30..=150),
             window_ms: rng.random_range(20..=100),
             fence_ttl_ms: 60_000,
+            permits: rng.random_range(1..=2),
+            reserve_ms: rng.random_range(20..=100),
         };
         let g = Gen {
             rng,
@@ -121,13 +124,27 @@ impl Gen {
                 .get(self.rng.random_range(0..self.old.len().max(1)))
         {
             // A stale or foreign token: a late release or renewal.
-            let act = match (self.kind, self.rng.random_bool(0.5)) {
-                (Kind::Mutex | Kind::Election, true) => Act::Release { token },
-                (Kind::Fair, true) => Act::FairRelease { token },
-                (Kind::Rw, true) => Act::WriteRelease { token },
-                (_, false) => Act::Extend {
+            let lease = self.lease();
+            let act = match (self.kind, self.rng.random_range(0..4)) {
+                (Kind::Mutex | Kind::Election, 0..=1) => Act::Release { token },
+                (Kind::Fair, 0..=1) => Act::FairRelease { token },
+                (Kind::Rw, 0) => Act::WriteRelease { token },
+                (Kind::Rw, 1) => Act::ReadRelease { token },
+                (Kind::Sem, 0..=1) => Act::SemRelease { token },
+                (Kind::Rw, 2) => Act::ReadExtend {
                     token,
-                    lease: self.lease(),
+                    lease,
+                    also: None,
+                },
+                (Kind::Sem, _) => Act::SemExtend {
+                    token,
+                    lease,
+                    also: None,
+                },
+                _ => Act::Extend {
+                    token,
+                    lease,
+                    also: None,
                 },
             };
             return (act, usize::MAX);
@@ -141,6 +158,15 @@ impl Gen {
         let (member, st) = self.tasks[i];
         let wait = self.rng.random_bool(0.85).then_some(member);
         let lease = self.lease();
+        // A renewal batch of two: another token (stale, foreign, or the
+        // same) renewed in the same call.
+        let also = if self.rng.random_bool(0.3) {
+            self.old
+                .get(self.rng.random_range(0..self.old.len().max(1)))
+                .copied()
+        } else {
+            None
+        };
         let act = match (self.kind, st) {
             (_, St::Idle) => {
                 let token = self.token();
@@ -161,6 +187,12 @@ impl Gen {
                         token,
                         lease,
                         member: wait,
+                    },
+                    Kind::Sem => Act::SemAcquire {
+                        token,
+                        lease,
+                        member: wait,
+                        arrival: None,
                     },
                 }
             }
@@ -190,23 +222,37 @@ impl Gen {
                             arrival,
                         }
                     }
+                    Kind::Rw if writer && give_up => Act::RwPass { member },
                     Kind::Rw if writer => Act::WriteAcquire {
                         token,
                         lease,
                         member: Some(member),
                     },
                     Kind::Rw => Act::ReadAcquire { token, lease },
+                    Kind::Sem if give_up => Act::SemPass { member },
+                    Kind::Sem => {
+                        let arrival = arrival.filter(|_| self.rng.random_bool(0.3));
+                        Act::SemAcquire {
+                            token,
+                            lease,
+                            member: Some(member),
+                            arrival,
+                        }
+                    }
                 }
             }
             (kind, St::Holding { token, reader }) => match (kind, self.rng.random_range(0..10)) {
                 (Kind::Rw, 0..=4) if reader => Act::ReadRelease { token },
+                (Kind::Rw, 5..=7) if reader => Act::ReadExtend { token, lease, also },
                 (Kind::Rw, _) if reader => Act::ReadAcquire { token, lease },
                 (_, 0..=4) => match kind {
                     Kind::Mutex | Kind::Election => Act::Release { token },
                     Kind::Fair => Act::FairRelease { token },
                     Kind::Rw => Act::WriteRelease { token },
+                    Kind::Sem => Act::SemRelease { token },
                 },
-                (_, 5..=7) => Act::Extend { token, lease },
+                (Kind::Sem, 5..=7) => Act::SemExtend { token, lease, also },
+                (_, 5..=7) => Act::Extend { token, lease, also },
                 // A re-sent attempt (its first reply lost).
                 (Kind::Mutex | Kind::Election, _) => Act::Acquire {
                     token,
@@ -223,6 +269,12 @@ impl Gen {
                     token,
                     lease,
                     member: wait,
+                },
+                (Kind::Sem, _) => Act::SemAcquire {
+                    token,
+                    lease,
+                    member: wait,
+                    arrival: None,
                 },
             },
         };
@@ -252,7 +304,8 @@ impl Gen {
             (
                 Act::Acquire { token, .. }
                 | Act::FairAcquire { token, .. }
-                | Act::WriteAcquire { token, .. },
+                | Act::WriteAcquire { token, .. }
+                | Act::SemAcquire { token, .. },
                 Outcome::Acquired,
             ) => St::Holding {
                 token,
@@ -276,6 +329,11 @@ impl Gen {
             },
             (
                 Act::FairAcquire {
+                    token,
+                    member: Some(_),
+                    ..
+                }
+                | Act::SemAcquire {
                     token,
                     member: Some(_),
                     ..
@@ -313,7 +371,7 @@ impl Gen {
                     writer: false,
                 }
             }
-            (Act::Extend { .. }, _) => st,
+            (Act::Extend { .. } | Act::ReadExtend { .. } | Act::SemExtend { .. }, _) => st,
             _ => St::Idle,
         };
         self.tasks[task] = (member, new);

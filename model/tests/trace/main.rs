@@ -2,9 +2,10 @@
 //! scripts agree.
 //!
 //! A seeded generator ([`draw`]) draws a few hundred random sequences of
-//! actions on one lock name each (Mutex, FairMutex or RwLock; two or three
-//! clients with one or two tasks each; acquire, release, extend, pass,
-//! re-sent attempts, stale tokens, subscriptions dropped and restored, and
+//! actions on one lock name each (Mutex, Election, FairMutex, RwLock or
+//! Semaphore; two or three clients with one or two tasks each; acquire,
+//! release, extend (alone or in a batch of two), pass, re-sent attempts,
+//! stale tokens, subscriptions dropped and restored, and
 //! real sleeps against leases of 30-200 ms so that leases, reservations,
 //! claims and queue entries expire). Each action runs through the real
 //! script on the server at `REDIS_URL` ([`wire`]: the sources as the
@@ -181,6 +182,13 @@ fn old_script_behaviours_disagree() {
             "resent_acquire_parks",
             Bugs {
                 resent_acquire_parks: true,
+                ..Bugs::default()
+            },
+        ),
+        (
+            "short_extend_tells_mutex_only",
+            Bugs {
+                short_extend_tells_mutex_only: true,
                 ..Bugs::default()
             },
         ),

@@ -24,6 +24,9 @@ impl Replay<'_> {
             other => format!("{other:?}"),
         };
         let mut seen = vec![format!("{script} -> {reply}")];
+        if want.contains_key("reply[1]") && script.ends_with("extend") {
+            seen.push(format!("{script}, a batch of two"));
+        }
         match before.lock {
             Some((LockValue::Reserved { .. }, e)) if e > now => {
                 seen.push(format!("{script} during a reservation"))
@@ -108,7 +111,40 @@ impl Replay<'_> {
             })
             .collect();
         model.rw.intents.sort();
-        for (i, at) in [6, 8, 10, 12].into_iter().enumerate() {
+        model.sem.holders = snap[13]
+            .pairs()
+            .into_iter()
+            .map(|(t, score)| {
+                (
+                    split_score(&score).0 as u64,
+                    wire::parse_token(&t).expect("token"),
+                )
+            })
+            .collect();
+        model.sem.holders.sort();
+        model.sem.queue = snap[15]
+            .pairs()
+            .into_iter()
+            .map(|(mem, score)| {
+                (
+                    split_score(&score).0 as u64,
+                    wire::parse_member(&mem).expect("member"),
+                )
+            })
+            .collect();
+        model.sem.queue.sort();
+        model.sem.expiry = snap[17]
+            .pairs()
+            .into_iter()
+            .map(|(mem, score)| {
+                (
+                    wire::parse_member(&mem).expect("member"),
+                    split_score(&score).0 as u64,
+                )
+            })
+            .collect();
+        model.sem.expiry.sort();
+        for (i, at) in [6, 8, 10, 12, 14, 16, 18].into_iter().enumerate() {
             self.key_ttls[i] = snap[at].int().unwrap_or(-2);
         }
         self.model = model;
@@ -151,6 +187,21 @@ impl Replay<'_> {
         for &(who, e) in &s.rw.intents {
             obs.insert(format!("intents[{}]", wire::member(who)), Num::Ms(e as i64));
         }
+        for &(e, t) in &s.sem.holders {
+            obs.insert(
+                format!("holders[{}]", wire::token('s', t)),
+                Num::Ms(e as i64),
+            );
+        }
+        for &(arrival, who) in &s.sem.queue {
+            obs.insert(
+                format!("queue[{}]", wire::member(who)),
+                Num::Us(arrival as i64),
+            );
+        }
+        for &(who, e) in &s.sem.expiry {
+            obs.insert(format!("qexpiry[{}]", wire::member(who)), Num::Ms(e as i64));
+        }
     }
 
     pub(crate) fn observe_server(&self, snap: &[Wire], obs: &mut Obs) {
@@ -187,6 +238,15 @@ impl Replay<'_> {
         }
         for (mem, score) in snap[11].pairs() {
             obs.insert(format!("intents[{mem}]"), Num::Ms(split_score(&score).0));
+        }
+        for (t, score) in snap[13].pairs() {
+            obs.insert(format!("holders[{t}]"), Num::Ms(split_score(&score).0));
+        }
+        for (mem, score) in snap[15].pairs() {
+            obs.insert(format!("queue[{mem}]"), Num::Us(split_score(&score).0));
+        }
+        for (mem, score) in snap[17].pairs() {
+            obs.insert(format!("qexpiry[{mem}]"), Num::Ms(split_score(&score).0));
         }
     }
 }

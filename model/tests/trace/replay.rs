@@ -57,6 +57,7 @@ pub enum Kind {
     Election,
     Fair,
     Rw,
+    Sem,
 }
 
 impl Kind {
@@ -66,6 +67,7 @@ impl Kind {
             Kind::Election => 'l',
             Kind::Fair => 'q',
             Kind::Rw => 'w',
+            Kind::Sem => 's',
         }
     }
 }
@@ -80,6 +82,9 @@ pub struct Consts {
     pub claim_ms: Ms,
     pub window_ms: Ms,
     pub fence_ttl_ms: Ms,
+    /// The Semaphore's permit count and SEM_RESERVE_MS.
+    pub permits: u8,
+    pub reserve_ms: Ms,
 }
 
 /// One action of a sequence.
@@ -93,9 +98,12 @@ pub enum Act {
     Release {
         token: Token,
     },
+    /// extend.lua on one lock, or a batch of two (`also`: a second
+    /// token on the same keys, renewed in the same call).
     Extend {
         token: Token,
         lease: Ms,
+        also: Option<Token>,
     },
     Pass {
         member: Member,
@@ -127,6 +135,31 @@ pub enum Act {
     },
     WriteRelease {
         token: Token,
+    },
+    ReadExtend {
+        token: Token,
+        lease: Ms,
+        also: Option<Token>,
+    },
+    RwPass {
+        member: Member,
+    },
+    SemAcquire {
+        token: Token,
+        lease: Ms,
+        member: Option<Member>,
+        arrival: Option<u64>,
+    },
+    SemRelease {
+        token: Token,
+    },
+    SemPass {
+        member: Member,
+    },
+    SemExtend {
+        token: Token,
+        lease: Ms,
+        also: Option<Token>,
     },
     Subscribe(u8),
     Unsubscribe(u8),
@@ -163,16 +196,17 @@ pub struct Replay<'a> {
     /// The keys as of the last step (read back from the server), and the
     /// clients subscribed.
     pub model: Server,
-    /// The queue keys' PEXPIRETIME (ms; < 0: none) as last read.
-    pub(crate) key_ttls: [i64; 4],
+    /// The queue keys' PEXPIRETIME (ms; < 0: none) as last read: waiters,
+    /// fifo, readers, writers, holders, queue, queue:expiry.
+    pub(crate) key_ttls: [i64; 7],
     /// Markers published on `ctl` so far.
     markers: u64,
     /// The server's ms at the end of the last script step.
     last_ms: u64,
-    /// A deadline the next step's own arguments make: an extend shortens
+    /// Deadlines the next step's own arguments make: an extend shortens
     /// the lease (and tells the waiters) only before `expiry - lease`; a
     /// fair attempt marks a long park only before `expiry - claim`.
-    step_deadline: Option<u64>,
+    step_deadline: Vec<u64>,
     /// What the model published in the last step that agreed.
     pub last: Vec<m::Published>,
     /// How often each kind of step and message was compared.
@@ -206,10 +240,10 @@ impl<'a> Replay<'a> {
             kind,
             consts,
             model,
-            key_ttls: [-2; 4],
+            key_ttls: [-2; 7],
             markers: 0,
             last_ms: 0,
-            step_deadline: None,
+            step_deadline: Vec::new(),
             last: Vec::new(),
             events: BTreeMap::new(),
         }
@@ -231,8 +265,10 @@ impl<'a> Replay<'a> {
         }
         d.extend(s.rw.readers.iter().map(|r| r.1));
         d.extend(s.rw.intents.iter().map(|r| r.1));
+        d.extend(s.sem.holders.iter().map(|h| h.0));
+        d.extend(s.sem.expiry.iter().map(|e| e.1));
         d.extend(self.key_ttls.iter().filter(|&&t| t > 0).map(|&t| t as u64));
-        d.extend(self.step_deadline);
+        d.extend(self.step_deadline.iter().copied());
         d
     }
 
@@ -246,11 +282,28 @@ impl<'a> Replay<'a> {
     pub fn step(&mut self, act: Act) -> Result<Outcome, Mismatch> {
         // A fair attempt marks a long park only while the lock's PTTL is
         // over a claim: `expiry - claim` is its deadline.
-        self.step_deadline = match (&act, &self.model.lock) {
-            (Act::Extend { lease, .. }, Some(l)) => l.1.checked_sub(*lease),
-            (Act::FairAcquire { .. }, Some(l)) => l.1.checked_sub(self.consts.claim_ms),
-            _ => None,
-        };
+        let s = &self.model;
+        let shortened = |expiry: Option<u64>, lease: Ms| expiry.and_then(|e| e.checked_sub(lease));
+        self.step_deadline = match act {
+            Act::Extend { lease, .. } => vec![shortened(s.lock.map(|l| l.1), lease)],
+            Act::FairAcquire { .. } => {
+                vec![shortened(s.lock.map(|l| l.1), self.consts.claim_ms)]
+            }
+            Act::ReadExtend { token, lease, also } => [Some(token), also]
+                .into_iter()
+                .flatten()
+                .map(|t| shortened(s.rw.readers.iter().find(|r| r.0 == t).map(|r| r.1), lease))
+                .collect(),
+            Act::SemExtend { token, lease, also } => [Some(token), also]
+                .into_iter()
+                .flatten()
+                .map(|t| shortened(s.sem.holders.iter().find(|h| h.1 == t).map(|h| h.0), lease))
+                .collect(),
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .flatten()
+        .collect();
         let (script, keys, args) = match self.call(act) {
             Call::Script(script, keys, args) => (script, keys, args),
             Call::Sleep(ms) => {
@@ -299,7 +352,10 @@ impl<'a> Replay<'a> {
                     0 => model.waiters.clear(),
                     1 => model.fair.queue.clear(),
                     2 => model.rw.readers.clear(),
-                    _ => model.rw.intents.clear(),
+                    3 => model.rw.intents.clear(),
+                    4 => model.sem.holders.clear(),
+                    5 => model.sem.queue.clear(),
+                    _ => model.sem.expiry.clear(),
                 }
             }
         }
@@ -367,7 +423,9 @@ impl<'a> Replay<'a> {
             .arg(&n.handoff)
             .cmd("PEXPIRETIME")
             .arg(&n.handoff);
-        for key in [&n.waiters, &n.fifo, &n.readers, &n.intents] {
+        let queues = [&n.waiters, &n.fifo, &n.readers, &n.intents];
+        let sem = [&n.holders, &n.queue, &n.queue_expiry];
+        for key in queues.into_iter().chain(sem) {
             pipe.cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES");
             pipe.cmd("PEXPIRETIME").arg(key);
         }

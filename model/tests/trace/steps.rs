@@ -6,7 +6,7 @@ use redbell_model::scripts::{
     self as m, AcquireReply, ExtendReply, FairAcquireReply, Ms, ReleaseReply, Server,
 };
 
-use crate::replay::{Act, Call, Num, Obs, Outcome, Replay};
+use crate::replay::{Act, Call, Kind, Num, Obs, Outcome, Replay};
 use crate::wire;
 
 /// ARGV[1] of every script: the protocol version (`protocol.lua`).
@@ -49,11 +49,94 @@ impl Replay<'_> {
                     c.handoff_ms.to_string(),
                 ],
             ),
-            Act::Extend { token, lease } => (
-                "extend",
-                vec![&n.lock],
-                vec![lease.to_string(), wire::token(letter, token)],
+            Act::Extend { token, lease, also } => {
+                // Each lock's keys (the lock, its queue) and its token and
+                // channel; a batch of two renews two tokens on one lock.
+                let (queue, channel) = match self.kind {
+                    Kind::Fair => (&n.fifo, &n.wake_prefix),
+                    Kind::Rw => (&n.intents, &n.rw),
+                    _ => (&n.waiters, &n.wake_prefix),
+                };
+                let mut keys: Vec<&str> = Vec::new();
+                let mut args = vec![lease.to_string()];
+                for t in [Some(token), also].into_iter().flatten() {
+                    keys.extend([n.lock.as_str(), queue]);
+                    args.extend([wire::token(letter, t), channel.clone()]);
+                }
+                ("extend", keys, args)
+            }
+            Act::ReadExtend { token, lease, also } => {
+                let mut keys: Vec<&str> = Vec::new();
+                let mut args = vec![lease.to_string()];
+                for t in [Some(token), also].into_iter().flatten() {
+                    keys.push(&n.readers);
+                    args.extend([wire::token('r', t), n.rw.clone()]);
+                }
+                ("rw_read_extend", keys, args)
+            }
+            Act::RwPass { member: who } => (
+                "rw_pass",
+                vec![&n.intents, &n.rw, &n.lock, &n.readers],
+                vec![wire::member(who)],
             ),
+            Act::SemAcquire {
+                token,
+                lease,
+                member: who,
+                arrival,
+            } => (
+                "sem_acquire",
+                vec![
+                    &n.holders,
+                    &n.fence,
+                    &n.queue,
+                    &n.queue_expiry,
+                    &n.count,
+                    &n.lock,
+                    &n.readers,
+                ],
+                vec![
+                    wire::token('s', token),
+                    lease.to_string(),
+                    c.fence_ttl_ms.to_string(),
+                    member(who),
+                    c.grace_ms.to_string(),
+                    c.park_ms.to_string(),
+                    n.wake_prefix.clone(),
+                    c.permits.to_string(),
+                    c.reserve_ms.to_string(),
+                    arrival.map_or(String::new(), |a| a.to_string()),
+                ],
+            ),
+            Act::SemRelease { token } => (
+                "sem_release",
+                vec![&n.holders, &n.queue, &n.queue_expiry, &n.count],
+                vec![
+                    wire::token('s', token),
+                    n.wake_prefix.clone(),
+                    c.permits.to_string(),
+                    c.reserve_ms.to_string(),
+                ],
+            ),
+            Act::SemPass { member: who } => (
+                "sem_pass",
+                vec![&n.holders, &n.queue, &n.queue_expiry, &n.count],
+                vec![
+                    wire::member(who),
+                    n.wake_prefix.clone(),
+                    c.permits.to_string(),
+                    c.reserve_ms.to_string(),
+                ],
+            ),
+            Act::SemExtend { token, lease, also } => {
+                let mut keys: Vec<&str> = Vec::new();
+                let mut args = vec![lease.to_string()];
+                for t in [Some(token), also].into_iter().flatten() {
+                    keys.extend([n.holders.as_str(), &n.count, &n.queue]);
+                    args.extend([wire::token('s', t), n.wake_prefix.clone()]);
+                }
+                ("sem_extend", keys, args)
+            }
             Act::Pass { member: who } => (
                 "pass",
                 vec![&n.lock, &n.waiters],
@@ -179,6 +262,22 @@ impl Replay<'_> {
                 Outcome::Held { now_us: None }
             }
         };
+        let parked = |r: FairAcquireReply, put: &mut dyn FnMut(Vec<Num>)| match r {
+            FairAcquireReply::Acquired { fence } => {
+                put(vec![Num::Exact(1), Num::Us(fence as i64)]);
+                Outcome::Acquired
+            }
+            FairAcquireReply::Parked { park_ms, now_us } => {
+                put(vec![
+                    Num::Exact(0),
+                    Num::Ms(park_ms),
+                    Num::Us(now_us as i64),
+                ]);
+                Outcome::Held {
+                    now_us: Some(now_us),
+                }
+            }
+        };
         let released = |r: ReleaseReply| {
             Num::Exact(match r {
                 ReleaseReply::Released => 1,
@@ -210,13 +309,68 @@ impl Replay<'_> {
                 put(vec![released(m::release(s, &a, now))]);
                 Outcome::Done
             }
-            Act::Extend { token, lease } => {
-                let code = match m::extend(s, token, lease, now) {
-                    ExtendReply::Extended => 1,
-                    ExtendReply::NotOurs => 0,
-                    ExtendReply::Gone => -1,
+            Act::Extend { token, lease, also } => {
+                let holder = match self.kind {
+                    Kind::Fair => m::Holder::Fair,
+                    Kind::Rw => m::Holder::Writer,
+                    _ => m::Holder::Mutex,
                 };
-                obs.insert("reply[0]".into(), Num::Exact(code));
+                let tokens = [Some(token), also].into_iter().flatten();
+                codes(
+                    tokens.map(|t| m::extend(s, holder, t, lease, now)),
+                    &mut obs,
+                );
+                Outcome::Done
+            }
+            Act::ReadExtend { token, lease, also } => {
+                let tokens = [Some(token), also].into_iter().flatten();
+                codes(
+                    tokens.map(|t| m::rw_read_extend(s, t, lease, now)),
+                    &mut obs,
+                );
+                Outcome::Done
+            }
+            Act::SemExtend { token, lease, also } => {
+                let tokens = [Some(token), also].into_iter().flatten();
+                codes(tokens.map(|t| m::sem_extend(s, t, lease, now)), &mut obs);
+                Outcome::Done
+            }
+            Act::RwPass { member } => {
+                put(vec![Num::Exact(m::rw_pass(s, member, now) as i64)]);
+                Outcome::Done
+            }
+            Act::SemAcquire {
+                token,
+                lease,
+                member,
+                arrival,
+            } => {
+                let a = m::SemAcquireArgs {
+                    token,
+                    lease_ms: lease,
+                    member,
+                    grace_ms: c.grace_ms,
+                    park_ms: c.park_ms,
+                    permits: c.permits,
+                    reserve_ms: c.reserve_ms,
+                    arrival_us: arrival,
+                };
+                parked(m::sem_acquire(s, &a, now), &mut put)
+            }
+            Act::SemRelease { token } => {
+                put(vec![released(m::sem_release(
+                    s,
+                    token,
+                    c.permits,
+                    c.reserve_ms,
+                    now,
+                ))]);
+                Outcome::Done
+            }
+            Act::SemPass { member } => {
+                put(vec![Num::Exact(
+                    m::sem_pass(s, member, c.permits, c.reserve_ms, now) as i64,
+                )]);
                 Outcome::Done
             }
             Act::Pass { member } => {
@@ -240,22 +394,7 @@ impl Replay<'_> {
                     claim_ms: c.claim_ms,
                     arrival_us: arrival,
                 };
-                match m::fair_acquire(s, &a, now) {
-                    FairAcquireReply::Acquired { fence } => {
-                        put(vec![Num::Exact(1), Num::Us(fence as i64)]);
-                        Outcome::Acquired
-                    }
-                    FairAcquireReply::Parked { park_ms, now_us } => {
-                        put(vec![
-                            Num::Exact(0),
-                            Num::Ms(park_ms),
-                            Num::Us(now_us as i64),
-                        ]);
-                        Outcome::Held {
-                            now_us: Some(now_us),
-                        }
-                    }
-                }
+                parked(m::fair_acquire(s, &a, now), &mut put)
             }
             Act::FairRelease { token } => {
                 put(vec![released(m::fair_release(s, token, &fair, now))]);
@@ -306,5 +445,17 @@ impl Replay<'_> {
             Act::Sleep(_) | Act::Subscribe(_) | Act::Unsubscribe(_) => Outcome::Done,
         };
         (obs, outcome)
+    }
+}
+
+/// A batch's codes, one per lock: `reply[i]`.
+fn codes(replies: impl Iterator<Item = ExtendReply>, obs: &mut Obs) {
+    for (i, r) in replies.enumerate() {
+        let code = match r {
+            ExtendReply::Extended => 1,
+            ExtendReply::NotOurs => 0,
+            ExtendReply::Gone => -1,
+        };
+        obs.insert(format!("reply[{i}]"), Num::Exact(code));
     }
 }

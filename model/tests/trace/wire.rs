@@ -124,6 +124,8 @@ pub struct Names {
     pub holders: String,
     pub intents: String,
     pub count: String,
+    pub queue: String,
+    pub queue_expiry: String,
     pub rw: String,
     pub wake_prefix: String,
     /// Not the protocol's: the channel the replay publishes a marker on
@@ -143,6 +145,8 @@ impl Names {
             holders: format!("{base}:holders"),
             intents: format!("{base}:writers"),
             count: format!("{base}:permits"),
+            queue: format!("{base}:queue"),
+            queue_expiry: format!("{base}:queue:expiry"),
             rw: format!("{base}:rw"),
             wake_prefix: format!("{base}:wake:"),
             ctl: format!("{base}:trace-ctl"),
@@ -151,8 +155,11 @@ impl Names {
     }
 
     /// Every key, to delete at the end.
-    pub fn keys(&self) -> [&str; 8] {
+    pub fn keys(&self) -> [&str; 11] {
         [
+            &self.count,
+            &self.queue,
+            &self.queue_expiry,
             &self.lock,
             &self.fence,
             &self.waiters,
