@@ -1,11 +1,13 @@
-//! `make model`: checks each kind on 3 clients of 2 tasks each, deeper
-//! than `cargo test` does, and prints the bound, the states explored and
-//! the properties that held (exit status 1 if one broke).
+//! `make model`: checks each kind deeper than `cargo test` does, and
+//! prints the bound, the states explored and the properties that held
+//! (exit status 1 if one broke).
 //!
 //! Usage: `redbell-model [HORIZON_TICKS] [MAX_FAULTS] [mutex|fair|rwlock|semaphore] [TASKS]`
-//! (defaults: 4 ticks, 3 for the RwLock; 1 fault; every kind; TASKS
-//! `2,2,2`, the tasks of each client). With `MODEL_PROGRESS` set, the
-//! states explored so far are printed every 30 s.
+//! (defaults: the kind's horizon, past its stall bound; 1 fault; every
+//! kind; TASKS, the tasks of each client: `2,2,2` for the Mutex, `2,1,1`
+//! for the FairMutex, `2,2,1` for the RwLock and the Semaphore, which
+//! finish in minutes; `2,2,2` for those runs for hours). With
+//! `MODEL_PROGRESS` set, the states explored so far are printed every 30 s.
 
 use redbell_model::client::Kind;
 use redbell_model::{check_deep, presets};
@@ -21,17 +23,24 @@ fn main() {
         Some("semaphore") => vec![Kind::Semaphore],
         _ => vec![Kind::Mutex, Kind::Fair, Kind::RwLock, Kind::Semaphore],
     };
-    let tasks: Vec<u8> = args.get(4).map_or(vec![2, 2, 2], |t| {
-        t.split(',').filter_map(|n| n.parse().ok()).collect()
-    });
+    let given: Option<Vec<u8>> = args
+        .get(4)
+        .map(|t| t.split(',').filter_map(|n| n.parse().ok()).collect());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut failed = false;
     for kind in kinds {
         // Each horizon is past the kind's stall bound, so a lost wake-up
         // can show.
+        // (The Mutex's is a window per other client: 4 ticks for 3.)
         let h = horizon.unwrap_or(match kind {
             Kind::RwLock => 3,
-            Kind::Mutex | Kind::Fair | Kind::Semaphore => 4,
+            Kind::Fair | Kind::Semaphore => 4,
+            Kind::Mutex => 5,
+        });
+        let tasks = given.clone().unwrap_or_else(|| match kind {
+            Kind::Mutex => vec![2, 2, 2],
+            Kind::Fair => vec![2, 1, 1],
+            Kind::RwLock | Kind::Semaphore => vec![2, 2, 1],
         });
         let cfg = presets::config(kind, &tasks, h, faults);
         println!(

@@ -115,12 +115,12 @@ class Client:
                 ClientClosed("call cancelled") if t.cancelled() else t.exception()))
             return call
         self._mux.send(pack(("EVALSHA", s.sha1, len(keys), *keys, *argv)),
-                       functools.partial(self._answered, call, s, keys, argv, conv, True))
+                       functools.partial(self._answered, call, s, keys, argv, conv, True, False))
         return call
 
     def _answered(self, call: _Call, s: _scripts.Script, keys: List[str],
                   argv: List[Any], conv: Optional[Callable[[Any], Any]], first: bool,
-                  reply: Any, e: Optional[Exception]) -> None:
+                  resent: bool, reply: Any, e: Optional[Exception]) -> None:
         """The mux's sink of one script call: settles ``call``."""
         if e is None:
             try:
@@ -129,7 +129,20 @@ class Client:
                 call.settle(None, RedisError(f"unexpected reply: {ce}"))
         elif first and isinstance(e, rexc.NoScriptError) and self._mux is not None:
             self._mux.send(pack(("EVAL", s.source, len(keys), *keys, *argv)),
-                           functools.partial(self._answered, call, s, keys, argv, conv, False))
+                           functools.partial(self._answered, call, s, keys, argv, conv, False,
+                                             resent))
+        elif (not resent and isinstance(e, rexc.ConnectionError) and self._mux is not None
+              and not self._closed):
+            # The connection died under the call (CLIENT KILL, a restart,
+            # the response timeout): every script is idempotent (PROTOCOL.md,
+            # "Failure rules": a re-sent acquire finds its own token, a
+            # re-sent release or extend changes nothing), so it goes once
+            # more on the fresh connection the mux opens. A release that
+            # met a killed connection would otherwise leave the lock held
+            # for its lease.
+            self._mux.send(pack(("EVALSHA", s.sha1, len(keys), *keys, *argv)),
+                           functools.partial(self._answered, call, s, keys, argv, conv, True,
+                                             True))
         else:
             call.settle(None, _map_error(e) if isinstance(e, rexc.RedisError) else e)
 

@@ -77,6 +77,32 @@ async def test_killed_command_connection_is_replaced(raw):
         await c.aclose()
 
 
+async def test_a_release_on_a_killed_connection_is_sent_again(raw):
+    """A release in flight when the server kills its connection is re-sent
+    on a fresh one: the lock is free at once, not after its lease. The
+    release is held in the server by CLIENT PAUSE WRITE while the
+    connection is killed under it."""
+    name = unique("conn-kill-release")
+    c = await redbell.connect(redis_url())
+    try:
+        g = await c.mutex(name, lease=30.0).lock()
+        await raw.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+        try:
+            unlock = asyncio.ensure_future(g.unlock())
+            await asyncio.sleep(0.2)
+            assert not unlock.done()
+            killed = await raw.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME",
+                                               "yes")
+            assert killed >= 1
+            await asyncio.sleep(0.1)
+        finally:
+            await raw.execute_command("CLIENT", "UNPAUSE")
+        await asyncio.wait_for(unlock, 10)
+        assert await raw.exists(f"redbell:{{{name}}}") == 0
+    finally:
+        await c.aclose()
+
+
 async def test_stalled_server_fails_calls_after_the_response_timeout(own_server):
     proc, url = own_server
     name = unique("conn-stall")
