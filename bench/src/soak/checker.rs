@@ -730,34 +730,46 @@ pub fn check_until(
                             && !stopped_in(&w.worker, w.start.max(gap_start.saturating_sub(lease_us)), gap_end)
                                 .is_empty()
                     })
-                    // Or it was stopped just as the release that opened the
-                    // gap ran, its wait still open: an attempt it had written
-                    // (the kernel sends it though the process is stopped) or
-                    // the woken waiter's attempt may have reached the server
-                    // after the release, taken the lock with a full lease, and
-                    // its reply met the stop. Once continued, the call timed
-                    // out and was sent again, and the wait logged only the
-                    // later grant (a higher fence), so neither rule above sees
-                    // the first: a lease bounds it. Such a grant is dated by
-                    // its lease: it ran out by `gap_end`, so it was made by
-                    // `gap_end - lease` at the latest, and the stop came no
-                    // earlier than `IN_FLIGHT_US` before the release nor later
-                    // than that after the grant. A SIGKILL there is the
-                    // same: the grant dies unlogged with its process.
-                    || by_worker.values().filter_map(|l| last_started(l, gap_start)).any(|w| {
+                    // Or it was stopped while its wait was open and the lock
+                    // free: just as the release that opened the gap ran, or
+                    // just after it came to wait on the free lock. An attempt
+                    // it had written (the kernel sends it though the process
+                    // is stopped) or the woken waiter's attempt may have
+                    // reached the server, taken the lock with a full lease,
+                    // and its reply met the stop. Once continued, the call
+                    // timed out and was sent again, and the wait logged only
+                    // the later grant (a higher fence), so neither rule above
+                    // sees the first: a lease bounds it. Such a grant is
+                    // dated by its lease: it ran out by `gap_end`, so it was
+                    // made by `gap_end - lease` at the latest, and the stop
+                    // came no earlier than `IN_FLIGHT_US` before the release
+                    // nor later than that after the grant (and after the wait
+                    // began). A SIGKILL there is the same: the grant dies
+                    // unlogged with its process.
+                    || {
                         let last_grant = gap_end.saturating_sub(lease_us).max(gap_start);
                         let near = |s: u64| {
                             s + IN_FLIGHT_US >= gap_start && s <= last_grant + IN_FLIGHT_US
                         };
-                        let kill = killed.get(process_of(&w.worker)).copied();
-                        w.start <= gap_start
-                            && (w.end.is_none_or(|e| e >= gap_end)
-                                && stopped_in(&w.worker, gap_start.saturating_sub(IN_FLIGHT_US), gap_end)
+                        by_worker
+                            .values()
+                            .filter_map(|l| last_started(l, last_grant + IN_FLIGHT_US))
+                            .any(|w| {
+                                let kill = killed.get(process_of(&w.worker)).copied();
+                                (w.end.is_none_or(|e| e >= gap_end)
+                                    && stopped_in(
+                                        &w.worker,
+                                        gap_start.saturating_sub(IN_FLIGHT_US),
+                                        gap_end,
+                                    )
                                     .iter()
-                                    .any(|&(s, _)| near(s))
-                                // (A killed worker's wait ends at its kill.)
-                                || kill.is_some_and(|k| near(k) && w.end == Some(k)))
-                    });
+                                    .any(|&(s, _)| near(s) && w.start <= s))
+                                    // (A killed worker's wait ends at its kill.)
+                                    || kill.is_some_and(|k| {
+                                        near(k) && w.start <= k && w.end == Some(k)
+                                    })
+                            })
+                    };
                 // The servers' faults: their downtime on top.
                 let down = servers
                     .iter()

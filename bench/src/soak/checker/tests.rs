@@ -787,3 +787,34 @@ fn a_frozen_host_excuses_no_free_wait_of_another_worker() {
     let v = check(&records(500_000), &host, LEASE);
     assert!(v.violations.is_empty(), "{:?}", v.violations);
 }
+
+#[test]
+fn a_waiter_stopped_just_after_it_came_to_the_free_lock_is_a_holder_fault() {
+    // a lets go at 1 ms; w comes to wait 2 ms later and is stopped 0.4 ms
+    // after that (its attempt may have taken the free lock, its reply
+    // unread); b, waiting all along, gets the lock one lease later; w logs
+    // only its grant after it was continued.
+    let records = |stopped_at: u64| {
+        let mut r = section("a", 1, 10, 0, 10, 1_000, "accepted");
+        r.extend(section("b", 1, 11, 500, 1_507_000, 1_510_000, "accepted"));
+        r.extend(section("w", 1, 12, 3_000, 2_220_000, 2_225_000, "accepted"));
+        (
+            r,
+            vec![stop(
+                FaultKind::SigstopWaiter,
+                "w",
+                stopped_at,
+                stopped_at + 2_200_000,
+            )],
+        )
+    };
+    let (r, faults) = records(3_400);
+    let v = check(&r, &faults, LEASE);
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    assert_eq!(v.longest_free_wait_after_fault_us, 1_506_000);
+    // Stopped 300 ms after it came: a grant then would have run out 300 ms
+    // later than the gap's end, so it explains nothing.
+    let (r, faults) = records(300_000);
+    let v = check(&r, &faults, LEASE);
+    assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+}
