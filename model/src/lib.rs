@@ -47,22 +47,23 @@
 //! the shortening extend is checked on its own). `cargo test -p
 //! redbell-model` checks one fault on 2+2+1 tasks for the Mutex (3 ticks),
 //! 2+1 and 1+1+1 for the FairMutex (4), 2+1+1 for the RwLock (3) and the
-//! Semaphore (4), breadth-first. `make model` checks every kind on 3
-//! clients of 2 tasks each, with one fault, depth-first ([`check_deep`]:
-//! the same states in a fraction of the memory). Measured with `nice -n 10
-//! make model` (and the Semaphore alone beside it), 2 cores shared with
-//! other work:
+//! Semaphore (4), breadth-first. `make model` checks each kind on 3
+//! clients with one fault, depth-first ([`check_deep`]: the same states in
+//! a fraction of the memory), each horizon past the kind's stall bound.
+//! Measured with `nice -n 19 ./target/release/redbell-model` beside a
+//! soak, 2 cores:
 //!
 //! | kind | tasks | horizon | states | time | properties |
 //! |---|---|---|---|---|---|
-//! | Mutex | 2+2+2 | 4 ticks | 8,428,125 | 36.7 s | all held |
-//! | FairMutex | 2+2+2 | 4 ticks | over 286 million | stopped after 64 min | none broken so far |
-//! | RwLock | 2+2+2 | 3 ticks | (not reached) | | |
-//! | Semaphore | 2+2+2 | 4 ticks | over 177 million | stopped after 41 min | none broken so far |
+//! | Mutex | 2+2+2 | 5 ticks | 13,679,416 | 50.9 s | all held |
+//! | FairMutex | 2+1+1 | 4 ticks | 1,702,873 | 3.8 s | all held |
+//! | RwLock | 2+2+1 | 3 ticks | 2,176,855 | 7.1 s | all held |
+//! | Semaphore | 2+2+1 | 4 ticks | 13,134,244 | 34.7 s | all held |
 //!
-//! So the 2+2+2 instances of the FairMutex, RwLock and Semaphore take
-//! hours on such a machine; `redbell-model 4 1 fair 2,2,1` and the like
-//! check smaller ones in minutes.
+//! The 2+2+2 instances of the FairMutex, RwLock and Semaphore
+//! (`redbell-model "" 1 fair 2,2,2` and the like) take hours on such a
+//! machine: runs of 64 min (FairMutex, over 286 million states) and 41 min
+//! (Semaphore, over 177 million) were stopped with nothing broken.
 #![forbid(unsafe_code)]
 
 pub mod client;
