@@ -335,16 +335,18 @@ fn recheck(out: &std::path::Path) -> Result<(), Failure> {
         seed: json["seed"].as_u64().unwrap_or(0),
         secs: json["secs"].as_u64().unwrap_or(0),
         topology: json["topology"].as_str().unwrap_or("").to_owned(),
-        kinds: Vec::new(),
+        kinds: strings(&json["kinds"]),
         lease_ms: LEASE.as_millis() as u64,
         end_us,
-        workers_not_stopping: Vec::new(),
-        keys_left: Vec::new(),
+        workers_not_stopping: strings(&json["workers_not_stopping"]),
+        keys_left: strings(&json["keys_left"]),
         verdict,
         faults,
         stalls,
     };
     println!("{}", report.table());
+    // The run's report, judged again (`make soak` gathers report.md).
+    report.write(out)?;
     for x in &report.verdict.violations {
         println!(
             "violation: {} on {} at {} µs: {}",
@@ -356,6 +358,11 @@ fn recheck(out: &std::path::Path) -> Result<(), Failure> {
     } else {
         Err(report.failure())
     }
+}
+
+/// A JSON array of strings (empty if absent).
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    serde_json::from_value(v.clone()).unwrap_or_default()
 }
 
 fn read_records(dir: &std::path::Path) -> Result<Vec<checker::Record>, Failure> {
