@@ -78,72 +78,16 @@ impl Replay<'_> {
                 }
             })
             .collect();
-        model.fair.queue = snap[7]
-            .pairs()
-            .into_iter()
-            .map(|(mem, score)| {
-                (
-                    split_score(&score).0,
-                    wire::parse_fair_member(&mem).expect("fair member"),
-                )
-            })
-            .collect();
-        model.fair.queue.sort();
-        model.rw.readers = snap[9]
-            .pairs()
-            .into_iter()
-            .map(|(t, score)| {
-                (
-                    wire::parse_token(&t).expect("token"),
-                    split_score(&score).0 as u64,
-                )
-            })
-            .collect();
-        model.rw.readers.sort();
-        model.rw.intents = snap[11]
-            .pairs()
-            .into_iter()
-            .map(|(mem, score)| {
-                (
-                    wire::parse_member(&mem).expect("member"),
-                    split_score(&score).0 as u64,
-                )
-            })
-            .collect();
-        model.rw.intents.sort();
-        model.sem.holders = snap[13]
-            .pairs()
-            .into_iter()
-            .map(|(t, score)| {
-                (
-                    split_score(&score).0 as u64,
-                    wire::parse_token(&t).expect("token"),
-                )
-            })
-            .collect();
-        model.sem.holders.sort();
-        model.sem.queue = snap[15]
-            .pairs()
-            .into_iter()
-            .map(|(mem, score)| {
-                (
-                    split_score(&score).0 as u64,
-                    wire::parse_member(&mem).expect("member"),
-                )
-            })
-            .collect();
-        model.sem.queue.sort();
-        model.sem.expiry = snap[17]
-            .pairs()
-            .into_iter()
-            .map(|(mem, score)| {
-                (
-                    wire::parse_member(&mem).expect("member"),
-                    split_score(&score).0 as u64,
-                )
-            })
-            .collect();
-        model.sem.expiry.sort();
+        let member = |m: &str| wire::parse_member(m).expect("member");
+        let token = |t: &str| wire::parse_token(t).expect("token");
+        model.fair.queue = sorted(&snap[7], |m, at| {
+            (at, wire::parse_fair_member(m).expect("fair member"))
+        });
+        model.rw.readers = sorted(&snap[9], |t, at| (token(t), at as u64));
+        model.rw.intents = sorted(&snap[11], |m, at| (member(m), at as u64));
+        model.sem.holders = sorted(&snap[13], |t, at| (at as u64, token(t)));
+        model.sem.queue = sorted(&snap[15], |m, at| (at as u64, member(m)));
+        model.sem.expiry = sorted(&snap[17], |m, at| (member(m), at as u64));
         for (i, at) in [6, 8, 10, 12, 14, 16, 18].into_iter().enumerate() {
             self.key_ttls[i] = snap[at].int().unwrap_or(-2);
         }
@@ -261,6 +205,18 @@ fn lock_text(letter: char, v: LockValue) -> String {
 }
 
 /// A score "123" or "123.5": its whole part and whether it has the `.5`.
+/// A sorted set read back (member, score pairs) as the model's sorted
+/// list: `f` makes each entry of a member and its score's whole part.
+fn sorted<T: Ord>(set: &Wire, f: impl Fn(&str, i64) -> T) -> Vec<T> {
+    let mut out: Vec<T> = set
+        .pairs()
+        .into_iter()
+        .map(|(m, score)| f(&m, split_score(&score).0))
+        .collect();
+    out.sort();
+    out
+}
+
 fn split_score(s: &str) -> (i64, bool) {
     match s.split_once('.') {
         Some((w, f)) => (w.parse().unwrap_or(i64::MIN), f == "5"),
