@@ -36,7 +36,7 @@ from ._calls import (
 )
 from ._guard import Guard
 from ._handles import FairMutex, Mutex, Semaphore
-from ._hub import Channel, Hub
+from ._hub import Channel, Hub, Waiter
 from ._mux import Mux, pack
 from .errors import (
     ClientClosed, InvalidLease, InvalidName, InvalidPermits, KindConflict,
@@ -229,6 +229,33 @@ class Client:
         return self._request("sem_pass", [k.holders, k.queue, k.queue_expiry, k.permits],
                              [member, k.wake, permits, SEM_RESERVE_MS])
 
+    async def _park(self, w: Waiter, park_ms: int, deadline: Optional[float]) -> None:
+        """Park ``w`` after a failed attempt whose reply said ``park_ms``
+        (-1: no expiry, park PARK_MS): until a message or a turn for it,
+        its standby's window, the park's bound (duty 7) or ``deadline``.
+
+        Cancel safety: cancelling only stops the park."""
+        loop = asyncio.get_running_loop()
+        park = park_ms / 1000 if park_ms >= 0 else PARK_MS / 1000
+        bound = loop.time() + min(park, MAX_PARK)
+        while not (w.woken or w.turn):
+            until = bound
+            if w.standby_until is not None:
+                until = min(until, w.standby_until)
+            if deadline is not None:
+                until = min(until, deadline)
+            left = until - loop.time()
+            if left <= 0:
+                return
+            # Not wait_for: before Python 3.12 a wait_for timing out as the
+            # caller's cancel lands swallows the cancel.
+            timer = loop.call_later(left, w.event.set)
+            try:
+                await w.event.wait()
+            finally:
+                timer.cancel()
+            w.event.clear()
+
     def _orphan(self, ch: Channel, wid: int) -> None:
         """Duty 9: a wake-up for a waiter this client no longer has is passed on."""
         if ch.kind in ("mutex", "election", "semaphore") and not self._closed:
@@ -321,25 +348,7 @@ class Client:
                     return self._hold(kind, k, token, r.value, lease_ms, sent, permits)
                 if not arrival and r.now_us is not None:
                     arrival = str(r.now_us)  # duty 6: the first failed reply's
-                park = r.value / 1000 if r.value >= 0 else PARK_MS / 1000
-                bound = loop.time() + min(park, MAX_PARK)  # duty 7: bounded park
-                while not (w.woken or w.turn):
-                    until = bound
-                    if w.standby_until is not None:
-                        until = min(until, w.standby_until)
-                    if deadline is not None:
-                        until = min(until, deadline)
-                    left = until - loop.time()
-                    if left <= 0:
-                        break
-                    # Not wait_for: before Python 3.12 a wait_for timing out
-                    # as the caller's cancel lands swallows the cancel.
-                    timer = loop.call_later(left, w.event.set)
-                    try:
-                        await w.event.wait()
-                    finally:
-                        timer.cancel()
-                    w.event.clear()
+                await self._park(w, r.value, deadline)
         except BaseException:
             if inflight is not None or member is not None:  # duties 9 and 10
                 done: _Call = inflight or _answered(None)

@@ -15,7 +15,7 @@ import asyncio
 import uuid
 from typing import Optional
 
-from ._calls import (MAX_PARK, PARK_MS, _answered, _check_name, _Keys, _lease_ms,
+from ._calls import (_answered, _check_name, _Keys, _lease_ms,
                      DEFAULT_LEASE)
 from ._client import Client
 from ._guard import Guard
@@ -88,7 +88,7 @@ async def _acquire(c: Client, kind: str, k: _Keys, lease_ms: int, timeout: Optio
     sent = loop.time()
     inflight: Optional[asyncio.Future] = c._start(kind, k, token, lease_ms, "", "", None)
     try:
-        r = await asyncio.shield(inflight)
+        r = await inflight
     except BaseException:
         c._spawn(c._undo(inflight, kind, k, token, None, None))
         raise
@@ -112,25 +112,12 @@ async def _acquire(c: Client, kind: str, k: _Keys, lease_ms: int, timeout: Optio
             inflight = c._start(kind, k, token, lease_ms, m, "", None)
             if m:
                 member = m
-            r = await asyncio.shield(inflight)
+            r = await inflight
             inflight = None
             if r.acquired:
                 member = None  # the acquire withdrew the intent
                 return c._hold(kind, k, token, r.value, lease_ms, sent, None)
-            park = r.value / 1000 if r.value >= 0 else PARK_MS / 1000
-            until = loop.time() + min(park, MAX_PARK)  # duty 7
-            if deadline is not None:
-                until = min(until, deadline)
-            while not w.woken:
-                left = until - loop.time()
-                if left <= 0:
-                    break
-                timer = loop.call_later(left, w.event.set)
-                try:
-                    await w.event.wait()
-                finally:
-                    timer.cancel()
-                w.event.clear()
+            await c._park(w, r.value, deadline)  # duty 7
     except BaseException:
         if inflight is not None or member is not None:  # duties 9 and 10
             done: asyncio.Future = inflight or _answered(None)
