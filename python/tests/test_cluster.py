@@ -17,7 +17,7 @@ import redbell
 from redbell import sync
 
 from conftest import REPO, eventually, unique
-from topology import ClusterTopology
+from topology import ClusterTopology, lock_retrying
 
 
 @pytest.fixture(scope="module")
@@ -149,19 +149,9 @@ async def test_parked_waiters_follow_their_slot_to_the_promoted_replica(topo):
     await raw.initialize()
     errors: list = []
 
-    async def lock_unlock(c):
-        while True:
-            try:
-                g = await c.mutex(name).lock()
-                at = time.monotonic()
-                await g.unlock()
-                return at
-            except redbell.RedisError as e:
-                errors.append(repr(e))
-                await asyncio.sleep(0.1)
     try:
         g = await holder.mutex(name, lease=60).lock()
-        waiters = [asyncio.ensure_future(lock_unlock(c)) for c in (wa, wa, wb)]
+        waiters = [asyncio.ensure_future(lock_retrying(c, name, errors)) for c in (wa, wa, wb)]
         node = raw.get_node_from_key(key)
         primary = aioredis.Redis(host=node.host, port=node.port)
 

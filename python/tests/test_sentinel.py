@@ -14,7 +14,7 @@ import redbell
 from redbell import sync
 
 from conftest import eventually, unique
-from topology import SentinelTopology
+from topology import SentinelTopology, lock_retrying
 
 
 @pytest.fixture(scope="module")
@@ -64,21 +64,6 @@ def test_the_sync_face_connects_through_the_sentinels(topo):
             assert g.fence > 0
 
 
-async def _lock_retrying(client, name, errors):
-    """lock() then unlock(); the time it held. Called again after a
-    RedisError (a call in flight during the failover fails; the caller
-    retries, as the docs say)."""
-    while True:
-        try:
-            g = await client.mutex(name).lock()
-            at = time.monotonic()
-            await g.unlock()
-            return at
-        except redbell.RedisError as e:
-            errors.append(repr(e))
-            await asyncio.sleep(0.1)
-
-
 async def test_parked_waiters_are_served_after_the_primary_is_killed(topo):
     """Runs last in this module: it leaves the topology failed over."""
     name = unique("sentinel-failover")
@@ -89,7 +74,7 @@ async def test_parked_waiters_are_served_after_the_primary_is_killed(topo):
     errors: list = []
     try:
         g = await holder.mutex(name, lease=60).lock()
-        waiters = [asyncio.ensure_future(_lock_retrying(c, name, errors))
+        waiters = [asyncio.ensure_future(lock_retrying(c, name, errors))
                    for c in (wa, wa, wb)]
 
         async def subscribed(r):

@@ -2,6 +2,7 @@
 by the project's scripts (``scripts/redis/sentinel.sh``, ``cluster.sh``) on
 free ports, as the Rust test kit does (``testkit/src/port.rs``)."""
 
+import asyncio
 import os
 import random
 import signal
@@ -9,6 +10,8 @@ import socket
 import subprocess
 import time
 from typing import List
+
+import redbell
 
 from conftest import REPO
 
@@ -89,3 +92,18 @@ def wait_until(pred, timeout: float, step: float = 0.05) -> bool:
         if time.monotonic() >= end:
             return False
         time.sleep(step)
+
+
+async def lock_retrying(client, name, errors):
+    """lock() then unlock(); the time it held. Called again after a
+    RedisError (a call in flight during a failover fails; the caller
+    retries, as the docs say), each appended to ``errors``."""
+    while True:
+        try:
+            g = await client.mutex(name).lock()
+            at = time.monotonic()
+            await g.unlock()
+            return at
+        except redbell.RedisError as e:
+            errors.append(repr(e))
+            await asyncio.sleep(0.1)
