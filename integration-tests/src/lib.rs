@@ -38,7 +38,8 @@
 //! `keys` (names of keys, channels and scripts), `client` (redbell clients
 //! as the tests configure them), `raw` (raw Redis commands), `node` (one
 //! server of a topology, by port), `wait` (bounded waiting and retrying),
-//! `waiter`, `counter`, `monitor`, `process` (child processes to freeze:
+//! `waiter`, `counter`, `monitor`, `pool` (the kinds of the `pool_waiter`
+//! process: [`PoolKind`]), `process` (child processes to freeze:
 //! [`signal`], [`Stoppable`]), `server`, `side`, and
 //! `handoff` (one contended hand-off between two clients, timed:
 //! [`hand_off`]).
@@ -59,6 +60,7 @@ mod handoff;
 mod keys;
 mod monitor;
 mod node;
+mod pool;
 mod process;
 mod raw;
 mod server;
@@ -77,6 +79,7 @@ pub use keys::{
 };
 pub use monitor::Monitor;
 pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
+pub use pool::PoolKind;
 pub use process::{Stoppable, signal};
 pub use raw::{
     client_ids, client_list, commandstats, config_set, del, exists, fair_queue, get, hgetall, hset,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 
 use redbell_integration_tests::{
-    Proxy, Stoppable, client, fifo_key, intents_key, raw, redis_url, unique, wait_for_members,
+    PoolKind as Kind, Proxy, Stoppable, client, raw, redis_url, unique, wait_for_members,
     waiters_key,
 };
 
@@ -36,34 +36,6 @@ const BOUND: Duration = Duration::from_millis(2500);
 const LEASE: Duration = Duration::from_secs(15);
 
 type Guard = Box<dyn std::any::Any + Send>;
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Mutex,
-    Fair,
-    Write,
-    Semaphore,
-}
-
-impl Kind {
-    fn arg(self) -> &'static str {
-        match self {
-            Kind::Mutex => "mutex",
-            Kind::Fair => "fair",
-            Kind::Write => "write",
-            Kind::Semaphore => "semaphore",
-        }
-    }
-
-    fn queue(self, name: &str) -> String {
-        match self {
-            Kind::Mutex => waiters_key(name),
-            Kind::Fair => fifo_key(name),
-            Kind::Write => intents_key(name),
-            Kind::Semaphore => format!("redbell:{{{name}}}:queue"),
-        }
-    }
-}
 
 async fn acquire(c: &redbell::Client, kind: Kind, name: &str, lease: Option<Duration>) -> Guard {
     match kind {
@@ -79,8 +51,10 @@ async fn acquire(c: &redbell::Client, kind: Kind, name: &str, lease: Option<Dura
             let m = lease.map_or(c.rwlock(name), |l| c.rwlock(name).with_lease(l));
             Box::new(m.write().await.unwrap())
         }
-        Kind::Semaphore => {
-            let s = lease.map_or(c.semaphore(name, 1), |l| c.semaphore(name, 1).with_lease(l));
+        Kind::Semaphore(permits) => {
+            let s = lease.map_or(c.semaphore(name, permits), |l| {
+                c.semaphore(name, permits).with_lease(l)
+            });
             Box::new(s.acquire().await.unwrap())
         }
     }
@@ -123,7 +97,11 @@ async fn frozen_or_cut_ahead(
     let held = acquire(&holder, kind, &name, Some(first)).await;
     let (k_arg, mode) = (k.to_string(), if per_task { "per-task" } else { "shared" });
     let worker_url = cut.map_or(url.clone(), Proxy::url);
-    let args = [kind.arg(), &name, &k_arg, "1", mode, &worker_url];
+    let permits = match kind {
+        Kind::Semaphore(p) => p.to_string(),
+        _ => "1".to_owned(),
+    };
+    let args = [kind.arg(), &name, &k_arg, &permits, mode, &worker_url];
     let bin = env!("CARGO_BIN_EXE_pool_waiter").as_ref();
     let mut workers = Vec::new();
     let per = if matches!(kind, Kind::Write) || per_task {
@@ -204,8 +182,8 @@ async fn fair_three_frozen_workers_ahead() {
 
 #[tokio::test]
 async fn semaphore_three_frozen_workers_ahead() {
-    let w = frozen_workers_ahead(Kind::Semaphore, 3, 1).await;
-    check(Kind::Semaphore, 3, 1, w);
+    let w = frozen_workers_ahead(Kind::Semaphore(1), 3, 1).await;
+    check(Kind::Semaphore(1), 3, 1, w);
 }
 
 /// RwLock writers: a release cuts every intent's window, however many.

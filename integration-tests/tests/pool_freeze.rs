@@ -24,8 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use redbell_integration_tests::{
-    Stoppable, client, fifo_key, got_within, intents_key, raw, redis_url, unique, wait_for_members,
-    waiters_key,
+    PoolKind as Kind, Stoppable, client, got_within, raw, redis_url, unique, wait_for_members,
 };
 
 /// The bound (1 s), with slack for a loaded 2-core machine; a stall
@@ -39,35 +38,6 @@ const FIRST_LEASE: Duration = Duration::from_secs(10);
 
 /// The holder's lease when the live waiter queues: what a stall costs.
 const LEASE: Duration = Duration::from_secs(12);
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    Mutex,
-    Fair,
-    Write,
-    Semaphore(u32),
-}
-
-impl Kind {
-    fn arg(self) -> &'static str {
-        match self {
-            Kind::Mutex => "mutex",
-            Kind::Fair => "fair",
-            Kind::Write => "write",
-            Kind::Semaphore(_) => "semaphore",
-        }
-    }
-
-    /// The sorted set the waiters of lock `name` queue in.
-    fn queue(self, name: &str) -> String {
-        match self {
-            Kind::Mutex => waiters_key(name),
-            Kind::Fair => fifo_key(name),
-            Kind::Write => intents_key(name),
-            Kind::Semaphore(_) => format!("redbell:{{{name}}}:queue"),
-        }
-    }
-}
 
 /// What the test holds, released to start the clock.
 enum Held {
