@@ -75,6 +75,7 @@ use std::time::{Duration, Instant};
 use crate::fail::{EX_FAILURE, Failure};
 
 mod checker;
+mod clock;
 mod fault_kind;
 mod faults;
 mod plan;

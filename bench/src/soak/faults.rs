@@ -469,7 +469,8 @@ impl Pool {
             if !hosts.is_empty() {
                 return Some(hosts.swap_remove(slot % hosts.len()));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            // Every worker's log is read per turn: not every millisecond.
+            tokio::time::sleep(Duration::from_millis(5)).await;
             self.continue_due(false);
         }
         None

@@ -19,9 +19,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use super::clock::now_us;
 
 /// How long the probe sleeps between checks.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -86,14 +88,6 @@ impl StallProbe {
         }
         self.stalls.lock().map(|s| s.clone()).unwrap_or_default()
     }
-}
-
-/// The wall clock in µs, as the workers log it (`worker_io::now_us`; not
-/// imported, which would close an import cycle through the checker).
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// How much of `[from, to]` the `stalls` (in time order) cover.

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
@@ -119,12 +119,7 @@ pub struct WorkerArgs {
     pub target: Target,
 }
 
-/// Wall clock µs (one clock: every process is on this machine).
-pub fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
+pub use super::clock::now_us;
 
 /// A redbell error's variant name, e.g. `NotHeld`.
 pub fn error_kind(e: &redbell::Error) -> String {
