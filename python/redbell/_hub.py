@@ -279,6 +279,13 @@ class Hub:
                 w.event.set()
         # "W:?" (a fair probe) and anything else: ignored
 
+    def reconnect(self) -> None:
+        """Drop the connection (the primary moved): the task connects again,
+        resubscribes every channel and wakes every waiter."""
+        conn = self._conn
+        if conn is not None:
+            asyncio.ensure_future(conn.disconnect(nowait=True))
+
     async def aclose(self) -> None:
         """Stop the connection task and close the connection."""
         self._closed = True

@@ -184,6 +184,13 @@ class Mux:
             return
         self._watchdog = loop.call_at(due, self._check)
 
+    def drop(self) -> None:
+        """Close the connection now (the primary moved): calls it owes fail
+        with ``ConnectionError``, and the next call opens a new one."""
+        link = self._link
+        if link is not None:
+            self._fail(link, rexc.ConnectionError("the primary moved"))
+
     async def aclose(self) -> None:
         """Close the connection; calls still owed fail with ConnectionError."""
         self._closed = True

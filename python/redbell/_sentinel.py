@@ -1,19 +1,18 @@
 """Redis Sentinel: a client whose primary is the one the sentinels name,
 followed across failovers (the Rust ``Client::sentinel``).
 
-Both sides of the client ask the sentinels for the primary whenever they
-connect, through redis-py's asyncio Sentinel support:
+Where the primary is comes from a :class:`~redbell._follow.Follower`: it
+listens to every sentinel's ``+switch-master`` and is told of every error
+that may mean the primary moved; when it moves, every connection opened
+from then on goes to the new primary, and the client drops those to the
+old one:
 
-- the command pool holds ``SentinelManagedConnection`` objects: a
-  connection that fails (refused, reset, timed out) or answers ``READONLY``
-  (the old primary, demoted) is dropped, and the next one is opened to the
-  address the sentinels name then; redis-py retries a call that failed on a
-  dropped connection, so a call in flight during a failover either
-  succeeds on the new primary or fails with :class:`RedisError`;
-- the hub's pub/sub connection comes from a pool of the same kind: after a
-  loss (the primary killed: reset or the liveness probe) it connects to the
-  primary named then, resubscribes and wakes every waiter, which attempts
-  on the new primary.
+- the command connection (the mux): a call in flight on it fails with a
+  connection error and is sent once more, to the new primary (every script
+  is idempotent, PROTOCOL.md "Failure rules");
+- the hub's pub/sub connection: it connects to the new primary,
+  resubscribes and wakes every waiter, which attempts there;
+- the pooled connections of ``Client._redis``.
 """
 
 import asyncio
@@ -21,24 +20,18 @@ from typing import Any, Optional, Sequence, Tuple
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
-from redis.asyncio.connection import BlockingConnectionPool
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.connection import BlockingConnectionPool, ConnectionPool
 from redis.connection import parse_url
 
 from ._calls import POOL_SIZE, RESPONSE_TIMEOUT, _map_error
 from ._client import Client
+from ._follow import Follower, PrimaryConnection
 from ._hub import Hub
 from .errors import RedisError
 
 
 CONNECT_WAIT = 10.0
 """Seconds connect_sentinel waits for the named primary to answer."""
-
-
-class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
-    """A sentinel-managed pool that waits for a free connection when all
-    ``max_connections`` are in use (as the single-server client's pool
-    does) instead of raising."""
 
 
 def _sentinel_node(url: str) -> Tuple[str, int, dict]:
@@ -85,27 +78,32 @@ async def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
     nodes = [_sentinel_node(u) for u in sentinels]
     if not nodes:
         raise RedisError("connect_sentinel: no sentinel URL given")
-    manager = Sentinel([], min_other_sentinels=0)
-    # Each sentinel with the credentials of its own URL.
-    manager.sentinels = [
-        aioredis.Redis(host=h, port=p, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
-                       socket_connect_timeout=RESPONSE_TIMEOUT, **opts)
-        for h, p, opts in nodes
-    ]
-    primary: Any = dict(username=username, password=password, db=db, protocol=2,
-                        socket_connect_timeout=RESPONSE_TIMEOUT)
-    commands = _BlockingSentinelPool(master_name, manager, max_connections=POOL_SIZE,
-                                     timeout=None, socket_timeout=RESPONSE_TIMEOUT, **primary)
-    pubsub = SentinelConnectionPool(master_name, manager, **primary)
+    primary: Any = dict(username=username, password=password, db=db, protocol=2)
+    follower = Follower(nodes, master_name, primary, RESPONSE_TIMEOUT)
+    try:
+        await follower.start()
+    except BaseException as e:
+        await follower.aclose()
+        if isinstance(e, rexc.RedisError):
+            raise _map_error(e) from e
+        raise
+    conns: Any = dict(connection_class=PrimaryConnection, follower=follower,
+                      socket_connect_timeout=RESPONSE_TIMEOUT, **primary)
+    commands = BlockingConnectionPool(max_connections=POOL_SIZE, timeout=None,
+                                      socket_timeout=RESPONSE_TIMEOUT, **conns)
+    pubsub = ConnectionPool(**conns)
     client = Client(None, prefix, _redis=aioredis.Redis(connection_pool=commands),
                     _hub=lambda orphan: Hub(None, orphan, pool=pubsub))
 
-    async def close_sentinels() -> None:  # (Sentinel.aclose is newer than redis-py 5.0)
-        for r in manager.sentinels:
-            await r.aclose()
-    client._on_close.append(close_sentinels)
+    def moved() -> None:
+        if client._mux is not None:
+            client._mux.drop()
+        client._hub.reconnect()
+        asyncio.ensure_future(commands.disconnect())
+    follower.on_move.append(moved)
+    client._on_close.append(follower.aclose)
     try:
-        # Bounded: the sentinels may name no reachable primary (mid-failover).
+        # Bounded: the primary found may fail before it answers.
         ping = asyncio.ensure_future(client._redis.ping())
         done, _ = await asyncio.wait({ping}, timeout=CONNECT_WAIT)
         if not done:
@@ -115,7 +113,7 @@ async def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
         ping.result()
     except BaseException as e:
         await client._redis.aclose()
-        await close_sentinels()
+        await follower.aclose()
         if isinstance(e, rexc.RedisError):
             raise _map_error(e) from e
         raise

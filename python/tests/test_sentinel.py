@@ -64,6 +64,103 @@ def test_the_sync_face_connects_through_the_sentinels(topo):
             assert g.fence > 0
 
 
+async def _sentinels_name(topo, port: int) -> bool:
+    """Whether every sentinel names 127.0.0.1:``port`` as the primary."""
+    for url in topo.sentinel_urls:
+        s = aioredis.Redis.from_url(url)
+        try:
+            addr = await s.execute_command("SENTINEL", "get-master-addr-by-name", topo.MASTER)
+        except redis_errors.RedisError:
+            return False
+        finally:
+            await s.aclose()
+        if addr is None or int(addr[1]) != port:
+            return False
+    return True
+
+
+async def test_the_client_moves_when_a_sentinel_announces_a_new_primary():
+    """``SENTINEL FAILOVER`` leaves the old primary up and answering as a
+    primary until the sentinels convert it, 8 s or more later. A client that
+    only asks the sentinels when a connection fails stays on it and grants
+    locks the new primary never hears of (the soak's Python overlaps). The
+    client follows the sentinels' ``+switch-master`` instead: parked waiters
+    are served on the new primary, and once a lock lands there, none lands
+    on the old one again."""
+    topo = SentinelTopology()  # its own: this test moves the primary
+    name = unique("announced")
+    holder, wa, wb = (await _connect(topo), await _connect(topo), await _connect(topo))
+    old = aioredis.Redis.from_url(topo.url(topo.primary_port))
+    new = aioredis.Redis.from_url(topo.url(topo.replica_port))
+    key = f"redbell:{{{name}}}"
+    placed: list = []
+    waiters: list = []
+
+    async def wait_and_check(c):
+        # Where the waiter's lock is while it holds it.
+        g = await c.mutex(name).lock()
+        placed.append((await old.get(key) == g.token.encode(),
+                       await new.get(key) == g.token.encode()))
+        await g.unlock()
+    try:
+        g = await holder.mutex(name, lease=60).lock()
+        waiters = [asyncio.ensure_future(wait_and_check(c)) for c in (wa, wb)]
+
+        async def subscribed(r):
+            return len(await r.pubsub_channels(f"{key}:wake:*")) == 2
+        assert await eventually(lambda: subscribed(old), 10), "waiters never subscribed"
+        assert await old.execute_command("WAIT", 1, 5000) == 1, "replica behind"
+
+        s0 = aioredis.Redis.from_url(topo.sentinel_urls[0])
+        assert await s0.execute_command("SENTINEL", "FAILOVER", topo.MASTER)
+        await s0.aclose()
+        assert await eventually(lambda: _sentinels_name(topo, topo.replica_port), 20, 0.05), \
+            "the sentinels did not agree on the new primary within 20 s"
+        agreed = time.monotonic()
+        assert (await old.role())[0] == b"master", "the old primary was converted already"
+
+        # Parked waiters: resubscribed on the new primary, served there.
+        assert await eventually(lambda: subscribed(new), 5), \
+            "the waiters never resubscribed on the new primary"
+        await g.unlock()
+        done, _ = await asyncio.wait(waiters, timeout=20)
+        assert len(done) == 2, "waiters not served within 20 s of the release"
+        for w in waiters:
+            w.result()
+        assert placed == [(False, True)] * 2, \
+            f"waiters' locks (on old, on new): {placed}"
+
+        # Fresh locks: on the new primary within 3 s of the agreement, and
+        # never on the old one after that.
+        on_old, on_new, i = 0, 0, 0
+        while on_new < 20:
+            i += 1
+            probe = f"{name}-{i}"
+            p = await holder.mutex(probe).lock()
+            there = await new.get(f"redbell:{{{probe}}}") == p.token.encode()
+            stale = await old.get(f"redbell:{{{probe}}}") == p.token.encode()
+            await p.unlock()
+            assert there or stale, "the lock is on neither server"
+            if there:
+                on_new += 1
+                continue
+            assert on_new == 0, f"lock {i} on the old primary after {on_new} on the new one"
+            on_old += 1
+            assert time.monotonic() - agreed < 3, \
+                f"{on_old} locks granted on the old primary in the 3 s after the failover"
+            await asyncio.sleep(0.1)
+        print(f"{on_old} locks on the old primary after the sentinels agreed, then {on_new} "
+              f"on the new one")
+    finally:
+        for w in waiters:
+            w.cancel()
+        for c in (holder, wa, wb):
+            await c.aclose()
+        await old.aclose()
+        await new.aclose()
+        topo.stop()
+
+
 async def test_parked_waiters_are_served_after_the_primary_is_killed(topo):
     """Runs last in this module: it leaves the topology failed over."""
     name = unique("sentinel-failover")

@@ -1,0 +1,345 @@
+"""Where the primary is, as the sentinels name it, and following it across
+failovers (the Rust ``src/conn/sentinel.rs`` and ``switches.rs``).
+
+Errors are not enough: after a failover the old primary still answers as a
+primary until the sentinels convert it to a replica, 8 s or more later, and
+a client that stays on it grants locks the new primary never hears of. So
+the :class:`Follower`:
+
+- **listens** to every sentinel's ``+switch-master``, subscribed before the
+  primary is first asked for (an announcement nobody hears is missed), and
+  on one for its master re-resolves until it is on the announced primary;
+  a lost subscription is made again with a jittered backoff (0.1 to 5 s)
+  and followed by one re-resolution;
+- **resolves** by asking all sentinels at once and trying their answers
+  newest configuration epoch first (sentinels tell each other of a failover
+  only every 2 s); a named node must answer ``ROLE`` as ``master`` (when
+  ``ROLE`` and ``HELLO`` are both denied, the sentinel is trusted); it never
+  moves back to an older epoch than the one it is on;
+- **is told** of every command error that may mean the primary moved
+  (refused, reset, timed out, ``READONLY``: :meth:`Follower.report`), and
+  re-resolves, one at a time;
+- **moves** the client: every connection opened from then on goes to the
+  new address (:class:`PrimaryConnection`), and the ``on_move`` callbacks
+  drop the connections to the old one (the caller's mux and hub).
+"""
+
+import asyncio
+import random
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import redis.asyncio as aioredis
+from redis import exceptions as rexc
+from redis.asyncio.connection import Connection
+
+from .errors import RedisError
+
+Address = Tuple[str, int]
+
+FAILOVER_WAIT = 5.0
+"""Seconds a first resolution asks again while the named nodes are not the
+primary (a failover in progress)."""
+FOLLOW_TRIES = 20
+"""Re-resolutions after an announcement, 0.1 s apart, until on its primary."""
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _field(reply: Any, name: str) -> Optional[str]:
+    """``name``'s value in a map reply or a flat name/value array."""
+    if isinstance(reply, dict):
+        for k, v in reply.items():
+            if _text(k) == name:
+                return _text(v)
+        return None
+    if isinstance(reply, (list, tuple)):
+        for i in range(0, len(reply) - 1, 2):
+            if _text(reply[i]) == name:
+                return _text(reply[i + 1])
+    return None
+
+
+class Follower:
+    """The primary of ``master`` as the sentinels name it, followed."""
+
+    def __init__(self, sentinels: List[Tuple[str, int, dict]], master: str,
+                 primary: Dict[str, Any], timeout: float) -> None:
+        # sentinels: host, port and connection options of each sentinel;
+        # primary: the primary's connection options (credentials, db).
+        self.master = master
+        self.timeout = timeout
+        """Seconds a connect or a reply may take."""
+        self._primary = primary
+        self._sentinels = [
+            aioredis.Redis(host=h, port=p, protocol=2, socket_timeout=timeout,
+                           socket_connect_timeout=timeout, **opts)
+            for h, p, opts in sentinels]
+        self.address: Optional[Address] = None
+        """Where the primary is; None until the first resolution."""
+        self.epoch = -1
+        """The configuration epoch of the sentinels' answer it is on."""
+        self.on_move: List[Callable[[], None]] = []
+        """Called after each move, once the new address is in place."""
+        self._lock = asyncio.Lock()
+        self._reported: Optional[asyncio.Task] = None
+        self._listeners: List[asyncio.Task] = []
+        self._closed = False
+
+    # -- resolution --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Subscribe to every sentinel, then find the primary (asking again
+        for up to :data:`FAILOVER_WAIT` while the nodes named are not it).
+
+        Raises:
+            RedisError: no sentinel answers, none knows the master, or no
+                node they name answers as the primary.
+        """
+        firsts = await asyncio.gather(*(self._subscribe(s) for s in self._sentinels))
+        self._listeners = [asyncio.ensure_future(self._listen(s, c))
+                           for s, c in zip(self._sentinels, firsts)]
+        deadline = asyncio.get_running_loop().time() + FAILOVER_WAIT
+        pause = 0.1
+        while True:
+            error, not_primary = await self._resolve()
+            if error is None:
+                return
+            if not not_primary or asyncio.get_running_loop().time() + pause >= deadline:
+                raise error
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def resolve(self) -> bool:
+        """Ask where the primary is and move there if it moved; whether it
+        moved. Errors (no sentinel answers) leave it where it is."""
+        before = self.address
+        await self._resolve()
+        return self.address != before
+
+    def report(self) -> None:
+        """A command failed in a way that may mean the primary moved:
+        re-resolve in the background (one at a time)."""
+        if self._closed or (self._reported is not None and not self._reported.done()):
+            return
+        self._reported = asyncio.ensure_future(self._resolve())
+
+    async def current(self) -> Address:
+        """The address to connect to: after a re-resolution under way."""
+        if self._reported is not None and not self._reported.done():
+            try:
+                await asyncio.shield(self._reported)
+            except Exception:
+                pass
+        if self.address is None:
+            raise rexc.ConnectionError(f"no primary known for {self.master!r}")
+        return self.address
+
+    async def _resolve(self) -> Tuple[Optional[RedisError], bool]:
+        """One resolution: (None, _) when on the primary (moved or not),
+        else the error and whether a named node answered as not the primary."""
+        async with self._lock:
+            answers = await asyncio.gather(*(self._ask(s) for s in self._sentinels),
+                                           return_exceptions=True)
+            named = [a for a in answers if isinstance(a, tuple)]
+            errors = [a for a in answers if not isinstance(a, tuple)]
+            last: Tuple[Optional[RedisError], bool] = (
+                RedisError(f"no sentinel answers for {self.master!r}: {errors[0]}")
+                if errors else RedisError("no sentinel given"), False)
+            named.sort(key=lambda n: -n[2])  # stable: equal epochs in the order given
+            tried: List[Address] = []
+            for host, port, epoch in named:
+                addr = (host, port)
+                if addr in tried:
+                    continue
+                tried.append(addr)
+                try:
+                    role = await self._role(addr)
+                except Exception as e:
+                    if addr == self.address:
+                        return None, False  # unreachable: the sentinels' to fail over
+                    last = (RedisError(f"{host}:{port}, named by a sentinel: {e}"), False)
+                    continue
+                if role not in ("master", None):
+                    last = (RedisError(f"{host}:{port}, named by a sentinel, is not the "
+                                       f"primary (ROLE {role})"), True)
+                    continue
+                if addr != self.address and epoch >= self.epoch:
+                    self._move(addr, epoch)
+                return None, False  # older epoch: only stale sentinels answered
+            return last
+
+    def _move(self, addr: Address, epoch: int) -> None:
+        first = self.address is None
+        self.address, self.epoch = addr, epoch
+        if not first:
+            for callback in self.on_move:
+                callback()
+
+    async def _ask(self, sentinel: aioredis.Redis) -> Tuple[str, int, int]:
+        """(host, port, config epoch) one sentinel names: ``SENTINEL
+        MASTER``, else ``get-master-addr-by-name`` (epoch 0)."""
+        async def asked() -> Tuple[str, int, int]:
+            try:
+                reply = await sentinel.execute_command("SENTINEL", "MASTER", self.master)
+                ip, port = _field(reply, "ip"), _field(reply, "port")
+                if ip is not None and port is not None:
+                    return ip, int(port), int(_field(reply, "config-epoch") or 0)
+            except rexc.ResponseError as e:
+                if "No such master" in str(e):
+                    raise RedisError(f"the sentinels do not know {self.master!r}") from None
+            reply = await sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                                   self.master)
+            if not reply:
+                raise RedisError(f"the sentinels do not know {self.master!r}")
+            return _text(reply[0]), int(reply[1]), 0
+        try:
+            return await asyncio.wait_for(asked(), self.timeout)
+        except asyncio.TimeoutError:
+            raise RedisError("a sentinel did not answer in time") from None
+
+    async def _role(self, addr: Address) -> Optional[str]:
+        """What the node at ``addr`` says it is: ``ROLE``, else ``HELLO``'s
+        ``role``; None when it cannot be asked (ACL)."""
+        conn = Connection(host=addr[0], port=addr[1], socket_timeout=self.timeout,
+                          socket_connect_timeout=self.timeout, **self._primary)
+
+        async def asked() -> Optional[str]:
+            await conn.connect()
+            for cmd in ("ROLE", "HELLO"):
+                await conn.send_command(cmd)
+                try:
+                    reply = await conn.read_response()
+                except rexc.ResponseError:
+                    continue  # denied, or unknown
+                if cmd == "ROLE":
+                    return _text(reply[0]) if isinstance(reply, list) and reply else None
+                return _field(reply, "role")
+            return None
+        try:
+            return await asyncio.wait_for(asked(), 2 * self.timeout)
+        except asyncio.TimeoutError:
+            raise rexc.TimeoutError("no answer to ROLE in time") from None
+        finally:
+            await conn.disconnect(nowait=True)
+
+    # -- +switch-master ----------------------------------------------------
+
+    async def _subscribe(self, sentinel: aioredis.Redis) -> Optional[Connection]:
+        """A connection subscribed to ``+switch-master``; None when the
+        sentinel cannot be reached in time."""
+        conn = sentinel.connection_pool.make_connection()
+
+        async def subscribed() -> None:
+            await conn.connect()
+            await conn.send_command("SUBSCRIBE", "+switch-master")
+            await conn.read_response()  # the confirmation
+        try:
+            await asyncio.wait_for(subscribed(), max(self.timeout, 1.0))
+        except (asyncio.TimeoutError, Exception):
+            await conn.disconnect(nowait=True)
+            return None
+        conn.socket_timeout = None  # idle reads wait for the next announcement
+        return conn
+
+    async def _listen(self, sentinel: aioredis.Redis, conn: Optional[Connection]) -> None:
+        """Follow one sentinel's announcements until :meth:`aclose`."""
+        backoff = 0.1
+        fresh = False
+        while not self._closed:
+            if conn is None:
+                conn, fresh = await self._subscribe(sentinel), True
+            if conn is not None:
+                backoff = 0.1
+                try:
+                    if fresh:  # announcements made while nobody listened are missed
+                        await self.resolve()
+                    while True:
+                        reply = await conn.read_response()
+                        if isinstance(reply, list) and len(reply) >= 3 \
+                                and reply[0] == b"message":
+                            await self._announced(_text(reply[2]).split(" "))
+                except Exception:
+                    pass
+                finally:
+                    await conn.disconnect(nowait=True)
+                    conn = None
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+            backoff = min(backoff * 2, 5.0)
+
+    async def _announced(self, payload: List[str]) -> None:
+        """``<master> <old ip> <old port> <new ip> <new port>``: when about
+        ours, re-resolve until on the announced primary (the sentinels not
+        yet told name the old one; its epoch is older, so it is not taken)."""
+        if len(payload) != 5 or payload[0] != self.master:
+            return
+        announced = (payload[3], int(payload[4]))
+        for _ in range(FOLLOW_TRIES):
+            if self.address == announced:
+                return
+            await self.resolve()
+            if self.address == announced:
+                return
+            await asyncio.sleep(0.1)
+
+    async def aclose(self) -> None:
+        """Stop listening and close the connections to the sentinels."""
+        self._closed = True
+        tasks = list(self._listeners)
+        if self._reported is not None:
+            tasks.append(self._reported)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except BaseException:
+                pass
+        for s in self._sentinels:
+            await s.aclose()
+
+
+class PrimaryConnection(Connection):
+    """A connection to the primary the :class:`Follower` ``follower`` names
+    when it connects; tells it of errors that may mean the primary moved."""
+
+    def __init__(self, *, follower: Follower, **kwargs: Any) -> None:
+        self._follower = follower
+        super().__init__(**kwargs)
+
+    async def _connect(self) -> None:
+        # Every socket redis-py opens (connect, or a reconnect of its own)
+        # goes to the address named now.
+        self.host, self.port = await self._follower.current()
+        await super()._connect()
+
+    async def connect(self) -> None:
+        if self.is_connected:
+            return
+        f = self._follower
+        for _ in range(3):
+            try:
+                # Bounded: a connect must not outlast the follower's timeouts
+                # whatever the redis-py version retries.
+                await asyncio.wait_for(super().connect(), 2 * f.timeout)
+            except (asyncio.TimeoutError, OSError, rexc.RedisError) as e:
+                f.report()
+                raise rexc.ConnectionError(
+                    f"primary {self.host}:{self.port}: {str(e) or type(e).__name__}") from None
+            if f.address == (self.host, self.port):
+                return
+            await self.disconnect(nowait=True)  # it moved while we connected
+        raise rexc.ConnectionError("the primary moved while connecting")
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except rexc.ReadOnlyError:
+            # A demoted primary: look again; the caller's call may be re-sent.
+            self._follower.report()
+            await self.disconnect(nowait=True)
+            raise rexc.ConnectionError("the primary was demoted (READONLY)") from None
+        except (rexc.ConnectionError, rexc.TimeoutError):
+            self._follower.report()
+            raise
