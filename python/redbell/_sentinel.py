@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
-from redis.asyncio.connection import BlockingConnectionPool, ConnectionPool
+from redis.asyncio.connection import ConnectionPool
 from redis.connection import parse_url
 
 from ._calls import POOL_SIZE, RESPONSE_TIMEOUT, _map_error
@@ -89,8 +89,13 @@ async def connect_sentinel(sentinels: Sequence[str], master_name: str, *,
         raise
     conns: Any = dict(connection_class=PrimaryConnection, follower=follower,
                       socket_connect_timeout=RESPONSE_TIMEOUT, **primary)
-    commands = BlockingConnectionPool(max_connections=POOL_SIZE, timeout=None,
-                                      socket_timeout=RESPONSE_TIMEOUT, **conns)
+    # Script calls go through the client's mux (one connection of this
+    # pool); the pool itself carries only the connect PING. Not a
+    # BlockingConnectionPool: redis-py 5.0.1's deadlocks for good once a
+    # connect fails (its get_connection holds the pool's condition while a
+    # failed connect releases the connection, which takes it again).
+    commands = ConnectionPool(max_connections=POOL_SIZE, socket_timeout=RESPONSE_TIMEOUT,
+                              **conns)
     pubsub = ConnectionPool(**conns)
     client = Client(None, prefix, _redis=aioredis.Redis(connection_pool=commands),
                     _hub=lambda orphan: Hub(None, orphan, pool=pubsub))

@@ -50,18 +50,6 @@ pub fn unavailable(topology: &str) -> Option<String> {
             python.display()
         ));
     }
-    if topology == "sentinel" {
-        // The Python client finds the primary only when it reconnects; it
-        // does not hear `+switch-master`, so after a failover it may go on
-        // granting locks on the old primary while that still answers as
-        // one (a 10-minute run found Python holders beside Rust ones after
-        // each failover). Not run here until it follows the sentinels.
-        return Some(
-            "the Python client does not follow a Sentinel failover as it happens \
-             (no +switch-master listener)"
-                .into(),
-        );
-    }
     let connect = match topology {
         "sentinel" => "connect_sentinel",
         "cluster" => "connect_cluster",
