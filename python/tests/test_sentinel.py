@@ -14,7 +14,7 @@ import redbell
 from redbell import sync
 
 from conftest import eventually, unique
-from topology import SentinelTopology, lock_retrying
+from topology import Proxy, SentinelTopology, lock_retrying
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +79,50 @@ async def _sentinels_name(topo, port: int) -> bool:
     return True
 
 
+async def _on_old_until_moved(client, topo, name: str, since: float, limit: float) -> int:
+    """After a failover to the topology's replica: locks a fresh name every
+    0.1 s until one lands on the new primary, and then 20 more, which must
+    all land there too; how many landed on the old primary first. Fails when
+    they still land there ``limit`` s after ``since``."""
+    old = aioredis.Redis.from_url(topo.url(topo.primary_port))
+    new = aioredis.Redis.from_url(topo.url(topo.replica_port))
+    on_old, on_new, i = 0, 0, 0
+    try:
+        while on_new < 20:
+            i += 1
+            probe = f"{name}-{i}"
+            p = await client.mutex(probe).lock()
+            there = await new.get(f"redbell:{{{probe}}}") == p.token.encode()
+            stale = await old.get(f"redbell:{{{probe}}}") == p.token.encode()
+            await p.unlock()
+            assert there or stale, "the lock is on neither server"
+            if there:
+                on_new += 1
+                continue
+            assert on_new == 0, f"lock {i} on the old primary after {on_new} on the new one"
+            on_old += 1
+            assert time.monotonic() - since < limit, \
+                f"{on_old} locks granted on the old primary in the {limit} s after the failover"
+            await asyncio.sleep(0.1)
+        return on_old
+    finally:
+        await old.aclose()
+        await new.aclose()
+
+
+async def _failover(topo, via: int) -> None:
+    """``SENTINEL FAILOVER`` through sentinel ``via``; returns once every
+    sentinel names the replica, with the old primary still up as a primary."""
+    s = aioredis.Redis.from_url(topo.sentinel_urls[via])
+    assert await s.execute_command("SENTINEL", "FAILOVER", topo.MASTER)
+    await s.aclose()
+    assert await eventually(lambda: _sentinels_name(topo, topo.replica_port), 20, 0.05), \
+        "the sentinels did not agree on the new primary within 20 s"
+    old = aioredis.Redis.from_url(topo.url(topo.primary_port))
+    assert (await old.role())[0] == b"master", "the old primary was converted already"
+    await old.aclose()
+
+
 async def test_the_client_moves_when_a_sentinel_announces_a_new_primary():
     """``SENTINEL FAILOVER`` leaves the old primary up and answering as a
     primary until the sentinels convert it, 8 s or more later. A client that
@@ -111,13 +155,8 @@ async def test_the_client_moves_when_a_sentinel_announces_a_new_primary():
         assert await eventually(lambda: subscribed(old), 10), "waiters never subscribed"
         assert await old.execute_command("WAIT", 1, 5000) == 1, "replica behind"
 
-        s0 = aioredis.Redis.from_url(topo.sentinel_urls[0])
-        assert await s0.execute_command("SENTINEL", "FAILOVER", topo.MASTER)
-        await s0.aclose()
-        assert await eventually(lambda: _sentinels_name(topo, topo.replica_port), 20, 0.05), \
-            "the sentinels did not agree on the new primary within 20 s"
+        await _failover(topo, 0)
         agreed = time.monotonic()
-        assert (await old.role())[0] == b"master", "the old primary was converted already"
 
         # Parked waiters: resubscribed on the new primary, served there.
         assert await eventually(lambda: subscribed(new), 5), \
@@ -132,25 +171,8 @@ async def test_the_client_moves_when_a_sentinel_announces_a_new_primary():
 
         # Fresh locks: on the new primary within 3 s of the agreement, and
         # never on the old one after that.
-        on_old, on_new, i = 0, 0, 0
-        while on_new < 20:
-            i += 1
-            probe = f"{name}-{i}"
-            p = await holder.mutex(probe).lock()
-            there = await new.get(f"redbell:{{{probe}}}") == p.token.encode()
-            stale = await old.get(f"redbell:{{{probe}}}") == p.token.encode()
-            await p.unlock()
-            assert there or stale, "the lock is on neither server"
-            if there:
-                on_new += 1
-                continue
-            assert on_new == 0, f"lock {i} on the old primary after {on_new} on the new one"
-            on_old += 1
-            assert time.monotonic() - agreed < 3, \
-                f"{on_old} locks granted on the old primary in the 3 s after the failover"
-            await asyncio.sleep(0.1)
-        print(f"{on_old} locks on the old primary after the sentinels agreed, then {on_new} "
-              f"on the new one")
+        on_old = await _on_old_until_moved(holder, topo, name, agreed, 3)
+        print(f"{on_old} locks on the old primary after the sentinels agreed")
     finally:
         for w in waiters:
             w.cancel()
@@ -158,6 +180,35 @@ async def test_the_client_moves_when_a_sentinel_announces_a_new_primary():
             await c.aclose()
         await old.aclose()
         await new.aclose()
+        topo.stop()
+
+
+async def test_a_client_that_missed_the_announcement_moves_once_it_hears_a_sentinel():
+    """The client's one sentinel is unreachable (behind a proxy that is cut)
+    while the failover happens, and reachable again once the sentinels agree:
+    the announcement was missed, so the subscription made again must be
+    followed by a look at the primary, or the client stays on the old one
+    until the sentinels convert it."""
+    topo = SentinelTopology()
+    proxy = Proxy(topo.base + 10)
+    await proxy.start()
+    client = None
+    try:
+        client = await redbell.connect_sentinel([f"redis://127.0.0.1:{proxy.port}"],
+                                                topo.MASTER)
+        name = unique("missed")
+        g = await client.mutex(name).lock()
+        await g.unlock()
+        await proxy.cut()  # its subscription dropped, and no new connection
+        await _failover(topo, 1)
+        await proxy.start()  # reachable again, on the same port
+        back = time.monotonic()
+        on_old = await _on_old_until_moved(client, topo, name, back, 5)
+        print(f"{on_old} locks on the old primary after the sentinel was back")
+    finally:
+        if client is not None:
+            await client.aclose()
+        await proxy.cut()
         topo.stop()
 
 

@@ -107,3 +107,57 @@ async def lock_retrying(client, name, errors):
         except redbell.RedisError as e:
             errors.append(repr(e))
             await asyncio.sleep(0.1)
+
+
+class Proxy:
+    """A TCP proxy from 127.0.0.1:``port`` (0: any free one) to
+    127.0.0.1:``target``, in the running event loop. :meth:`cut` closes the
+    listener and aborts every connection through it (the peers see a reset);
+    :meth:`start` again listens on the same port."""
+
+    def __init__(self, target: int, port: int = 0) -> None:
+        self.target = target
+        self.port = port
+        self._server = None
+        self._transports: list = []
+        self._pipes: list = []
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port,
+                                                  reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _handle(self, reader, writer) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._transports += [writer.transport, up_writer.transport]
+
+        async def pipe(src, dst) -> None:
+            try:
+                while True:
+                    data = await src.read(65536)
+                    if not data:
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            except Exception:
+                pass
+            finally:
+                dst.transport.abort()
+        self._pipes += [asyncio.ensure_future(pipe(reader, up_writer)),
+                        asyncio.ensure_future(pipe(up_reader, writer))]
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in self._transports:
+            t.abort()
+        for p in self._pipes:
+            p.cancel()
+        self._transports, self._pipes = [], []
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
