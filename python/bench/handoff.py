@@ -21,6 +21,8 @@ rest of the page). Asserts nothing: its figures depend on the machine.
 import argparse
 import asyncio
 import datetime
+import functools
+import importlib
 import multiprocessing as mp
 import os
 import platform
@@ -43,8 +45,8 @@ def _last(name: str) -> str:
 
 # -- hand-off workers (one process each) -------------------------------------
 
-def _redbell_worker(name: str, seconds: float, wid: int, q) -> None:
-    import redbell
+def _redbell_worker(name: str, seconds: float, wid: int, q, pkg: str = "redbell") -> None:
+    redbell = importlib.import_module(pkg)
 
     async def run() -> "tuple[int, int]":
         client = await redbell.connect(URL)
@@ -68,8 +70,8 @@ def _redbell_worker(name: str, seconds: float, wid: int, q) -> None:
     q.put(asyncio.run(run()))
 
 
-def _redbell_sync_worker(name: str, seconds: float, wid: int, q) -> None:
-    from redbell import sync
+def _redbell_sync_worker(name: str, seconds: float, wid: int, q, pkg: str = "redbell") -> None:
+    sync = importlib.import_module(pkg + ".sync")
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
     spans: list = []
@@ -160,7 +162,9 @@ def handoffs(worker, workers: int, seconds: float) -> dict:
     # lock to the next holder's first (CLOCK_MONOTONIC: one clock for all).
     held = sorted((got, left, i) for i, x in enumerate(results) for got, left in x[3])
     gaps = sorted(b[0] - a[1] for a, b in zip(held, held[1:]) if a[2] != b[2]) or [0.0]
-    return {"gap50": gaps[len(gaps) // 2] * 1e6, "gap99": gaps[len(gaps) * 99 // 100] * 1e6,
+    holds = [left - got for got, left, _ in held] or [0.0]
+    return {"hold50": statistics.median(holds) * 1e6,
+            "gap50": gaps[len(gaps) // 2] * 1e6, "gap99": gaps[len(gaps) * 99 // 100] * 1e6,
             "gapmean": statistics.mean(gaps) * 1e6,"rate": n / seconds, "all": sum(x[1] for x in results) / seconds,
             "cmds": cmds / max(n, 1), "scripts": scripts / max(n, 1),
             "cpu": sum(x[2] for x in results) / max(n, 1) * 1e6,
@@ -177,8 +181,8 @@ def _per(n: int, t: float, c: float) -> "tuple[float, float]":
     return n / (time.perf_counter() - t), (time.process_time() - c) / n * 1e6
 
 
-def _unc_redbell(n: int) -> "tuple[float, float]":
-    import redbell
+def _unc_redbell(n: int, pkg: str = "redbell") -> "tuple[float, float]":
+    redbell = importlib.import_module(pkg)
 
     async def run() -> "tuple[float, float]":
         client = await redbell.connect(URL)
@@ -193,8 +197,8 @@ def _unc_redbell(n: int) -> "tuple[float, float]":
     return asyncio.run(run())
 
 
-def _unc_redbell_sync(n: int) -> "tuple[float, float]":
-    from redbell import sync
+def _unc_redbell_sync(n: int, pkg: str = "redbell") -> "tuple[float, float]":
+    sync = importlib.import_module(pkg + ".sync")
     with sync.connect(URL) as client:
         m = client.mutex("bench-py-unc-" + uuid.uuid4().hex[:8])
         t, c = time.perf_counter(), time.process_time()
@@ -291,7 +295,9 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
         f"the bench's `GETSET` excluded); *script calls* = `EVALSHA`/`EVAL` per hand-off; "
         f"*gap* = from a holder's last statement inside the lock (unlock about to be sent) "
         f"to the next holder's first, for hand-offs to another worker (p50, mean, p99; "
-        f"the mean is what bounds hand-offs/s); "
+        f"the mean is what bounds hand-offs/s); *hold* = the median time inside the lock "
+        f"(the `GETSET` round trip: redis-py's asyncio client in the asyncio arms, its "
+        f"synchronous one in the others); "
         f"*client CPU* = the CPU time of all {args.workers} worker processes over their loops "
         f"(`time.process_time()`) per hand-off; *Redis CPU* = `used_cpu_sys + used_cpu_user` "
         f"per hand-off. On a loaded machine the workers share what CPU is left, so client "
@@ -300,8 +306,8 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
     out.append("")
     out.append("| library | hand-offs/s to another worker (runs) | × python-redis-lock "
                "| all acquisitions/s | commands / hand-off | script calls / hand-off "
-               "| gap p50 / mean / p99 | client CPU / hand-off | Redis CPU / hand-off |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+               "| gap p50 / mean / p99 | hold | client CPU / hand-off | Redis CPU / hand-off |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     base = med.get("python-redis-lock")
     for k, v in hand.items():
         ratio = f"{med[k] / base:.2f}×" if base else "–"
@@ -311,6 +317,7 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
             f"| {statistics.median(x['cmds'] for x in v):.1f} "
             f"| {statistics.median(x['scripts'] for x in v):.2f} "
             f"| {_us(v, 'gap50')} / {_us(v, 'gapmean')} / {_us(v, 'gap99')} "
+            f"| {_us(v, 'hold50')} "
             f"| {statistics.median(x['cpu'] for x in v):.0f} µs "
             f"| {statistics.median(x['redis_cpu'] for x in v):.0f} µs |")
     out.append("")
@@ -378,7 +385,17 @@ def main() -> None:
     p.add_argument("--uncontended", type=int, default=2000, help="lock+unlock per run")
     p.add_argument("--only", help="comma-separated library names (as in the tables)")
     p.add_argument("--report", help="write the section into this Markdown file")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also run an older copy of the package, DIR/redbell_base (e.g. "
+                        "`git archive REV python/redbell`, the directory renamed), as the "
+                        "arms 'redbell (baseline)', for before/after figures of one run")
     args = p.parse_args()
+    if args.baseline:
+        sys.path.insert(0, args.baseline)
+        HANDOFF.insert(1, ("redbell (baseline)",
+                           functools.partial(_redbell_worker, pkg="redbell_base")))
+        UNCONTENDED.insert(1, ("redbell (baseline)",
+                               functools.partial(_unc_redbell, pkg="redbell_base")))
     only = set(args.only.split(",")) if args.only else None
     pick = lambda rows: [(k, f) for k, f in rows if only is None or k in only]  # noqa: E731
     try:
@@ -394,7 +411,8 @@ def main() -> None:
             x = handoffs(worker, args.workers, args.seconds)
             hand[k].append(x)
             print(f"round {i + 1}: {k}: {x['rate']:.0f} hand-offs/s, gap p50 "
-                  f"{x['gap50']:.0f} mean {x['gapmean']:.0f} p99 {x['gap99']:.0f} µs, "
+                  f"{x['gap50']:.0f} mean {x['gapmean']:.0f} p99 {x['gap99']:.0f} µs, hold "
+                  f"{x['hold50']:.0f} µs, "
                   f"{x['cpu']:.0f} µs client CPU / hand-off", file=sys.stderr)
         rows = pick(UNCONTENDED)
         for k, f in rows[i % len(rows):] + rows[:i % len(rows)]:
