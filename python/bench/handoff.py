@@ -45,12 +45,19 @@ def _last(name: str) -> str:
 
 # -- hand-off workers (one process each) -------------------------------------
 
+ASYNC_HOLD = False
+"""Whether the asyncio arm's ``GETSET`` goes through redis-py's asyncio
+client (``--async-hold``) rather than the synchronous one every other arm
+uses."""
+
+
 def _redbell_worker(name: str, seconds: float, wid: int, q, pkg: str = "redbell") -> None:
     redbell = importlib.import_module(pkg)
 
     async def run() -> "tuple[int, int]":
         client = await redbell.connect(URL)
-        r = redis.asyncio.Redis.from_url(URL, protocol=2)
+        ar = redis.asyncio.Redis.from_url(URL, protocol=2)
+        r = redis.Redis.from_url(URL, protocol=2)
         m = client.mutex(name)
         n = total = 0
         cpu = time.process_time()
@@ -58,13 +65,15 @@ def _redbell_worker(name: str, seconds: float, wid: int, q, pkg: str = "redbell"
         while time.monotonic() < end:
             async with m:
                 got = time.monotonic()
-                prev = await r.getset(_last(name), wid)
+                prev = await ar.getset(_last(name), wid) if ASYNC_HOLD \
+                    else r.getset(_last(name), wid)
                 n += prev is not None and int(prev) != wid
                 total += 1
                 spans.append((got, time.monotonic()))
         cpu = time.process_time() - cpu
         await client.aclose()
-        await r.aclose()
+        await ar.aclose()
+        r.close()
         return n, total, cpu, spans
     spans: list = []
     q.put(asyncio.run(run()))
@@ -296,8 +305,13 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
         f"*gap* = from a holder's last statement inside the lock (unlock about to be sent) "
         f"to the next holder's first, for hand-offs to another worker (p50, mean, p99; "
         f"the mean is what bounds hand-offs/s); *hold* = the median time inside the lock "
-        f"(the `GETSET` round trip: redis-py's asyncio client in the asyncio arms, its "
-        f"synchronous one in the others); "
+        f"(the `GETSET` round trip, "
+        + ("through redis-py's asyncio client in the asyncio arms, its synchronous one in "
+           "the others" if args.async_hold else
+           "through redis-py's synchronous client in every arm, the asyncio ones included "
+           "(it blocks their loop for one round trip), so that the work inside the lock "
+           "costs the same in every row and the rows differ only by their lock")
+        + "); "
         f"*client CPU* = the CPU time of all {args.workers} worker processes over their loops "
         f"(`time.process_time()`) per hand-off; *Redis CPU* = `used_cpu_sys + used_cpu_user` "
         f"per hand-off. On a loaded machine the workers share what CPU is left, so client "
@@ -389,7 +403,11 @@ def main() -> None:
                    help="also run an older copy of the package, DIR/redbell_base (e.g. "
                         "`git archive REV python/redbell`, the directory renamed), as the "
                         "arms 'redbell (baseline)', for before/after figures of one run")
+    p.add_argument("--async-hold", action="store_true",
+                   help="the asyncio arms' GETSET through redis-py's asyncio client")
     args = p.parse_args()
+    global ASYNC_HOLD
+    ASYNC_HOLD = args.async_hold
     if args.baseline:
         sys.path.insert(0, args.baseline)
         HANDOFF.insert(1, ("redbell (baseline)",
