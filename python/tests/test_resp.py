@@ -4,6 +4,9 @@ error replies as redis-py's exceptions, and connections that die under a
 call, mid-reply included (a relay in front of the real server cuts them)."""
 
 import asyncio
+import os
+import socket
+import subprocess
 from typing import Optional
 from urllib.parse import urlparse
 
@@ -15,7 +18,7 @@ from redbell._calls import _Call
 from redbell._mux import pack
 from redbell._resp import Reader
 
-from conftest import redis_url, unique
+from conftest import REPO, redis_url, unique
 
 SHAPES = (b"+OK\r\n:42\r\n:-7\r\n$-1\r\n$0\r\n\r\n$5\r\nab\r\nc\r\n"
           b"*3\r\n:1\r\n*2\r\n$1\r\na\r\n$-1\r\n+x\r\n*-1\r\n*0\r\n"
@@ -183,3 +186,37 @@ async def test_call_on_a_killed_connection_fails_at_once(raw):
             await asyncio.wait_for(call, 10)
     finally:
         await c.aclose()
+
+
+@pytest.fixture
+def tls_url():
+    """A TLS-only server of scripts/redis/tls.sh on free ports (stopped after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(REPO, "scripts", "redis", "tls.sh")
+    out = subprocess.run([script, "start", str(port)], capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 0:
+        pytest.fail(f"tls.sh start failed: {out.stderr[-500:]}")
+    ca = os.path.join(REPO, "target", "redis", "tls", "ca.crt")
+    yield f"{out.stdout.split()[0]}?ssl_ca_certs={ca}"
+    subprocess.run([script, "stop", str(port)], capture_output=True, timeout=60)
+
+
+async def test_waiter_woken_over_tls(tls_url):
+    # Both connections read through the protocol over the TLS transport.
+    name = unique("resp-tls")
+    a, b = await redbell.connect(tls_url), await redbell.connect(tls_url)
+    try:
+        g = await a.mutex(name).lock()
+        waiter = asyncio.ensure_future(b.mutex(name).lock())
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        await g.unlock()
+        g2 = await asyncio.wait_for(waiter, 10)
+        assert g2.fence > g.fence
+        await g2.unlock()
+    finally:
+        await a.aclose()
+        await b.aclose()
