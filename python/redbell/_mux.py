@@ -151,7 +151,7 @@ class Mux:
             link.proto.close(rexc.ConnectionError("reply to no call"))
             return
         sink, _ = link.pending.popleft()
-        if isinstance(reply, rexc.ResponseError):
+        if isinstance(reply, Exception):  # an error reply, as redis-py maps it
             sink(None, reply)
         else:
             sink(reply, None)
