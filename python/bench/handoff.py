@@ -260,6 +260,25 @@ UNCONTENDED = [
 ]
 
 
+# -- floors (roundtrip.py) -----------------------------------------------------
+
+FLOOR_N = 1000
+"""Round trips per floor measurement."""
+MUX = "redbell's multiplexed connection"
+
+
+def floors() -> dict:
+    """roundtrip.py's floors: name -> (CPU µs, wall µs) per step."""
+    import roundtrip  # beside this file
+    out = {}
+    for k, f in roundtrip.WAYS:
+        cpu, wall = f(FLOOR_N)
+        out[k] = (cpu / FLOOR_N * 1e6, wall / FLOOR_N * 1e6)
+    for k, side in roundtrip.WAKES:
+        out[k] = roundtrip._pingpong(side, FLOOR_N // 2)
+    return out
+
+
 # -- the report ----------------------------------------------------------------
 
 def _version(dist: str) -> str:
@@ -279,7 +298,8 @@ def _runs(xs: "list[float]") -> str:
     return ", ".join(f"{x:.0f}" for x in xs)
 
 
-def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
+def section(args, hand: dict, unc: dict, floor: dict,
+            loads: "tuple[float, float]") -> str:
     med = {k: statistics.median(x["rate"] for x in v) for k, v in hand.items()}
     umed = {k: statistics.median(x[0] for x in v) for k, v in unc.items()}
     ucpu = {k: statistics.median(x[1] for x in v) for k, v in unc.items()}
@@ -348,6 +368,27 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
         ratio = f"{umed[k] / ubase:.2f}×" if ubase else "–"
         out.append(f"| {k} | **{umed[k]:.0f}** ({_runs([x[0] for x in v])}) | {ratio} "
                    f"| {ucpu[k]:.0f} µs |")
+    fmed = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+            for k, v in floor.items()}
+    if fmed:
+        out.append("")
+        out.append(
+            f"**Floors.** What one step costs on this machine during this run, whatever the "
+            f"library (`python/bench/roundtrip.py`, {FLOOR_N} steps a run, once a round, "
+            f"medians): a sequential `PING` round trip per I/O path, one process; and a "
+            f"wake-up of another process through Redis, two processes waking each other in "
+            f"turn (`LPUSH` → `BLPOP` with redis-py's sync client, python-redis-lock's "
+            f"wake-up; `PUBLISH` → an asyncio subscriber, redbell's). On its critical path a "
+            f"hand-off costs, in either library, one wake-up of the next holder and one round "
+            f"trip of its attempt (redbell: the wake-up message, then the acquire script that "
+            f"takes its reservation; python-redis-lock: `BLPOP` returns, then `SET NX`); the "
+            f"Redis scripts and the releaser's next attempt run beside it on the same cores. "
+            f"`python/bench/handoff_trace.py` splits redbell's gap by step and process.")
+        out.append("")
+        out.append("| step | CPU / step | wall / step |")
+        out.append("|---|---|---|")
+        for k, (c, w) in fmed.items():
+            out.append(f"| {k} | {c:.0f} µs | {w:.0f} µs |")
     out.append("")
     out.append("Goals of the Python client (reported, not asserted):")
     out.append("")
@@ -363,6 +404,17 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
                 line += (f"; client + Redis CPU per hand-off {cpu['redbell']:.0f} vs "
                          f"{cpu['python-redis-lock']:.0f} µs "
                          f"({cpu['python-redis-lock'] / cpu['redbell']:.2f}×)")
+            wake = ("PUBLISH → subscriber (asyncio Protocol)", "LPUSH → BLPOP (redis-py sync)")
+            if all(k in fmed for k in wake):
+                gaps = [statistics.median(x["gap50"] for x in hand[k])
+                        for k in ("redbell", "python-redis-lock")]
+                line += (f"; gap p50 {gaps[0]:.0f} vs {gaps[1]:.0f} µs, while the wake-up "
+                         f"floor is {fmed[wake[0]][1]:.0f} vs {fmed[wake[1]][1]:.0f} µs and "
+                         f"the attempt's round trip floor "
+                         f"{fmed[MUX][1]:.0f}"
+                         f" vs {fmed['redis-py sync client'][1]:.0f} µs: the floors of "
+                         f"the steps do not bound it; the rest of the gap is the scripts' "
+                         f"work in Redis and waiting for a core (`handoff_trace.py`)")
         out.append(line)
     if ubase and "redbell" in umed:
         ok = umed["redbell"] >= 0.8 * ubase
@@ -403,6 +455,7 @@ def main() -> None:
                    help="also run an older copy of the package, DIR/redbell_base (e.g. "
                         "`git archive REV python/redbell`, the directory renamed), as the "
                         "arms 'redbell (baseline)', for before/after figures of one run")
+    p.add_argument("--no-floors", action="store_true", help="skip roundtrip.py's floors")
     p.add_argument("--async-hold", action="store_true",
                    help="the asyncio arms' GETSET through redis-py's asyncio client")
     args = p.parse_args()
@@ -423,7 +476,11 @@ def main() -> None:
     loads0 = os.getloadavg()[0]
     hand: dict = {k: [] for k, _ in pick(HANDOFF)}
     unc: dict = {k: [] for k, _ in pick(UNCONTENDED)}
+    floor: dict = {}
     for i in range(args.rounds):
+        if not args.no_floors:
+            for k, v in floors().items():
+                floor.setdefault(k, []).append(v)
         rot = pick(HANDOFF)[i % len(pick(HANDOFF)):] + pick(HANDOFF)[:i % len(pick(HANDOFF))]
         for k, worker in rot:
             x = handoffs(worker, args.workers, args.seconds)
@@ -437,7 +494,7 @@ def main() -> None:
             unc[k].append(f(args.uncontended))
             print(f"round {i + 1}: uncontended {k}: {unc[k][-1][0]:.0f}/s, "
                   f"{unc[k][-1][1]:.0f} µs CPU", file=sys.stderr)
-    text = section(args, hand, unc, (loads0, os.getloadavg()[0]))
+    text = section(args, hand, unc, floor, (loads0, os.getloadavg()[0]))
     print(text)
     if args.report:
         write_report(args.report, text)

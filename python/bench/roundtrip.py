@@ -1,6 +1,7 @@
 """The floor of one round trip to Redis from Python, per way of making it:
 the CPU time (``time.process_time()``) and wall time per sequential
-``PING``, medians of interleaved rounds. A hand-off costs its processes a
+``PING`` (connections opened beforehand), medians of interleaved rounds;
+and per wake-up of one process by another through Redis. A hand-off costs its processes a
 few such round trips each (the woken waiter's attempt, the holder's
 release, the releaser's next attempt), so these floors bound what any
 client library on that I/O path can reach.
@@ -28,25 +29,40 @@ URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
 PING = b"*1\r\n$4\r\nPING\r\n"
 
 
-def _sync_socket(n: int) -> None:
+def _clock() -> "tuple[float, float]":
+    return time.process_time(), time.perf_counter()
+
+
+def _since(t0: "tuple[float, float]") -> "tuple[float, float]":
+    return time.process_time() - t0[0], time.perf_counter() - t0[1]
+
+
+def _sync_socket(n: int) -> "tuple[float, float]":
     u = urlparse(URL)
     s = socket.create_connection((u.hostname, u.port or 6379))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t0 = _clock()
     for _ in range(n):
         s.sendall(PING)
         s.recv(64)
+    took = _since(t0)
     s.close()
+    return took
 
 
-def _sync_redispy(n: int) -> None:
+def _sync_redispy(n: int) -> "tuple[float, float]":
     r = redis.Redis.from_url(URL, protocol=2)
+    r.execute_command("PING")  # connected
+    t0 = _clock()
     for _ in range(n):
         r.execute_command("PING")
+    took = _since(t0)
     r.close()
+    return took
 
 
-def _asyncio_protocol(n: int) -> None:
-    async def run() -> None:
+def _asyncio_protocol(n: int) -> "tuple[float, float]":
+    async def run() -> "tuple[float, float]":
         loop = asyncio.get_running_loop()
         u = urlparse(URL)
 
@@ -57,38 +73,50 @@ def _asyncio_protocol(n: int) -> None:
                 self.fut.set_result(data)
 
         t, p = await loop.create_connection(P, u.hostname, u.port or 6379)
+        t0 = _clock()
         for _ in range(n):
             p.fut = loop.create_future()
             t.write(PING)
             await p.fut
+        took = _since(t0)
         t.close()
-    asyncio.run(run())
+        return took
+    return asyncio.run(run())
 
 
-def _redbell_mux(n: int) -> None:
+def _redbell_mux(n: int) -> "tuple[float, float]":
     from redbell._calls import _Call
     from redbell._client import Client
     from redbell._mux import pack
 
-    async def run() -> None:
+    async def run() -> "tuple[float, float]":
         c = Client(URL)
         mux = c._mux
         packed = pack(("PING",))
-        for _ in range(n):
+        t0 = None
+        for i in range(n + 1):  # the first one opens the connection
             call = _Call()
             mux.send(packed, call.settle)
             await call
+            if i == 0:
+                t0 = _clock()
+        took = _since(t0)
         await c.aclose()
-    asyncio.run(run())
+        return took
+    return asyncio.run(run())
 
 
-def _asyncio_redispy(n: int) -> None:
-    async def run() -> None:
+def _asyncio_redispy(n: int) -> "tuple[float, float]":
+    async def run() -> "tuple[float, float]":
         r = redis.asyncio.Redis.from_url(URL, protocol=2)
+        await r.execute_command("PING")  # connected
+        t0 = _clock()
         for _ in range(n):
             await r.execute_command("PING")
+        took = _since(t0)
         await r.aclose()
-    asyncio.run(run())
+        return took
+    return asyncio.run(run())
 
 
 # -- wake-ups: two processes wake each other through Redis ------------------
@@ -204,10 +232,8 @@ def main() -> None:
     wakes: dict = {k: [] for k, _ in WAKES}
     for i in range(args.rounds):
         for k, f in WAYS[i % len(WAYS):] + WAYS[:i % len(WAYS)]:
-            t, c = time.perf_counter(), time.process_time()
-            f(args.n)
-            res[k].append(((time.process_time() - c) / args.n * 1e6,
-                           (time.perf_counter() - t) / args.n * 1e6))
+            cpu, wall = f(args.n)
+            res[k].append((cpu / args.n * 1e6, wall / args.n * 1e6))
             print(f"round {i + 1}: {k}: {res[k][-1][0]:.1f} µs CPU, "
                   f"{res[k][-1][1]:.1f} µs wall", file=sys.stderr)
         for k, side in WAKES[i % 2:] + WAKES[:i % 2]:
