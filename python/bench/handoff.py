@@ -377,7 +377,7 @@ def section(args, hand: dict, unc: dict, floor: dict,
             f"library (`python/bench/roundtrip.py`, {FLOOR_N} steps a run, once a round, "
             f"medians): a sequential `PING` round trip per I/O path, one process; and a "
             f"wake-up of another process through Redis, two processes waking each other in "
-            f"turn (`LPUSH` → `BLPOP` with redis-py's sync client, python-redis-lock's "
+            f"turn (`LPUSH` and `BLPOP` in one write → `BLPOP` returns, redis-py's sync client: python-redis-lock's "
             f"wake-up; `PUBLISH` → an asyncio subscriber, redbell's). On its critical path a "
             f"hand-off costs, in either library, one wake-up of the next holder and one round "
             f"trip of its attempt (redbell: the wake-up message, then the acquire script that "

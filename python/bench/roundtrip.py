@@ -134,11 +134,15 @@ def _blpop_side(me: str, other: str, n: int, first: bool, q) -> None:
     r = redis.Redis.from_url(URL, protocol=2)
     r.ping()
     _gate(me, other)
+    pipe = r.pipeline(transaction=False)
     c, t = time.process_time(), time.perf_counter()
     for i in range(n):
-        if first or i:
-            r.lpush(other, 1)
-        r.blpop([me], 0)
+        if first or i:  # one write, as a PUBLISH is: LPUSH's reply is not waited for alone
+            pipe.lpush(other, 1)
+            pipe.blpop([me], 0)
+            pipe.execute()
+        else:
+            r.blpop([me], 0)
     if not first:
         r.lpush(other, 1)
     q.put((time.process_time() - c, time.perf_counter() - t))
