@@ -174,7 +174,8 @@ def handoffs(worker, workers: int, seconds: float) -> dict:
     holds = [left - got for got, left, _ in held] or [0.0]
     return {"hold50": statistics.median(holds) * 1e6,
             "gap50": gaps[len(gaps) // 2] * 1e6, "gap99": gaps[len(gaps) * 99 // 100] * 1e6,
-            "gapmean": statistics.mean(gaps) * 1e6,"rate": n / seconds, "all": sum(x[1] for x in results) / seconds,
+            "gapmean": statistics.mean(gaps) * 1e6, "rate": n / seconds,
+            "all": sum(x[1] for x in results) / seconds,
             "cmds": cmds / max(n, 1), "scripts": scripts / max(n, 1),
             "cpu": sum(x[2] for x in results) / max(n, 1) * 1e6,
             "redis_cpu": (server_cpu["used_cpu_sys"] + server_cpu["used_cpu_user"]
@@ -377,8 +378,9 @@ def section(args, hand: dict, unc: dict, floor: dict,
             f"library (`python/bench/roundtrip.py`, {FLOOR_N} steps a run, once a round, "
             f"medians): a sequential `PING` round trip per I/O path, one process; and a "
             f"wake-up of another process through Redis, two processes waking each other in "
-            f"turn (`LPUSH` and `BLPOP` in one write → `BLPOP` returns, redis-py's sync client: python-redis-lock's "
-            f"wake-up; `PUBLISH` → an asyncio subscriber, redbell's). On its critical path a "
+            f"turn (`LPUSH` and `BLPOP` in one write → `BLPOP` returns, redis-py's sync "
+            f"client: python-redis-lock's wake-up; `PUBLISH` → an asyncio subscriber, "
+            f"redbell's). On its critical path a "
             f"hand-off costs, in either library, one wake-up of the next holder and one round "
             f"trip of its attempt (redbell: the wake-up message, then the acquire script that "
             f"takes its reservation; python-redis-lock: `BLPOP` returns, then `SET NX`); the "

@@ -23,77 +23,98 @@ import uuid
 
 import redis
 
-URL = os.environ["REDIS_URL"]
-PKG = sys.argv[1] if len(sys.argv) > 1 else "redbell"
+URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+WORKERS = 8
+SECONDS = 4.0
+STEPS = ["exit → release written (holder)", "release written → wake-up read",
+         "wake-up read → attempt written", "attempt written → reply read",
+         "reply read → holding (woken)", "whole gap"]
 
-def worker(name, seconds, wid, q):
-    rb = importlib.import_module(PKG)
-    hub = importlib.import_module(PKG + "._hub"); mux = importlib.import_module(PKG + "._mux")
-    ev = {"msg": [], "send": [], "reply": []}
-    om = hub.Hub._message
+
+def _instrument(pkg: str, ev: dict) -> None:
+    """Record when the hub reads a message and the mux writes a call or
+    reads a reply (the package's own functions, wrapped)."""
+    hub = importlib.import_module(pkg + "._hub")
+    mux = importlib.import_module(pkg + "._mux")
+    message, send = hub.Hub._message, mux.Mux.send
+
     def _message(self, ch, payload):
-        ev["msg"].append(time.monotonic()); return om(self, ch, payload)
+        ev["msg"].append(time.monotonic())
+        return message(self, ch, payload)
+
+    def _send(self, packed, sink):
+        ev["send"].append(time.monotonic())
+
+        def timed(reply, err):
+            ev["reply"].append(time.monotonic())
+            return sink(reply, err)
+        return send(self, packed, timed)
     hub.Hub._message = _message
-    os_ = mux.Mux.send
-    def send(self, packed, sink):
-        ev["send"].append(time.monotonic()); return os_(self, packed, sink)
-    mux.Mux.send = send
-    if hasattr(mux.Mux, "_reply"):
-        orp = mux.Mux._reply
-        def _reply(self, link, reply):
-            ev["reply"].append(time.monotonic()); return orp(self, link, reply)
-        mux.Mux._reply = _reply
-    else:
-        def wrap(sink):
-            def s(r, e):
-                ev["reply"].append(time.monotonic()); return sink(r, e)
-            return s
-        def send2(self, packed, sink):
-            ev["send"].append(time.monotonic()); return os_(self, packed, wrap(sink))
-        mux.Mux.send = send2
-    async def run():
-        client = await rb.connect(URL)
-        r = redis.asyncio.Redis.from_url(URL, protocol=2); sr = redis.Redis.from_url(URL, protocol=2)
+    mux.Mux.send = _send
+
+
+def _worker(pkg: str, name: str, wid: int, q) -> None:
+    ev: dict = {"msg": [], "send": [], "reply": []}
+    _instrument(pkg, ev)
+    redbell = importlib.import_module(pkg)
+    r = redis.Redis.from_url(URL, protocol=2)
+
+    async def run() -> list:
+        client = await redbell.connect(URL)
         m = client.mutex(name)
         spans = []
-        end = time.monotonic() + seconds
+        end = time.monotonic() + SECONDS
         while time.monotonic() < end:
             async with m:
                 got = time.monotonic()
-                prev = sr.getset(f"bench:{{{name}}}:last", wid)
+                r.getset(f"bench:{{{name}}}:last", wid)
                 spans.append((got, time.monotonic()))
-        await client.aclose(); await r.aclose()
+        await client.aclose()
         return spans
-    spans = asyncio.run(run())
-    q.put((wid, spans, ev))
+    q.put((wid, asyncio.run(run()), ev))
 
-def main():
-    name = "trace-" + uuid.uuid4().hex[:8]
+
+def _last(xs: list, before: float, after: float):
+    """The latest of the sorted ``xs`` in (after, before), or None."""
+    i = bisect.bisect_left(xs, before) - 1
+    return xs[i] if i >= 0 and xs[i] > after else None
+
+
+def main() -> None:
+    pkg = sys.argv[1] if len(sys.argv) > 1 else "redbell"
+    name = "bench-trace-" + uuid.uuid4().hex[:8]
     q = mp.Queue()
-    ps = [mp.Process(target=worker, args=(name, 4.0, i, q)) for i in range(8)]
-    for p in ps: p.start()
+    ps = [mp.Process(target=_worker, args=(pkg, name, i, q)) for i in range(WORKERS)]
+    for p in ps:
+        p.start()
     res = [q.get() for _ in ps]
-    for p in ps: p.join()
-    held = sorted((g, l, wid) for wid, spans, _ in res for g, l in spans)
+    for p in ps:
+        p.join()
+    held = sorted((got, left, wid) for wid, spans, _ in res for got, left in spans)
     evs = {wid: ev for wid, _, ev in res}
-    rows = []
-    for a, b in zip(held, held[1:]):
-        if a[2] == b[2]: continue
-        ev = evs[b[2]]
-        def last(kind, before, after):
-            xs = ev[kind]; i = bisect.bisect_left(xs, before) - 1
-            return xs[i] if i >= 0 and xs[i] > after else None
-        rep = last("reply", b[0], a[1]); snd = last("send", rep or b[0], a[1]) if rep else None
-        msg = last("msg", snd or b[0], a[1]) if snd else None
-        hx = evs[a[2]]["send"]; j = bisect.bisect_left(hx, a[1])
-        rel = hx[j] if j < len(hx) and hx[j] < b[0] else None
-        if None in (rep, snd, msg, rel): rows.append(None); continue
-        rows.append((rel - a[1], msg - rel, snd - msg, rep - snd, b[0] - rep, b[0] - a[1]))
-    ok = [r for r in rows if r]
-    print(PKG, "handoffs", len(rows), "with a wake message", len(ok))
-    for i, lab in enumerate(["exit->release sent (H)", "release sent->msg read", "msg->attempt sent (W)", "attempt->reply read", "reply->got (W)", "total gap"]):
-        xs = sorted(r[i] * 1e6 for r in ok)
-        print(f"  {lab:22s} p50 {xs[len(xs)//2]:7.0f}  mean {statistics.mean(xs):7.0f}  p90 {xs[len(xs)*9//10]:7.0f} µs")
-    nog = sorted((b[0]-a[1])*1e6 for (a, b), r in zip([(a, b) for a, b in zip(held, held[1:]) if a[2] != b[2]], rows) if r is None)
-    if nog: print("  without a message: n", len(nog), "p50", nog[len(nog)//2], "mean", statistics.mean(nog))
-main()
+    rows, untraced = [], 0
+    for (_, left, prev), (got, _, wid) in zip(held, held[1:]):
+        if prev == wid:
+            continue
+        ev = evs[wid]
+        reply = _last(ev["reply"], got, left)
+        sent = reply and _last(ev["send"], reply, left)
+        msg = sent and _last(ev["msg"], sent, left)
+        out = evs[prev]["send"]
+        j = bisect.bisect_left(out, left)
+        release = out[j] if j < len(out) and out[j] < got else None
+        if not (reply and sent and msg and release):
+            untraced += 1  # no wake-up message (e.g. a free lock): not split
+            continue
+        rows.append((release - left, msg - release, sent - msg, reply - sent, got - reply,
+                     got - left))
+    print(f"{pkg}: {len(rows) + untraced} hand-offs to another worker in {SECONDS:g} s, "
+          f"{len(rows)} split by step ({untraced} without a wake-up message)")
+    for i, step in enumerate(STEPS):
+        xs = sorted(r[i] * 1e6 for r in rows) or [0.0]
+        print(f"  {step:34s} p50 {xs[len(xs) // 2]:6.0f}  mean {statistics.mean(xs):6.0f}  "
+              f"p90 {xs[len(xs) * 9 // 10]:6.0f} µs")
+
+
+if __name__ == "__main__":
+    main()
