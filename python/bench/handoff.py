@@ -21,6 +21,8 @@ rest of the page). Asserts nothing: its figures depend on the machine.
 import argparse
 import asyncio
 import datetime
+import functools
+import importlib
 import multiprocessing as mp
 import os
 import platform
@@ -43,12 +45,19 @@ def _last(name: str) -> str:
 
 # -- hand-off workers (one process each) -------------------------------------
 
-def _redbell_worker(name: str, seconds: float, wid: int, q) -> None:
-    import redbell
+ASYNC_HOLD = False
+"""Whether the asyncio arm's ``GETSET`` goes through redis-py's asyncio
+client (``--async-hold``) rather than the synchronous one every other arm
+uses."""
+
+
+def _redbell_worker(name: str, seconds: float, wid: int, q, pkg: str = "redbell") -> None:
+    redbell = importlib.import_module(pkg)
 
     async def run() -> "tuple[int, int]":
         client = await redbell.connect(URL)
-        r = redis.asyncio.Redis.from_url(URL, protocol=2)
+        ar = redis.asyncio.Redis.from_url(URL, protocol=2)
+        r = redis.Redis.from_url(URL, protocol=2)
         m = client.mutex(name)
         n = total = 0
         cpu = time.process_time()
@@ -56,20 +65,22 @@ def _redbell_worker(name: str, seconds: float, wid: int, q) -> None:
         while time.monotonic() < end:
             async with m:
                 got = time.monotonic()
-                prev = await r.getset(_last(name), wid)
+                prev = await ar.getset(_last(name), wid) if ASYNC_HOLD \
+                    else r.getset(_last(name), wid)
                 n += prev is not None and int(prev) != wid
                 total += 1
                 spans.append((got, time.monotonic()))
         cpu = time.process_time() - cpu
         await client.aclose()
-        await r.aclose()
+        await ar.aclose()
+        r.close()
         return n, total, cpu, spans
     spans: list = []
     q.put(asyncio.run(run()))
 
 
-def _redbell_sync_worker(name: str, seconds: float, wid: int, q) -> None:
-    from redbell import sync
+def _redbell_sync_worker(name: str, seconds: float, wid: int, q, pkg: str = "redbell") -> None:
+    sync = importlib.import_module(pkg + ".sync")
     r = redis.Redis.from_url(URL, protocol=2)
     n = total = 0
     spans: list = []
@@ -160,8 +171,11 @@ def handoffs(worker, workers: int, seconds: float) -> dict:
     # lock to the next holder's first (CLOCK_MONOTONIC: one clock for all).
     held = sorted((got, left, i) for i, x in enumerate(results) for got, left in x[3])
     gaps = sorted(b[0] - a[1] for a, b in zip(held, held[1:]) if a[2] != b[2]) or [0.0]
-    return {"gap50": gaps[len(gaps) // 2] * 1e6, "gap99": gaps[len(gaps) * 99 // 100] * 1e6,
-            "gapmean": statistics.mean(gaps) * 1e6,"rate": n / seconds, "all": sum(x[1] for x in results) / seconds,
+    holds = [left - got for got, left, _ in held] or [0.0]
+    return {"hold50": statistics.median(holds) * 1e6,
+            "gap50": gaps[len(gaps) // 2] * 1e6, "gap99": gaps[len(gaps) * 99 // 100] * 1e6,
+            "gapmean": statistics.mean(gaps) * 1e6, "rate": n / seconds,
+            "all": sum(x[1] for x in results) / seconds,
             "cmds": cmds / max(n, 1), "scripts": scripts / max(n, 1),
             "cpu": sum(x[2] for x in results) / max(n, 1) * 1e6,
             "redis_cpu": (server_cpu["used_cpu_sys"] + server_cpu["used_cpu_user"]
@@ -177,8 +191,8 @@ def _per(n: int, t: float, c: float) -> "tuple[float, float]":
     return n / (time.perf_counter() - t), (time.process_time() - c) / n * 1e6
 
 
-def _unc_redbell(n: int) -> "tuple[float, float]":
-    import redbell
+def _unc_redbell(n: int, pkg: str = "redbell") -> "tuple[float, float]":
+    redbell = importlib.import_module(pkg)
 
     async def run() -> "tuple[float, float]":
         client = await redbell.connect(URL)
@@ -193,8 +207,8 @@ def _unc_redbell(n: int) -> "tuple[float, float]":
     return asyncio.run(run())
 
 
-def _unc_redbell_sync(n: int) -> "tuple[float, float]":
-    from redbell import sync
+def _unc_redbell_sync(n: int, pkg: str = "redbell") -> "tuple[float, float]":
+    sync = importlib.import_module(pkg + ".sync")
     with sync.connect(URL) as client:
         m = client.mutex("bench-py-unc-" + uuid.uuid4().hex[:8])
         t, c = time.perf_counter(), time.process_time()
@@ -247,6 +261,25 @@ UNCONTENDED = [
 ]
 
 
+# -- floors (roundtrip.py) -----------------------------------------------------
+
+FLOOR_N = 1000
+"""Round trips per floor measurement."""
+MUX = "redbell's multiplexed connection"
+
+
+def floors() -> dict:
+    """roundtrip.py's floors: name -> (CPU µs, wall µs) per step."""
+    import roundtrip  # beside this file
+    out = {}
+    for k, f in roundtrip.WAYS:
+        cpu, wall = f(FLOOR_N)
+        out[k] = (cpu / FLOOR_N * 1e6, wall / FLOOR_N * 1e6)
+    for k, side in roundtrip.WAKES:
+        out[k] = roundtrip._pingpong(side, FLOOR_N // 2)
+    return out
+
+
 # -- the report ----------------------------------------------------------------
 
 def _version(dist: str) -> str:
@@ -266,7 +299,8 @@ def _runs(xs: "list[float]") -> str:
     return ", ".join(f"{x:.0f}" for x in xs)
 
 
-def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
+def section(args, hand: dict, unc: dict, floor: dict,
+            loads: "tuple[float, float]") -> str:
     med = {k: statistics.median(x["rate"] for x in v) for k, v in hand.items()}
     umed = {k: statistics.median(x[0] for x in v) for k, v in unc.items()}
     ucpu = {k: statistics.median(x[1] for x in v) for k, v in unc.items()}
@@ -291,7 +325,14 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
         f"the bench's `GETSET` excluded); *script calls* = `EVALSHA`/`EVAL` per hand-off; "
         f"*gap* = from a holder's last statement inside the lock (unlock about to be sent) "
         f"to the next holder's first, for hand-offs to another worker (p50, mean, p99; "
-        f"the mean is what bounds hand-offs/s); "
+        f"the mean is what bounds hand-offs/s); *hold* = the median time inside the lock "
+        f"(the `GETSET` round trip, "
+        + ("through redis-py's asyncio client in the asyncio arms, its synchronous one in "
+           "the others" if args.async_hold else
+           "through redis-py's synchronous client in every arm, the asyncio ones included "
+           "(it blocks their loop for one round trip), so that the work inside the lock "
+           "costs the same in every row and the rows differ only by their lock")
+        + "); "
         f"*client CPU* = the CPU time of all {args.workers} worker processes over their loops "
         f"(`time.process_time()`) per hand-off; *Redis CPU* = `used_cpu_sys + used_cpu_user` "
         f"per hand-off. On a loaded machine the workers share what CPU is left, so client "
@@ -300,8 +341,8 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
     out.append("")
     out.append("| library | hand-offs/s to another worker (runs) | × python-redis-lock "
                "| all acquisitions/s | commands / hand-off | script calls / hand-off "
-               "| gap p50 / mean / p99 | client CPU / hand-off | Redis CPU / hand-off |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+               "| gap p50 / mean / p99 | hold | client CPU / hand-off | Redis CPU / hand-off |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     base = med.get("python-redis-lock")
     for k, v in hand.items():
         ratio = f"{med[k] / base:.2f}×" if base else "–"
@@ -311,6 +352,7 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
             f"| {statistics.median(x['cmds'] for x in v):.1f} "
             f"| {statistics.median(x['scripts'] for x in v):.2f} "
             f"| {_us(v, 'gap50')} / {_us(v, 'gapmean')} / {_us(v, 'gap99')} "
+            f"| {_us(v, 'hold50')} "
             f"| {statistics.median(x['cpu'] for x in v):.0f} µs "
             f"| {statistics.median(x['redis_cpu'] for x in v):.0f} µs |")
     out.append("")
@@ -327,6 +369,28 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
         ratio = f"{umed[k] / ubase:.2f}×" if ubase else "–"
         out.append(f"| {k} | **{umed[k]:.0f}** ({_runs([x[0] for x in v])}) | {ratio} "
                    f"| {ucpu[k]:.0f} µs |")
+    fmed = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+            for k, v in floor.items()}
+    if fmed:
+        out.append("")
+        out.append(
+            f"**Floors.** What one step costs on this machine during this run, whatever the "
+            f"library (`python/bench/roundtrip.py`, {FLOOR_N} steps a run, once a round, "
+            f"medians): a sequential `PING` round trip per I/O path, one process; and a "
+            f"wake-up of another process through Redis, two processes waking each other in "
+            f"turn (`LPUSH` and `BLPOP` in one write → `BLPOP` returns, redis-py's sync "
+            f"client: python-redis-lock's wake-up; `PUBLISH` → an asyncio subscriber, "
+            f"redbell's). On its critical path a "
+            f"hand-off costs, in either library, one wake-up of the next holder and one round "
+            f"trip of its attempt (redbell: the wake-up message, then the acquire script that "
+            f"takes its reservation; python-redis-lock: `BLPOP` returns, then `SET NX`); the "
+            f"Redis scripts and the releaser's next attempt run beside it on the same cores. "
+            f"`python/bench/handoff_trace.py` splits redbell's gap by step and process.")
+        out.append("")
+        out.append("| step | CPU / step | wall / step |")
+        out.append("|---|---|---|")
+        for k, (c, w) in fmed.items():
+            out.append(f"| {k} | {c:.0f} µs | {w:.0f} µs |")
     out.append("")
     out.append("Goals of the Python client (reported, not asserted):")
     out.append("")
@@ -342,6 +406,17 @@ def section(args, hand: dict, unc: dict, loads: "tuple[float, float]") -> str:
                 line += (f"; client + Redis CPU per hand-off {cpu['redbell']:.0f} vs "
                          f"{cpu['python-redis-lock']:.0f} µs "
                          f"({cpu['python-redis-lock'] / cpu['redbell']:.2f}×)")
+            wake = ("PUBLISH → subscriber (asyncio Protocol)", "LPUSH → BLPOP (redis-py sync)")
+            if all(k in fmed for k in wake):
+                gaps = [statistics.median(x["gap50"] for x in hand[k])
+                        for k in ("redbell", "python-redis-lock")]
+                line += (f"; gap p50 {gaps[0]:.0f} vs {gaps[1]:.0f} µs, while the wake-up "
+                         f"floor is {fmed[wake[0]][1]:.0f} vs {fmed[wake[1]][1]:.0f} µs and "
+                         f"the attempt's round trip floor "
+                         f"{fmed[MUX][1]:.0f}"
+                         f" vs {fmed['redis-py sync client'][1]:.0f} µs: the floors of "
+                         f"the steps do not bound it; the rest of the gap is the scripts' "
+                         f"work in Redis and waiting for a core (`handoff_trace.py`)")
         out.append(line)
     if ubase and "redbell" in umed:
         ok = umed["redbell"] >= 0.8 * ubase
@@ -378,7 +453,22 @@ def main() -> None:
     p.add_argument("--uncontended", type=int, default=2000, help="lock+unlock per run")
     p.add_argument("--only", help="comma-separated library names (as in the tables)")
     p.add_argument("--report", help="write the section into this Markdown file")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also run an older copy of the package, DIR/redbell_base (e.g. "
+                        "`git archive REV python/redbell`, the directory renamed), as the "
+                        "arms 'redbell (baseline)', for before/after figures of one run")
+    p.add_argument("--no-floors", action="store_true", help="skip roundtrip.py's floors")
+    p.add_argument("--async-hold", action="store_true",
+                   help="the asyncio arms' GETSET through redis-py's asyncio client")
     args = p.parse_args()
+    global ASYNC_HOLD
+    ASYNC_HOLD = args.async_hold
+    if args.baseline:
+        sys.path.insert(0, args.baseline)
+        HANDOFF.insert(1, ("redbell (baseline)",
+                           functools.partial(_redbell_worker, pkg="redbell_base")))
+        UNCONTENDED.insert(1, ("redbell (baseline)",
+                               functools.partial(_unc_redbell, pkg="redbell_base")))
     only = set(args.only.split(",")) if args.only else None
     pick = lambda rows: [(k, f) for k, f in rows if only is None or k in only]  # noqa: E731
     try:
@@ -388,20 +478,25 @@ def main() -> None:
     loads0 = os.getloadavg()[0]
     hand: dict = {k: [] for k, _ in pick(HANDOFF)}
     unc: dict = {k: [] for k, _ in pick(UNCONTENDED)}
+    floor: dict = {}
     for i in range(args.rounds):
+        if not args.no_floors:
+            for k, v in floors().items():
+                floor.setdefault(k, []).append(v)
         rot = pick(HANDOFF)[i % len(pick(HANDOFF)):] + pick(HANDOFF)[:i % len(pick(HANDOFF))]
         for k, worker in rot:
             x = handoffs(worker, args.workers, args.seconds)
             hand[k].append(x)
             print(f"round {i + 1}: {k}: {x['rate']:.0f} hand-offs/s, gap p50 "
-                  f"{x['gap50']:.0f} mean {x['gapmean']:.0f} p99 {x['gap99']:.0f} µs, "
+                  f"{x['gap50']:.0f} mean {x['gapmean']:.0f} p99 {x['gap99']:.0f} µs, hold "
+                  f"{x['hold50']:.0f} µs, "
                   f"{x['cpu']:.0f} µs client CPU / hand-off", file=sys.stderr)
         rows = pick(UNCONTENDED)
         for k, f in rows[i % len(rows):] + rows[:i % len(rows)]:
             unc[k].append(f(args.uncontended))
             print(f"round {i + 1}: uncontended {k}: {unc[k][-1][0]:.0f}/s, "
                   f"{unc[k][-1][1]:.0f} µs CPU", file=sys.stderr)
-    text = section(args, hand, unc, (loads0, os.getloadavg()[0]))
+    text = section(args, hand, unc, floor, (loads0, os.getloadavg()[0]))
     print(text)
     if args.report:
         write_report(args.report, text)

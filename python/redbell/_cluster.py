@@ -50,19 +50,18 @@ class _ShardConnection(Connection):
         self._on_lost = on_lost
         self._leaving: set = set()
 
-    async def send_command(self, *args: Any, **kwargs: Any) -> None:
+    def hub_command(self, args: tuple) -> List[tuple]:
+        """The commands that carry the hub's ``args`` on this connection."""
         if args and args[0] in ("SUBSCRIBE", "UNSUBSCRIBE"):
             # One command per channel: one SSUBSCRIBE may not span slots.
             cmd = "S" + args[0]
             if cmd == "SUNSUBSCRIBE":
                 self._leaving.update(args[1:])
-            await self.send_packed_command(
-                self.pack_commands([(cmd, ch) for ch in args[1:]]), check_health=False)
-            return
-        await super().send_command(*args, **kwargs)
+            return [(cmd, ch) for ch in args[1:]]
+        return [args]
 
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        reply = await super().read_response(*args, **kwargs)
+    def hub_reply(self, reply: Any) -> Any:
+        """A reply of this connection as the hub reads it (unsharded)."""
         if isinstance(reply, list) and reply:
             kind = reply[0]
             if kind == b"smessage":

@@ -29,6 +29,9 @@ from typing import Callable, Dict, Optional
 
 from redis.asyncio.connection import ConnectionPool
 
+from ._mux import pack
+from ._resp import RespProtocol, take_over
+
 LINGER = 2.0
 """Seconds a subscription outlives its last waiter (Rust ``subscription_linger``)."""
 PROBE = 1.0
@@ -94,9 +97,11 @@ class Hub:
             url, protocol=2, **kwargs)
         self._on_orphan = on_orphan
         self._channels: Dict[bytes, Channel] = {}
-        self._conn = None
+        self._conn: Optional[RespProtocol] = None
+        """The live connection's protocol (writes go through it), or None."""
         self._task: Optional[asyncio.Task] = None
         self._pong: Optional[asyncio.Event] = None
+        self._shape_command: Optional[Callable[[tuple], list]] = None
         self._closed = False
         self._next_id = 0
 
@@ -143,7 +148,7 @@ class Hub:
         del self._channels[ch.name]
         conn = self._conn
         if conn is not None and ch.confirmed is not None:
-            asyncio.ensure_future(self._send(conn, "UNSUBSCRIBE", ch.name))
+            self._send(conn, "UNSUBSCRIBE", ch.name)
 
     async def subscribe(self, ch: Channel) -> None:
         """Return once ``ch`` is subscribed on the live connection (confirmed).
@@ -158,7 +163,7 @@ class Hub:
         while True:
             if ch.confirmed is None and self._conn is not None:
                 ch.confirmed = asyncio.get_running_loop().create_future()
-                await self._send(self._conn, "SUBSCRIBE", ch.name)
+                self._send(self._conn, "SUBSCRIBE", ch.name)
             if ch.confirmed is not None:
                 fut = ch.confirmed
                 await asyncio.shield(fut)
@@ -167,42 +172,53 @@ class Hub:
             else:
                 await asyncio.sleep(0.01)  # connecting: _run subscribes it
 
-    async def _send(self, conn, *args) -> None:
+    def _send(self, conn: RespProtocol, *args) -> None:
         try:
-            await conn.send_command(*args, check_health=False)
-        except Exception:
-            await conn.disconnect(nowait=True)
+            if self._shape_command is None:
+                conn.write(pack(args))
+            else:  # a cluster node's connection: its sharded commands
+                conn.write(b"".join(pack(c) for c in self._shape_command(args)))
+        except Exception as e:  # the connection is gone: _run connects again
+            conn.close(e)
 
-    async def _probe(self, conn, pong: asyncio.Event) -> None:
+    async def _probe(self, conn: RespProtocol, pong: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(PROBE)
             pong.clear()
-            await self._send(conn, "PING")
+            self._send(conn, "PING")
             try:
                 await asyncio.wait_for(pong.wait(), PROBE / 2)
             except asyncio.TimeoutError:
-                await conn.disconnect(nowait=True)
+                conn.close(ConnectionError("no pong"))
                 return
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._closed:
             conn = self._pool.make_connection()
             probe = None
             try:
                 await conn.connect()
                 pong = asyncio.Event()
-                self._conn = conn
-                loop = asyncio.get_running_loop()
+                lost = loop.create_future()
+                # A connection class may speak another pub/sub dialect
+                # (_cluster's sharded one): it shapes commands and replies.
+                self._shape_command = getattr(conn, "hub_command", None)
+                shape = getattr(conn, "hub_reply", None)
+                proto = RespProtocol(
+                    (lambda reply: self._dispatch(reply, pong)) if shape is None
+                    else (lambda reply: self._dispatch(shape(reply), pong)),
+                    lambda err: lost.done() or lost.set_result(err))
+                take_over(conn, proto)
+                self._conn = proto
                 names = list(self._channels)
                 for name in names:
                     ch = self._channels[name]
                     ch.confirmed = loop.create_future()
                 if names:
-                    await conn.send_command("SUBSCRIBE", *names, check_health=False)
-                probe = asyncio.ensure_future(self._probe(conn, pong))
-                while True:
-                    reply = await conn.read_response(disconnect_on_error=True)
-                    self._dispatch(reply, pong)
+                    self._send(proto, "SUBSCRIBE", *names)
+                probe = asyncio.ensure_future(self._probe(proto, pong))
+                await lost
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -224,6 +240,8 @@ class Hub:
 
     def _dispatch(self, reply, pong: asyncio.Event) -> None:
         if not isinstance(reply, list) or not reply:
+            if reply == b"PONG":  # PING outside subscribed mode (no channel left)
+                pong.set()
             return
         kind = reply[0]
         if kind == b"pong":

@@ -20,15 +20,19 @@ synchronous ``Lock``. Here a call is one write and one future:
   call opens a new one.
 
 The connection comes from the redis-py pool's ``make_connection`` (so URL
-options, TLS, AUTH and Sentinel discovery are redis-py's) and its replies
-are read with redis-py's parser.
+options, TLS, AUTH and Sentinel discovery are redis-py's); once open, its
+replies are read by ``_resp``'s protocol, which settles each call in the
+loop step that read its reply.
 """
 
 import asyncio
+import functools
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
 from redis import exceptions as rexc
+
+from ._resp import RespProtocol, take_over
 
 
 Sink = Callable[[Any, Optional[Exception]], None]
@@ -47,12 +51,12 @@ def pack(args: "Tuple[Any, ...]") -> bytes:
 class _Link:
     """One open connection and the replies it owes, oldest first."""
 
-    __slots__ = ("conn", "pending", "reader")
+    __slots__ = ("conn", "pending", "proto")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.pending: "Deque[Tuple[Sink, float]]" = deque()
-        self.reader: Optional[asyncio.Task] = None
+        self.proto: Optional[RespProtocol] = None
 
 
 class Mux:
@@ -66,6 +70,8 @@ class Mux:
         self._backlog: "List[Tuple[bytes, Sink]]" = []
         """Calls made while the connection is being opened, in order."""
         self._watchdog: Optional[asyncio.TimerHandle] = None
+        self._closing: Set[asyncio.Task] = set()
+        """Disconnects of ended connections, in flight."""
         self._closed = False
 
     def send(self, packed: bytes, sink: Sink) -> None:
@@ -85,11 +91,9 @@ class Mux:
         self._write(link, packed, sink, loop.time())
 
     def _write(self, link: _Link, packed: bytes, sink: Sink, now: float) -> None:
-        writer = link.conn._writer
         try:
-            if writer is None or writer.is_closing():
-                raise rexc.ConnectionError("connection closed")
-            writer.write(packed)
+            assert link.proto is not None
+            link.proto.write(packed)
         except Exception as e:
             # Not written: end this connection; the call goes on a new one.
             self._fail(link, e if isinstance(e, rexc.ConnectionError)
@@ -128,47 +132,54 @@ class Mux:
                 sink(None, rexc.ConnectionError("client closed"))
             return
         link = _Link(conn)
+        link.proto = RespProtocol(functools.partial(self._reply, link),
+                                  functools.partial(self._lost, link))
         self._link = link
-        link.reader = asyncio.get_running_loop().create_task(self._read(link))
+        take_over(conn, link.proto)
         backlog, self._backlog = self._backlog, []
         now = asyncio.get_running_loop().time()
         for packed, sink in backlog:
-            self._write(link, packed, sink, now)
+            if self._link is not link:  # it ended at once (bytes nobody asked for)
+                sink(None, rexc.ConnectionError("connection closed"))
+            else:
+                self._write(link, packed, sink, now)
 
-    async def _read(self, link: _Link) -> None:
-        conn, pending = link.conn, link.pending
-        try:
-            while True:
-                try:
-                    reply = await conn.read_response(disconnect_on_error=False)
-                    err = None
-                except rexc.ResponseError as e:
-                    reply, err = None, e
-                if not pending:
-                    raise rexc.ConnectionError("reply to no call")
-                sink, _ = pending.popleft()
-                sink(reply, err)
-        except asyncio.CancelledError:
-            self._fail(link, rexc.TimeoutError("no reply within the response timeout"))
-        except Exception as e:
-            self._fail(link, e if isinstance(e, rexc.ConnectionError)
-                       else rexc.ConnectionError(str(e) or type(e).__name__))
-        finally:
-            try:
-                await conn.disconnect(nowait=True)
-            except BaseException:
-                pass
+    def _reply(self, link: _Link, reply: Any) -> None:
+        """The protocol's callback: ``reply`` answers the oldest call owed."""
+        if not link.pending:
+            assert link.proto is not None
+            link.proto.close(rexc.ConnectionError("reply to no call"))
+            return
+        sink, _ = link.pending.popleft()
+        if isinstance(reply, Exception):  # an error reply, as redis-py maps it
+            sink(None, reply)
+        else:
+            sink(reply, None)
+
+    def _lost(self, link: _Link, err: Exception) -> None:
+        """The protocol's callback: the connection ended with ``err``."""
+        self._fail(link, err)
 
     def _fail(self, link: _Link, err: Exception) -> None:
-        """End ``link``: every call it owes fails with ``err``."""
+        """End ``link``: every call it owes fails with ``err``, and its
+        connection is closed."""
         if self._link is link:
             self._link = None
         while link.pending:
             sink, _ = link.pending.popleft()
             sink(None, err)
-        if link.reader is not None and not link.reader.done() \
-                and link.reader is not asyncio.current_task():
-            link.reader.cancel()
+        if link.proto is not None:
+            link.proto.close(err)  # no-op once ended
+        if link.conn is not None:
+            conn, link.conn = link.conn, None
+            t = asyncio.get_running_loop().create_task(conn.disconnect(nowait=True))
+            self._closing.add(t)
+            t.add_done_callback(self._closed_one)
+
+    def _closed_one(self, t: "asyncio.Task") -> None:
+        self._closing.discard(t)
+        if not t.cancelled():
+            t.exception()  # retrieved: a failed disconnect is of no interest
 
     def _check(self) -> None:
         """The watchdog: close the connection when its oldest call is overdue."""
@@ -179,8 +190,7 @@ class Mux:
         loop = asyncio.get_running_loop()
         due = link.pending[0][1] + self._timeout
         if loop.time() >= due:
-            if link.reader is not None:
-                link.reader.cancel()  # fails every call with TimeoutError
+            self._fail(link, rexc.TimeoutError("no reply within the response timeout"))
             return
         self._watchdog = loop.call_at(due, self._check)
 
@@ -205,8 +215,5 @@ class Mux:
         link = self._link
         if link is not None:
             self._fail(link, rexc.ConnectionError("client closed"))
-            if link.reader is not None:
-                try:
-                    await link.reader
-                except BaseException:
-                    pass
+        while self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
