@@ -66,12 +66,13 @@ class Client:
         self.id = uuid.uuid4().hex
         """The client id ``C``: 32 lowercase hex digits, random per instance."""
         if _redis is None:
-            # redis-py does not multiplex: each call in flight takes a pooled
-            # connection, so the pool is bounded and a call beyond it waits.
-            _redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+            # Script calls go through the mux (one connection of this pool);
+            # the pool itself carries only the connect PING. Not a
+            # BlockingConnectionPool: redis-py 5.0.1's deadlocks for good
+            # once a connect fails (see _sentinel.py).
+            _redis = aioredis.Redis(connection_pool=aioredis.ConnectionPool.from_url(
                 url, protocol=2, socket_timeout=RESPONSE_TIMEOUT,
-                socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE,
-                timeout=None))
+                socket_connect_timeout=RESPONSE_TIMEOUT, max_connections=POOL_SIZE))
         self._redis = _redis
         self._hub = (_hub(self._orphan) if _hub is not None
                      else Hub(url, self._orphan, socket_connect_timeout=RESPONSE_TIMEOUT))

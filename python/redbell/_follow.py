@@ -194,8 +194,15 @@ class Follower:
             if not reply:
                 raise RedisError(f"the sentinels do not know {self.master!r}")
             return _text(reply[0]), int(reply[1]), 0
+        async def asked_again() -> Tuple[str, int, int]:
+            # A pooled connection may have died while the sentinel was
+            # unreachable; redis-py before 6 does not retry on a fresh one.
+            try:
+                return await asked()
+            except rexc.ConnectionError:
+                return await asked()
         try:
-            return await asyncio.wait_for(asked(), self.timeout)
+            return await asyncio.wait_for(asked_again(), self.timeout)
         except asyncio.TimeoutError:
             raise RedisError("a sentinel did not answer in time") from None
 

@@ -302,7 +302,7 @@ class Hub:
         resubscribes every channel and wakes every waiter."""
         conn = self._conn
         if conn is not None:
-            asyncio.ensure_future(conn.disconnect(nowait=True))
+            conn.close(ConnectionError("the primary moved"))
 
     async def aclose(self) -> None:
         """Stop the connection task and close the connection."""
