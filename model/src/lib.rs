@@ -68,6 +68,7 @@
 
 pub mod client;
 pub mod model;
+mod reduce;
 pub mod scripts;
 
 use std::time::{Duration, Instant};

@@ -169,6 +169,7 @@ impl Model for WaitModel {
             Action::Deliver(i) => n.deliver(cfg, i),
             Action::Tick => n.tick(cfg),
         }
+        n.canonical();
         Some(n)
     }
 

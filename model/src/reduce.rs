@@ -1,0 +1,108 @@
+//! State reduction: each state the checker stores is first put in a
+//! canonical form that forgets what no later step can read, so states
+//! that differ only there are explored once.
+//!
+//! Soundness. [`State::canonical`] maps a state `s` to a state `c(s)` such
+//! that (1) every property gives the same verdict on `s` and `c(s)`, and
+//! (2) the same actions are enabled in both, and each action `a` leads
+//! from them to states `s'` and `t'` with `c(s') = c(t')`. The map is then
+//! a bisimulation between the full and the reduced graph, so a property
+//! broken in one is broken in the other (on a path of the same length).
+//! Each rule below says what it forgets and why nothing reads it:
+//!
+//! - **Messages in flight** are kept per client, in publish order: a
+//!   client reads its own first message, whatever the others' (the
+//!   `Deliver` step takes a client's first message, so the interleaving of
+//!   different clients' messages is not information).
+//! - **Parks that ended**: a waiting task that is notified or whose park
+//!   has ended attempts next whatever its deadline (a standby only pulls
+//!   a deadline in, and every such step leaves it ready): stored as
+//!   notified, deadline `now`.
+//! - **Lapsed guards**: a holder whose guard deadline has passed is only
+//!   read as "deadline passed" (exclusion counts guards in the future; a
+//!   shortening extend takes the earlier deadline): stored as `now`.
+//! - **Frozen and dead clients** take no step again: their waiting tasks'
+//!   deadlines and their queue place are never read (the checks read
+//!   only live clients' waiters; a holder's deadline still counts for
+//!   exclusion and is kept).
+//! - **Finished tasks**: whether one queued is read only of waiting tasks
+//!   (writer preference, a cancel's pass-on); its arrival only of a waiter
+//!   or of the token in the lock key (FIFO), which a finished task's
+//!   token never newly becomes once its member is out of the fair queue.
+//! - **Lapsed keys**: an expired lock key, hand-off marker or reader
+//!   entry reads as absent in every script (each compares its expiry
+//!   with `now`; an expired reader's release answers "gone" either way),
+//!   so it is dropped, as Redis would on its next read. (Expired queue
+//!   entries, intents and permits are kept: scripts count or reclaim
+//!   them.)
+
+use crate::client::{Liveness, Phase, State};
+use crate::scripts::{FairMember, LockValue, Member};
+
+impl State {
+    /// Puts the state in its canonical form (see the module's doc).
+    pub fn canonical(&mut self) {
+        let now = self.now;
+        // Messages: grouped by client, each client's in publish order.
+        self.net.sort_by_key(|p| p.client);
+        // Lapsed keys.
+        if self.server.lock_at(now).is_none() {
+            self.server.lock = None;
+        }
+        if matches!(self.server.fair.handoff, Some((_, _, e)) if e <= now) {
+            self.server.fair.handoff = None;
+        }
+        self.server.rw.readers.retain(|r| r.1 > now);
+        let lock_token = match self.server.lock {
+            Some((LockValue::Token(t), _)) => Some(t),
+            _ => None,
+        };
+        for (c, cl) in self.clients.iter_mut().enumerate() {
+            let live = cl.liveness == Liveness::Live;
+            if !live {
+                cl.queuer = None;
+            }
+            for (t, task) in cl.tasks.iter_mut().enumerate() {
+                match task.phase {
+                    Phase::Waiting { until, due } => {
+                        if !live {
+                            task.phase = Phase::Waiting {
+                                until: now,
+                                due: false,
+                            };
+                        } else if due || until <= now {
+                            task.phase = Phase::Waiting {
+                                until: now,
+                                due: true,
+                            };
+                        }
+                    }
+                    Phase::Holding { until, unconfirmed } if until <= now => {
+                        task.phase = Phase::Holding {
+                            until: now,
+                            unconfirmed,
+                        };
+                    }
+                    Phase::Done => {
+                        task.queued = false;
+                        let m = Member {
+                            client: c as u8,
+                            waiter: t as u8,
+                        };
+                        let tok = crate::client::token(c as u8, t as u8);
+                        let queued = self
+                            .server
+                            .fair
+                            .queue
+                            .iter()
+                            .any(|x| matches!(x.1, FairMember::Waiter(q, _) if q == m));
+                        if !queued && lock_token != Some(tok) {
+                            task.arrival = None;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
