@@ -143,6 +143,10 @@ impl Model for WaitModel {
         if asked && s.now < START_MS + cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
             out.push(Action::Tick);
         }
+        if let Some(a) = s.local_read(cfg, out) {
+            out.clear();
+            out.push(a);
+        }
     }
 
     fn next_state(&self, s: &State, a: Action) -> Option<State> {

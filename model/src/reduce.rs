@@ -36,8 +36,40 @@
 //!   entries, intents and permits are kept: scripts count or reclaim
 //!   them.)
 
-use crate::client::{Liveness, Phase, State};
-use crate::scripts::{FairMember, LockValue, Member};
+//!
+//! # Local reads first (a partial-order reduction)
+//!
+//! [`State::local_read`] picks, where it can, one step to take alone
+//! instead of every enabled step: a client `c` reading a message whose
+//! effect is local (a wake-up or grant for a task that still waits, a
+//! standby, the RwLock's broadcast: each only marks a waiting task of `c`
+//! notified or pulls its park's end in; a wake-up for a task gone is not
+//! local: it runs a pass-on script), while `c`'s only other enabled steps
+//! are a release, a shortening extend or a confirm of a holding task, a
+//! freeze or a death. Such a read `d`:
+//!
+//! - is **invisible**: it changes no property's verdict (they read which
+//!   tasks hold or wait, never a park's end or a notification);
+//! - is **independent** of every step another client can take before it:
+//!   those read and write the server, their own tasks and the end of the
+//!   network's queue, never `c`'s parks; time cannot pass while `c` has a
+//!   message to read; and none of them can enable a step of `c` (the
+//!   fault budget they spend only disables). `c`'s own release, extend
+//!   and confirm touch no waiting task of `c` and enable nothing of `c`;
+//!   a freeze or death of `c` drops the message, which gives, in
+//!   canonical form, the state of `d` followed by it.
+//!
+//! So a run that reaches a bad state from `s` can be reordered to take
+//! `d` first (or, if `c` froze or died before reading, `d` then that
+//! fault), reaching a state with the same verdicts by a path no longer,
+//! with one message fewer in flight: by induction on (path length,
+//! messages in flight), the reduced graph reaches a bad state whenever
+//! the full one does. (The `sometimes` property is kept the same way: the
+//! acquisition count does not change on a read.)
+
+use crate::client::{Config, Liveness, Phase, State};
+use crate::model::Action;
+use crate::scripts::{FairMember, LockValue, Member, Message};
 
 impl State {
     /// Puts the state in its canonical form (see the module's doc).
@@ -103,6 +135,49 @@ impl State {
                     _ => {}
                 }
             }
+        }
+    }
+}
+
+impl State {
+    /// The read to take alone, if any (see the module's doc), given every
+    /// enabled action `all`.
+    pub fn local_read(&self, cfg: &Config, all: &[Action]) -> Option<Action> {
+        let (i, p) = all.iter().find_map(|a| match *a {
+            Action::Deliver(i) if self.is_local(cfg, i) => Some((i, self.net[i])),
+            _ => None,
+        })?;
+        let c = p.client;
+        let alone = all.iter().all(|a| match *a {
+            Action::Deliver(j) => j == i || self.net[j].client != c,
+            Action::Start(o, _)
+            | Action::Attempt(o, _)
+            | Action::Resend(o, _)
+            | Action::Cancel(o, _) => o != c,
+            Action::Release(..)
+            | Action::ShortExtend(..)
+            | Action::Confirm(..)
+            | Action::Freeze(_)
+            | Action::Die(_)
+            | Action::Tick => true,
+        });
+        alone.then_some(Action::Deliver(i))
+    }
+
+    /// Does reading message `i` only touch its client's waiting tasks?
+    fn is_local(&self, cfg: &Config, i: usize) -> bool {
+        let p = self.net[i];
+        let waits = |w: u8| {
+            self.clients[p.client as usize]
+                .tasks
+                .get(w as usize)
+                .is_some_and(|t| matches!(t.phase, Phase::Waiting { .. }))
+        };
+        match p.message {
+            Message::Wake(w) => waits(w),
+            Message::Grant(w, ..) => !cfg.bugs.fair_guard_on_grant || !waits(w),
+            Message::Standby(..) | Message::FairStandby(..) | Message::RwReleased(_) => true,
+            Message::Probe(_) => false,
         }
     }
 }
