@@ -73,6 +73,7 @@ impl Model for WaitModel {
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
         let cfg = &self.cfg;
         let fault = s.faults < cfg.max_faults;
+        let end = START_MS + cfg.horizon_ticks * cfg.tick_ms;
         for (c, cl) in s.clients.iter().enumerate() {
             let c = c as ClientId;
             if cl.liveness != Liveness::Live {
@@ -84,7 +85,9 @@ impl Model for WaitModel {
                 .tasks
                 .iter()
                 .any(|t| matches!(t.phase, Phase::Waiting { .. } | Phase::Holding { .. }));
-            if fault && involved && cfg.faults.freeze {
+            // No freeze at the horizon (see reduce.rs: one there is a
+            // client that takes no further step).
+            if fault && involved && cfg.faults.freeze && s.now < end {
                 out.push(Action::Freeze(c));
             }
             if fault && involved && cfg.faults.die {
@@ -140,7 +143,7 @@ impl Model for WaitModel {
             .clients
             .iter()
             .any(|c| c.tasks.iter().any(|t| t.phase != Phase::Idle));
-        if asked && s.now < START_MS + cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
+        if asked && s.now < end && !s.urgent() {
             out.push(Action::Tick);
         }
         if let Some(a) = s.local_read(cfg, out) {
@@ -173,7 +176,7 @@ impl Model for WaitModel {
             Action::Deliver(i) => n.deliver(cfg, i),
             Action::Tick => n.tick(cfg),
         }
-        n.canonical();
+        n.canonical(cfg);
         Some(n)
     }
 

@@ -29,6 +29,19 @@
 //!   (writer preference, a cancel's pass-on); its arrival only of a waiter
 //!   or of the token in the lock key (FIFO), which a finished task's
 //!   token never newly becomes once its member is out of the fair queue.
+//! - **Deadlines past the horizon**: time stops at the horizon, so a
+//!   park or guard deadline past it never comes; a standby pulls it in to
+//!   the same point whichever it was: stored as one past the horizon.
+//! - **Fences of past ticks**: every fence handed out from now on is at
+//!   least `now` in µs, above any of an earlier tick, and the last fence
+//!   and the counter are only compared with each other and with later
+//!   fences: below `now`, only whether the last fence handed to a holder
+//!   is behind the counter is kept. (A grant in flight carries its fence
+//!   and claim end, which its reader does not use: dropped.)
+//! - **The FIFO check's last token**, once its task finished and the lock
+//!   key holds no longer it, is only compared with tokens that reach the
+//!   lock key later, which a finished task's never does: stored as a
+//!   token of nobody (not as none: none means no holder yet).
 //! - **Lapsed keys**: an expired lock key, hand-off marker or reader
 //!   entry reads as absent in every script (each compares its expiry
 //!   with `now`; an expired reader's release answers "gone" either way),
@@ -36,6 +49,17 @@
 //!   entries, intents and permits are kept: scripts count or reclaim
 //!   them.)
 
+//!
+//! # No freeze at the horizon
+//!
+//! Once server time has reached the horizon, no tick comes, so the stall
+//! count cannot change and no live client is ever made to act: a client
+//! frozen there behaves as a live one that takes no further step (both
+//! count as PUBLISH receivers; the frozen one only drops its messages and
+//! leaves the FIFO and writer checks, which can only hide a violation).
+//! Every state such a run reaches has, without the freeze, a counterpart
+//! with the same holders and fences, so the model offers no freeze there
+//! (a death stays: a dead client is no receiver).
 //!
 //! # Local reads first (a partial-order reduction)
 //!
@@ -46,7 +70,13 @@
 //! notified or pulls its park's end in; a wake-up for a task gone is not
 //! local: it runs a pass-on script), while `c`'s only other enabled steps
 //! are a release, a shortening extend or a confirm of a holding task, a
-//! freeze or a death. Such a read `d`:
+//! freeze or a death, or steps of tasks the read does not touch that
+//! cannot touch them either: a start (unless the read is the RwLock's
+//! broadcast, which would touch the new waiter), an attempt or a cancel
+//! of a waiting task that is not the client's queuer (only the queuer's
+//! leaving passes its place on, notifying the next waiting task; while a
+//! task waits, the client has a queuer, so a start queues nothing of the
+//! others'). Such a read `d`:
 //!
 //! - is **invisible**: it changes no property's verdict (they read which
 //!   tasks hold or wait, never a park's end or a notification);
@@ -54,10 +84,12 @@
 //!   those read and write the server, their own tasks and the end of the
 //!   network's queue, never `c`'s parks; time cannot pass while `c` has a
 //!   message to read; and none of them can enable a step of `c` (the
-//!   fault budget they spend only disables). `c`'s own release, extend
-//!   and confirm touch no waiting task of `c` and enable nothing of `c`;
-//!   a freeze or death of `c` drops the message, which gives, in
-//!   canonical form, the state of `d` followed by it.
+//!   fault budget they spend only disables). `c`'s own steps allowed
+//!   beside it touch no task the read touches, read nothing it writes,
+//!   and lead only to more such steps (none makes a touched task ready or
+//!   another task the queuer); a freeze or death of `c` drops the
+//!   message, which gives, in canonical form, the state of `d` followed
+//!   by it.
 //!
 //! So a run that reaches a bad state from `s` can be reordered to take
 //! `d` first (or, if `c` froze or died before reading, `d` then that
@@ -67,14 +99,41 @@
 //! the full one does. (The `sometimes` property is kept the same way: the
 //! acquisition count does not change on a read.)
 
-use crate::client::{Config, Liveness, Phase, State};
+use crate::client::{Config, Liveness, Phase, START_MS, State};
 use crate::model::Action;
-use crate::scripts::{FairMember, LockValue, Member, Message};
+use crate::scripts::{FairMember, LockValue, Member, Message, Token};
+
+/// What the FIFO check remembers of a token that left the lock key for
+/// good (its task finished): no task's token.
+const STALE: Token = Token(0);
 
 impl State {
     /// Puts the state in its canonical form (see the module's doc).
-    pub fn canonical(&mut self) {
+    pub fn canonical(&mut self, cfg: &Config) {
         let now = self.now;
+        // Past the horizon: a deadline there never comes.
+        let end = START_MS + cfg.horizon_ticks * cfg.tick_ms;
+        // Fences of past ticks: only their order is read.
+        let base = now * 1000;
+        if self.server.fence < base && self.last_fence < base {
+            let behind = self.last_fence < self.server.fence;
+            self.server.fence = base - 1;
+            self.last_fence = base - 1 - u64::from(behind);
+        }
+        for p in &mut self.net {
+            if let Message::Grant(w, tok, ..) = p.message {
+                p.message = Message::Grant(w, tok, 0, 0);
+            }
+        }
+        if let Some(tok) = self.fifo_seen
+            && tok != STALE
+            && self.server.lock.map(|l| l.0) != Some(LockValue::Token(tok))
+        {
+            let (c, t) = ((tok.0 - 1) / 16, (tok.0 - 1) % 16);
+            if self.clients[c as usize].tasks[t as usize].phase == Phase::Done {
+                self.fifo_seen = Some(STALE);
+            }
+        }
         // Messages: grouped by client, each client's in publish order.
         self.net.sort_by_key(|p| p.client);
         // Lapsed keys.
@@ -107,11 +166,16 @@ impl State {
                                 until: now,
                                 due: true,
                             };
+                        } else if until > end {
+                            task.phase = Phase::Waiting {
+                                until: end + 1,
+                                due,
+                            };
                         }
                     }
-                    Phase::Holding { until, unconfirmed } if until <= now => {
+                    Phase::Holding { until, unconfirmed } if until <= now || until > end => {
                         task.phase = Phase::Holding {
-                            until: now,
+                            until: if until <= now { now } else { end + 1 },
                             unconfirmed,
                         };
                     }
@@ -148,12 +212,34 @@ impl State {
             _ => None,
         })?;
         let c = p.client;
+        let cl = &self.clients[c as usize];
+        // The tasks the read touches.
+        let target = |t: u8| match p.message {
+            Message::Wake(w)
+            | Message::Standby(w, _)
+            | Message::Grant(w, ..)
+            | Message::FairStandby(w, ..) => t == w,
+            Message::RwReleased(_) | Message::Probe(_) => true,
+        };
+        let broadcast = matches!(p.message, Message::RwReleased(_));
+        let waits = |t: u8| matches!(cl.tasks[t as usize].phase, Phase::Waiting { .. });
+        // A step of another of `c`'s tasks that cannot touch a target: a
+        // start (the queue place is taken, so it queues nothing of the
+        // others'), or an attempt or cancel of a waiting task that is not
+        // the queuer (its leaving passes no place on).
+        let apart = |t: u8| {
+            if waits(t) {
+                !target(t) && cl.queuer != Some(t)
+            } else {
+                !broadcast
+            }
+        };
         let alone = all.iter().all(|a| match *a {
             Action::Deliver(j) => j == i || self.net[j].client != c,
-            Action::Start(o, _)
-            | Action::Attempt(o, _)
-            | Action::Resend(o, _)
-            | Action::Cancel(o, _) => o != c,
+            Action::Start(o, t)
+            | Action::Attempt(o, t)
+            | Action::Resend(o, t)
+            | Action::Cancel(o, t) => o != c || apart(t),
             Action::Release(..)
             | Action::ShortExtend(..)
             | Action::Confirm(..)
