@@ -69,6 +69,12 @@ pub struct Config {
     pub stall_bound: u8,
     /// Historic behaviours switched on.
     pub bugs: Bugs,
+    /// A client that never freezes or dies (a targeted instance's live
+    /// waiter); `None`: any may.
+    pub steady: Option<ClientId>,
+    /// Every task asks before the first release (a targeted instance: a
+    /// queue forms, then is served; no newcomer joins it later).
+    pub ask_first: bool,
 }
 
 /// The faults a run may inject.

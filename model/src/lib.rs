@@ -117,6 +117,8 @@ pub mod presets {
                 Kind::Semaphore => 3,
             },
             bugs: Bugs::default(),
+            steady: None,
+            ask_first: false,
         }
     }
 }

@@ -74,6 +74,11 @@ impl Model for WaitModel {
         let cfg = &self.cfg;
         let fault = s.faults < cfg.max_faults;
         let end = START_MS + cfg.horizon_ticks * cfg.tick_ms;
+        let released = s
+            .clients
+            .iter()
+            .any(|c| c.tasks.iter().any(|t| t.phase == Phase::Done));
+        let may_ask = !(cfg.ask_first && released);
         for (c, cl) in s.clients.iter().enumerate() {
             let c = c as ClientId;
             if cl.liveness != Liveness::Live {
@@ -84,7 +89,8 @@ impl Model for WaitModel {
             let involved = cl
                 .tasks
                 .iter()
-                .any(|t| matches!(t.phase, Phase::Waiting { .. } | Phase::Holding { .. }));
+                .any(|t| matches!(t.phase, Phase::Waiting { .. } | Phase::Holding { .. }))
+                && cfg.steady != Some(c);
             // No freeze at the horizon (see reduce.rs: one there is a
             // client that takes no further step).
             if fault && involved && cfg.faults.freeze && s.now < end {
@@ -97,7 +103,10 @@ impl Model for WaitModel {
                 let t = t as u8;
                 match task.phase {
                     // A client's tasks ask in age order (task index).
-                    Phase::Idle if t == 0 || cl.tasks[t as usize - 1].phase != Phase::Idle => {
+                    Phase::Idle
+                        if may_ask
+                            && (t == 0 || cl.tasks[t as usize - 1].phase != Phase::Idle) =>
+                    {
                         out.push(Action::Start(c, t));
                         if fault && cfg.faults.resend {
                             out.push(Action::Resend(c, t));

@@ -89,6 +89,18 @@ pub struct Bugs {
     /// Mutex's (or Election's) shortening extend told its waiters; the
     /// FairMutex's, RwLock's and Semaphore's parked on the old lease.
     pub short_extend_tells_mutex_only: bool,
+    /// (g) Before 46701c1: a release (or pass), a fair grant and a
+    /// semaphore wake-up sent standbys to the two members after the woken
+    /// one, not seven: three frozen clients at the head left the live
+    /// waiter behind them parked for the holder's lease.
+    pub two_standbys: bool,
+}
+
+impl Bugs {
+    /// How many members after a woken one get a standby.
+    pub fn standbys(&self) -> usize {
+        if self.two_standbys { 2 } else { STANDBYS }
+    }
 }
 
 /// The value of the lock key `P:{N}`.
@@ -388,7 +400,7 @@ fn wake_next(s: &mut Server, handoff_ms: Ms, now: Ms) -> bool {
             // wake_next.lua:95-116: standbys for the next STANDBYS (head[3..]
             // of ZRANGE 0 STANDBYS: those read after the woken one); the
             // n-th after the woken one gets n windows of 2 × handoff_ms.
-            let next: Vec<Entry> = s.waiters.iter().take(STANDBYS).copied().collect();
+            let next: Vec<Entry> = s.waiters.iter().take(s.bugs.standbys()).copied().collect();
             for (n, e) in (1..).zip(next) {
                 if e.member.client != first.member.client && !e.half {
                     let told = s.publish(
@@ -557,7 +569,7 @@ fn grant_next(
                 .queue
                 .iter()
                 .filter(|x| x.0 >= 0)
-                .take(STANDBYS)
+                .take(s.bugs.standbys())
                 .map(|x| x.1)
                 .collect();
             for (i, m) in next.into_iter().enumerate() {
