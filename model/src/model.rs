@@ -104,8 +104,7 @@ impl Model for WaitModel {
                 match task.phase {
                     // A client's tasks ask in age order (task index).
                     Phase::Idle
-                        if may_ask
-                            && (t == 0 || cl.tasks[t as usize - 1].phase != Phase::Idle) =>
+                        if may_ask && (t == 0 || cl.tasks[t as usize - 1].phase != Phase::Idle) =>
                     {
                         out.push(Action::Start(c, t));
                         if fault && cfg.faults.resend {
