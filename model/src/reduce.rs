@@ -25,10 +25,14 @@
 //!   deadlines and their queue place are never read (the checks read
 //!   only live clients' waiters; a holder's deadline still counts for
 //!   exclusion and is kept).
-//! - **Finished tasks**: whether one queued is read only of waiting tasks
-//!   (writer preference, a cancel's pass-on); its arrival only of a waiter
-//!   or of the token in the lock key (FIFO), which a finished task's
-//!   token never newly becomes once its member is out of the fair queue.
+//! - **Holders and finished tasks**: whether a task queued is read only
+//!   of waiting tasks (writer preference, a cancel's pass-on); its
+//!   arrival only by its own attempts and by the FIFO check of a token
+//!   newly in the lock key. A holder's token was judged as it took the
+//!   lock (in the same step), and it makes no attempt and is in no queue
+//!   again (only a guard returned on its grant, bug (e), confirms
+//!   later: its arrival is kept); a finished task's token never newly
+//!   reaches the lock key once its member is out of the fair queue.
 //! - **Deadlines past the horizon**: time stops at the horizon, so a
 //!   park or guard deadline past it never comes; a standby pulls it in to
 //!   the same point whichever it was: stored as one past the horizon.
@@ -173,11 +177,17 @@ impl State {
                             };
                         }
                     }
-                    Phase::Holding { until, unconfirmed } if until <= now || until > end => {
-                        task.phase = Phase::Holding {
-                            until: if until <= now { now } else { end + 1 },
-                            unconfirmed,
-                        };
+                    Phase::Holding { until, unconfirmed } => {
+                        if until <= now || until > end {
+                            task.phase = Phase::Holding {
+                                until: if until <= now { now } else { end + 1 },
+                                unconfirmed,
+                            };
+                        }
+                        if !unconfirmed {
+                            task.queued = false;
+                            task.arrival = None;
+                        }
                     }
                     Phase::Done => {
                         task.queued = false;
