@@ -84,6 +84,9 @@ pub struct Config {
     /// Every task asks before the first release (a targeted instance: a
     /// queue forms, then is served; no newcomer joins it later).
     pub ask_first: bool,
+    /// The reductions of [`crate::reduce`] on (off only to compare
+    /// verdicts with them and without).
+    pub reduce: bool,
 }
 
 /// The faults a run may inject.

@@ -124,6 +124,7 @@ pub mod presets {
             bugs: Bugs::default(),
             steady: None,
             ask_first: false,
+            reduce: true,
         }
     }
 }

@@ -93,7 +93,7 @@ impl Model for WaitModel {
                 && cfg.steady != Some(c);
             // No freeze at the horizon (see reduce.rs: one there is a
             // client that takes no further step).
-            if fault && involved && cfg.faults.freeze && s.now < end {
+            if fault && involved && cfg.faults.freeze && (s.now < end || !cfg.reduce) {
                 out.push(Action::Freeze(c));
             }
             if fault && involved && cfg.faults.die {
@@ -154,7 +154,7 @@ impl Model for WaitModel {
         if asked && s.now < end && !s.urgent() {
             out.push(Action::Tick);
         }
-        if let Some(a) = s.local_read(cfg, out) {
+        if let Some(a) = s.local_read(cfg, out).filter(|_| cfg.reduce) {
             out.clear();
             out.push(a);
         }
@@ -184,7 +184,9 @@ impl Model for WaitModel {
             Action::Deliver(i) => n.deliver(cfg, i),
             Action::Tick => n.tick(cfg),
         }
-        n.canonical(cfg);
+        if cfg.reduce {
+            n.canonical(cfg);
+        }
         Some(n)
     }
 
