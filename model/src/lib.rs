@@ -51,9 +51,9 @@
 //! A check is exhaustive up to a horizon of server time (ticks) and a
 //! number of faults per run (freeze, death, cancel, lost reply re-sent;
 //! the shortening extend is checked on its own). `cargo test -p
-//! redbell-model` checks one fault on 2+2+1 tasks for the Mutex (3 ticks),
-//! 2+1 and 1+1+1 for the FairMutex (4), 2+1+1 for the RwLock (3) and the
-//! Semaphore (4), breadth-first. `make model` checks each kind on 3
+//! redbell-model` checks one fault on 2+2+1 tasks for the Mutex (5 ticks),
+//! the RwLock (3) and the Semaphore (4), and 2+1+1 for the FairMutex (4),
+//! breadth-first. `make model` checks each kind on 3
 //! clients of 2 tasks each with one fault, depth-first ([`check_deep`]:
 //! the same states in a fraction of the memory), each horizon past the
 //! kind's stall bound. Measured with `nice -n 10 make model` on a 2-core
