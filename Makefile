@@ -141,11 +141,11 @@ redis-up:
 redis-down:
 	scripts/redis/stop.sh $(REDBELL_TEST_PORT)
 
-# The wait protocol's model (model/), checked on 3 clients for every kind
-# (the Mutex with 2 tasks each), deeper than `cargo test -p redbell-model`
-# (about 2 minutes in all on a shared 2-core machine; prints the bound,
-# the states explored and the properties that held, and the states
-# explored so far every 30 s). `cargo run -p redbell-model --bin
+# The wait protocol's model (model/), checked on 3 clients of 2 tasks
+# each for every kind, deeper than `cargo test -p redbell-model` (about
+# 7.5 minutes in all on a shared 2-core machine, 5 of them the FairMutex;
+# prints the bound, the states explored and the properties that held, and
+# the states explored so far every 30 s). `cargo run -p redbell-model --bin
 # redbell-model -- HORIZON FAULTS KIND TASKS` checks one instance.
 .PHONY: model
 model:

@@ -4,10 +4,8 @@
 //!
 //! Usage: `redbell-model [HORIZON_TICKS] [MAX_FAULTS] [mutex|fair|rwlock|semaphore] [TASKS]`
 //! (defaults: the kind's horizon, past its stall bound; 1 fault; every
-//! kind; TASKS, the tasks of each client: `2,2,2` for the Mutex, `2,1,1`
-//! for the FairMutex, `2,2,1` for the RwLock and the Semaphore, which
-//! finish in minutes; `2,2,2` for those runs for hours). With
-//! `MODEL_PROGRESS` set, the states explored so far are printed every 30 s.
+//! kind; TASKS, the tasks of each client: `2,2,2`). With `MODEL_PROGRESS`
+//! set, the states explored so far are printed every 30 s.
 
 use redbell_model::client::Kind;
 use redbell_model::{check_deep, presets};
@@ -37,11 +35,7 @@ fn main() {
             Kind::Fair | Kind::Semaphore => 4,
             Kind::Mutex => 5,
         });
-        let tasks = given.clone().unwrap_or_else(|| match kind {
-            Kind::Mutex => vec![2, 2, 2],
-            Kind::Fair => vec![2, 1, 1],
-            Kind::RwLock | Kind::Semaphore => vec![2, 2, 1],
-        });
+        let tasks = given.clone().unwrap_or_else(|| vec![2, 2, 2]);
         let cfg = presets::config(kind, &tasks, h, faults);
         println!(
             "== {kind:?}: bound: {} clients with tasks {tasks:?}; horizon {h} ticks of {} ms; \

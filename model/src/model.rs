@@ -73,6 +73,12 @@ impl Model for WaitModel {
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
         let cfg = &self.cfg;
         let fault = s.faults < cfg.max_faults;
+        let end = START_MS + cfg.horizon_ticks * cfg.tick_ms;
+        let released = s
+            .clients
+            .iter()
+            .any(|c| c.tasks.iter().any(|t| t.phase == Phase::Done));
+        let may_ask = !(cfg.ask_first && released);
         for (c, cl) in s.clients.iter().enumerate() {
             let c = c as ClientId;
             if cl.liveness != Liveness::Live {
@@ -83,8 +89,11 @@ impl Model for WaitModel {
             let involved = cl
                 .tasks
                 .iter()
-                .any(|t| matches!(t.phase, Phase::Waiting { .. } | Phase::Holding { .. }));
-            if fault && involved && cfg.faults.freeze {
+                .any(|t| matches!(t.phase, Phase::Waiting { .. } | Phase::Holding { .. }))
+                && cfg.steady != Some(c);
+            // No freeze at the horizon (see reduce.rs: one there is a
+            // client that takes no further step).
+            if fault && involved && cfg.faults.freeze && (s.now < end || !cfg.reduce) {
                 out.push(Action::Freeze(c));
             }
             if fault && involved && cfg.faults.die {
@@ -94,7 +103,9 @@ impl Model for WaitModel {
                 let t = t as u8;
                 match task.phase {
                     // A client's tasks ask in age order (task index).
-                    Phase::Idle if t == 0 || cl.tasks[t as usize - 1].phase != Phase::Idle => {
+                    Phase::Idle
+                        if may_ask && (t == 0 || cl.tasks[t as usize - 1].phase != Phase::Idle) =>
+                    {
                         out.push(Action::Start(c, t));
                         if fault && cfg.faults.resend {
                             out.push(Action::Resend(c, t));
@@ -140,8 +151,12 @@ impl Model for WaitModel {
             .clients
             .iter()
             .any(|c| c.tasks.iter().any(|t| t.phase != Phase::Idle));
-        if asked && s.now < START_MS + cfg.horizon_ticks * cfg.tick_ms && !s.urgent() {
+        if asked && s.now < end && !s.urgent() {
             out.push(Action::Tick);
+        }
+        if let Some(a) = s.local_read(cfg, out).filter(|_| cfg.reduce) {
+            out.clear();
+            out.push(a);
         }
     }
 
@@ -168,6 +183,9 @@ impl Model for WaitModel {
             Action::Die(c) => n.fault_client(c, true),
             Action::Deliver(i) => n.deliver(cfg, i),
             Action::Tick => n.tick(cfg),
+        }
+        if cfg.reduce {
+            n.canonical(cfg);
         }
         Some(n)
     }

@@ -165,3 +165,60 @@ fn f_shortening_extend_of_the_other_kinds() {
         println!("{name}: today's behaviour holds ({} states)", today.states);
     }
 }
+
+/// (g) Three frozen clients at the head of the queue: a release woke the
+/// first and sent standbys to the next two, all frozen, and the live
+/// waiter behind them (the holder's own client's next task, so that it
+/// sorts last among members queued under one holder) was told nothing: it
+/// slept out its park, the holder's whole lease. Today the standbys go to
+/// the seven after the woken one, and the third parks three windows (600
+/// ms). The instance's lease (1 s) is longer than the stall bound (6
+/// ticks: three standby windows), so the old behaviour shows; three
+/// freezes, nothing else, never of the live waiter's client, and every
+/// task asks before the first release. (Without that, a task that asks
+/// during the reservation, behind the two told frozen members, parks a
+/// lease with seven standbys too: acquire.lua parks a newcomer short only
+/// at rank 0 or 1.)
+#[test]
+fn g_two_standbys_behind_three_frozen_clients() {
+    let name = "(g) two standbys";
+    let cfg = |bugs: Bugs| {
+        let mut cfg = presets::config(Kind::Mutex, &[1, 1, 1, 2], 8, 3);
+        cfg.lease_ms = 1000;
+        cfg.faults = only(|f| f.freeze = true);
+        cfg.stall_bound = 6;
+        cfg.steady = Some(3);
+        cfg.ask_first = true;
+        cfg.bugs = bugs;
+        cfg
+    };
+    let old = check(
+        cfg(Bugs {
+            two_standbys: true,
+            ..Bugs::default()
+        }),
+        2,
+    );
+    let trace = old.found("no lost wake-up").unwrap_or_else(|| {
+        panic!(
+            "{name}: the old behaviour should lose a wake-up, but {} states held",
+            old.states
+        )
+    });
+    println!(
+        "{name}: old behaviour loses a wake-up ({} states, {:.2} s):\n{trace}",
+        old.states,
+        old.elapsed.as_secs_f64()
+    );
+    let today = check(cfg(Bugs::default()), 2);
+    for p in ["no lost wake-up", "exclusion", "fences increase"] {
+        if let Some(trace) = today.found(p) {
+            panic!("{name}: today's behaviour breaks {p:?}:\n{trace}");
+        }
+    }
+    println!(
+        "{name}: today's behaviour holds ({} states, {:.2} s)",
+        today.states,
+        today.elapsed.as_secs_f64()
+    );
+}

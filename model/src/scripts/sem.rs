@@ -87,7 +87,7 @@ fn settle(s: &mut Server, permits: u8, freed: i64, reserve_ms: Ms, now: Ms) -> u
             .queue
             .iter()
             .skip(rank)
-            .take(super::STANDBYS)
+            .take(s.bugs.standbys())
             .map(|x| x.1)
             .collect();
         for m in next {
