@@ -136,12 +136,13 @@ async fn an_attempt_on_a_reservation_queues_behind_the_hold_without_pttl_or_time
         "the lock's PTTL during a reservation: {stats:?}"
     );
 
-    // Third in line (during the next reservation): parks for the lease it
-    // assumed, and releases will standby it once it is among the next two.
+    // Third in line (during the next reservation): parks the window a
+    // standby would give the third, 3 × 2 × the reservation, unmarked, so
+    // releases still standby it.
     set_px(&mut conn, &lock, &format!("m:c9:9@{}", end + 5), HANDOFF_MS).await;
     let (got, park) = acquire(&mut conn, &name, "mlater", "c3:1").await;
     assert_eq!(got, 0, "a reserved lock was taken");
-    assert_eq!(park, (HANDOFF_MS + LEASE_MS) as i64);
+    assert_eq!(park, 3 * 2 * HANDOFF_MS as i64);
 
     let queue = scores(&mut conn, &name).await;
     let members: Vec<&str> = queue.iter().map(|(m, _)| m.as_str()).collect();
@@ -161,7 +162,7 @@ async fn an_attempt_on_a_reservation_queues_behind_the_hold_without_pttl_or_time
     assert_eq!(
         later.fract(),
         0.0,
-        "the third is marked, yet parks long: {later}"
+        "the third is marked as parking a reservation: {later}"
     );
     let queue_pttl: i64 = redis::cmd("PTTL")
         .arg(waiters_key(&name))
@@ -464,5 +465,74 @@ async fn a_release_tells_the_next_seven_with_windows_by_rank() {
         woken_and_told(&got, "ten"),
         ("a".into(), told(&want)),
         "{got:?}"
+    );
+}
+
+/// A waiter that first asks during a reservation, behind the members the
+/// release told (all frozen with the woken one: a paused host's workers),
+/// parks the window of its rank, as if the release had told it too; the
+/// lock is free once the reservation ends. Before, anyone behind the first
+/// two in line parked the reservation and the whole lease (30.1 s here),
+/// and nothing would wake it: nobody holds the lock to release it. (Found
+/// by the model checker: `model/tests/history.rs`, case (h).) Further back
+/// than the seven a release reaches, it parks the lease: later releases
+/// tell it.
+#[tokio::test]
+async fn a_newcomer_behind_told_members_parks_its_rank_window() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let mut conn = raw(&url).await;
+    let name = unique("lean-newcomer");
+    let lock = lock_key(&name);
+    let wake = format!("{lock}:wake:");
+    // Subscribed and silent: frozen clients, as the server sees them.
+    let frozen = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    let _stream = listen(&url, &wake, &frozen).await;
+    // Queued during the last hold: they expire before the newcomer's entry
+    // (the reservation's start + the lease + the grace), so it sorts last.
+    let later = server_ms(&mut conn).await + 10_000;
+    for (i, client) in frozen[..3].iter().enumerate() {
+        enqueue(
+            &mut conn,
+            &name,
+            (later + i as u64) as f64,
+            &format!("{client}:1"),
+        )
+        .await;
+    }
+    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
+    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
+    // Woken: a; told: b and c. The newcomer queues third after a.
+    let (status, park) = acquire(&mut conn, &name, "mlive", "live:1").await;
+    assert_eq!(status, 0, "the reservation ended before the attempt");
+    assert_eq!(
+        park,
+        3 * 2 * HANDOFF_MS as i64,
+        "a newcomer third in line during a reservation parks three windows"
+    );
+
+    // Seven or more ahead after the woken one: beyond a release's reach,
+    // it parks the lease and the next releases tell it.
+    let name = unique("lean-newcomer-far");
+    let lock = lock_key(&name);
+    let wake = format!("{lock}:wake:");
+    let _stream = listen(&url, &wake, &frozen).await;
+    for (i, client) in frozen.iter().enumerate() {
+        enqueue(
+            &mut conn,
+            &name,
+            (later + i as u64) as f64,
+            &format!("{client}:1"),
+        )
+        .await;
+    }
+    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
+    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
+    let (status, park) = acquire(&mut conn, &name, "mlive", "live:1").await;
+    assert_eq!(status, 0, "the reservation ended before the attempt");
+    assert_eq!(
+        park,
+        (HANDOFF_MS + LEASE_MS) as i64,
+        "eighth in line: the lease"
     );
 }

@@ -99,6 +99,11 @@ pub struct Bugs {
     /// one, not seven: three frozen clients at the head left the live
     /// waiter behind them parked for the holder's lease.
     pub two_standbys: bool,
+    /// (h) Before the model found it: an attempt that queued during a
+    /// reservation behind the first two parked the reservation and the
+    /// whole lease, even among the seven a standby reaches. Behind told
+    /// members that were all frozen, the free lock waited out that park.
+    pub newcomer_parks_a_lease: bool,
 }
 
 impl Bugs {
@@ -123,7 +128,7 @@ pub enum LockValue {
 }
 
 /// A plain waiter queue entry: member scored by its expiry (server ms);
-/// `half` is the score's fraction `.5` (acquire.lua:211-212,
+/// `half` is the score's fraction `.5` (acquire.lua:222-223,
 /// wake_next.lua:113).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Entry {
@@ -292,10 +297,10 @@ pub enum AcquireReply {
     },
 }
 
-/// acquire.lua:121-240 (the Mutex's attempt; kind checks left out).
+/// acquire.lua:124-257 (the Mutex's attempt; kind checks left out).
 pub fn acquire(s: &mut Server, a: &AcquireArgs, now: Ms) -> AcquireReply {
     let holder = s.lock_at(now);
-    // acquire.lua:131-152: the lock was free: SET NX took it.
+    // acquire.lua:135-156: the lock was free: SET NX took it.
     let Some(holder) = holder else {
         s.lock = Some((LockValue::Token(a.token), now + a.lease_ms));
         if let Some(m) = a.member {
@@ -305,7 +310,7 @@ pub fn acquire(s: &mut Server, a: &AcquireArgs, now: Ms) -> AcquireReply {
             fence: s.advance_fence(now),
         };
     };
-    // acquire.lua:153-163: reserved for us by the release that woke us.
+    // acquire.lua:157-167: reserved for us by the release that woke us.
     if let (Some(m), LockValue::Reserved { member, .. }) = (a.member, holder)
         && m == member
     {
@@ -314,14 +319,14 @@ pub fn acquire(s: &mut Server, a: &AcquireArgs, now: Ms) -> AcquireReply {
             fence: s.advance_fence(now),
         };
     }
-    // acquire.lua:170-177: a re-sent attempt finds its own token.
+    // acquire.lua:174-181: a re-sent attempt finds its own token.
     if holder == LockValue::Token(a.token) && !s.bugs.resent_acquire_parks {
         if let Some(m) = a.member {
             s.zrem(m);
         }
         return AcquireReply::Acquired { fence: s.fence };
     }
-    // acquire.lua:202-225: reserved for another waiter.
+    // acquire.lua:212-242: reserved for another waiter.
     if let LockValue::Reserved { end, .. } = holder {
         let mut park = a.handoff_ms as i64;
         if let Some(m) = a.member {
@@ -338,13 +343,17 @@ pub fn acquire(s: &mut Server, a: &AcquireArgs, now: Ms) -> AcquireReply {
                     half: true,
                     member: m,
                 });
+            } else if rank < STANDBYS && !s.bugs.newcomer_parks_a_lease {
+                // The window of its rank, as a standby would give it.
+                let window = (rank as i64 + 1) * 2 * a.handoff_ms as i64;
+                park = window.min(park + a.lease_ms as i64);
             } else {
                 park += a.lease_ms as i64;
             }
         }
         return AcquireReply::Held { park_ms: park };
     }
-    // acquire.lua:227-240: held; queue until the holder's PTTL + grace.
+    // acquire.lua:243-257: held; queue until the holder's PTTL + grace.
     let pttl = s.pttl(now);
     if let Some(m) = a.member {
         let ttl = if pttl >= 0 { pttl as Ms } else { a.park_ms } + a.grace_ms;

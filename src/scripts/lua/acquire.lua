@@ -40,7 +40,10 @@
 --               first two in the queue it parks no longer than the
 --               reservation (park = handoff_ms), and its score's fraction
 --               .5 tells a release that it needs no standby message;
---               further back, park = handoff_ms + lease_ms (no .5).
+--               third to seventh, park = its rank's standby window,
+--               (rank + 1) × 2 × handoff_ms, at most handoff_ms +
+--               lease_ms; further back, park = handoff_ms + lease_ms
+--               (no .5 for either).
 --   error WRONGKIND  the name is in use as another kind (the lock key
 --                    holds a token of another letter: a FairMutex, an
 --                    RwLock writer, a Mutex beside an Election or the
@@ -196,6 +199,12 @@ end
 --     frozen or dead, the lock is free by then; if it took the lock, the
 --     next attempt learns its PTTL), and its score carries the fraction .5:
 --     a release sends no standby to a member that parks that short anyway
+--   third to seventh  the window of its rank, as if the release had told
+--     it: the n-th in line (n = rank + 1) parks n × 2 × handoff_ms (at most
+--     handoff_ms + lease_ms). The members ahead of it were told by that
+--     release and may all be frozen (a paused host's workers), and the lock
+--     is free once the reservation ends; parking a lease would leave it
+--     free for that long. No .5: a later release still standbys it
 --   further back  for the lease it assumed: releases standby it (no .5)
 --     once it is among the next seven in line, and the ones ahead of it park
 --     on the holder or the reservation, so a crashed holder is still taken
@@ -209,8 +218,15 @@ if reserved_until then
     if err then
       return err
     end
-    if redis.call('ZRANK', KEYS[3], member) <= 1 then
+    local rank = redis.call('ZRANK', KEYS[3], member)
+    if rank <= 1 then
       redis.call('ZADD', KEYS[3], string.format('%d.5', expiry), member)
+    elseif rank < 7 then
+      -- Among the seven after the woken one (wake_next.lua's STANDBYS):
+      -- the window a standby would have given it, n × 2 × handoff_ms for
+      -- the n-th (n = rank + 1), as the release that made the reservation
+      -- told the members ahead of it; they may all be frozen.
+      park = math.min((rank + 1) * 2 * park, park + tonumber(ARGV[3])) -- park = handoff_ms
     else
       park = park + tonumber(ARGV[3])
     end
