@@ -82,7 +82,9 @@
 //! the outcome is unknown; an attempt that timed out on a silent connection
 //! is sent once more on the fresh one (argued in `attempt`).
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -201,30 +203,30 @@ impl Acquirer {
 
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Acquisition, Error> {
-        let mut tally = self.tally();
+        let mut tally = Tally::new(self, self.span());
         // `wait()` is built where it is awaited, not handed to a helper: a
         // future passed to an `async fn` is kept twice in the helper's
         // state (the argument, and the value being awaited), which made
-        // every parked `lock()` twice the wait loop's size.
-        let result = self.wait(None).instrument(tally.span.clone()).await;
+        // every parked `lock()` twice the wait loop's size. (Nor is the
+        // span a local: one that was borrowed stays in the state.)
+        let result = self.wait(None).instrument(tally.span()).await;
         tally.end_with(&result);
         result
     }
 
-    /// The tally of one acquisition (`lock` or `lock_timeout`): it counts
+    /// The span of one acquisition (`lock` or `lock_timeout`), at debug
+    /// level: lock, kind, outcome, fence, wait in µs. Its [`Tally`] counts
     /// how the acquisition ended (a drop before the end counts as
-    /// cancelled) and traces it as a `redbell.acquire` span at debug level
-    /// (lock, kind, outcome, fence, wait in µs).
-    fn tally(&self) -> Tally<'_> {
-        let span = tracing::debug_span!(
+    /// cancelled) and records it there.
+    fn span(&self) -> tracing::Span {
+        tracing::debug_span!(
             "redbell.acquire",
             lock = %self.name(),
             kind = ?self.kind,
             outcome = tracing::field::Empty,
             fence = tracing::field::Empty,
             waited_us = tracing::field::Empty,
-        );
-        Tally::new(self, span)
+        )
     }
 
     /// The wait loop itself; `deadline` is `lock_timeout`'s (a fair grant
@@ -244,18 +246,23 @@ impl Acquirer {
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Acquisition, Error>> + '_ {
         async move {
-            let keys = self.keys()?;
-            self.max_hold.map(lease_ms).transpose()?; // zero or over-long
-            let lease_ms = self.lease_ms()?;
-            // Joining the hub is local; the first attempt is the whole cost of an
-            // uncontended lock: one round trip, no SUBSCRIBE.
-            let token = self.client.0.tokens.next(keys.kind);
-            let (mut registration, mut subscribed) = self.client.0.hub.join(&keys, token);
+            // In a block: from here on the keys are the registration's (one
+            // copy kept while parked).
+            let (mut registration, mut subscribed, kind) = {
+                let keys = self.keys()?;
+                self.max_hold.map(lease_ms).transpose()?; // zero or over-long
+                self.lease_ms()?;
+                // Joining the hub is local; the first attempt is the whole cost of an
+                // uncontended lock: one round trip, no SUBSCRIBE.
+                let token = self.client.0.tokens.next(keys.kind);
+                let (registration, subscribed) = self.client.0.hub.join(&keys, token);
+                (registration, subscribed, keys.kind)
+            };
             let waiter = registration.waiter();
             // FairMutex and Semaphore: when this waiter first reached the
             // server, from a failed attempt made before its turn to queue
             // came; its turn queues it by this arrival (see `Queue`).
-            let mut arrival_us = None;
+            let mut arrival_us: Option<NonZeroU64> = None;
             // Counts this waiter in the `waiters` gauge from its first park on.
             let mut parked = None;
             loop {
@@ -278,8 +285,7 @@ impl Acquirer {
                 // not queue): never both queuing, never neither attempting.
                 waiter.attempting();
                 let turn = registration.may_queue();
-                let queuing =
-                    turn && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore));
+                let queuing = turn && (subscribed || !matches!(kind, Kind::Fair | Kind::Semaphore));
                 if queuing {
                     registration.queued();
                 }
@@ -298,9 +304,11 @@ impl Acquirer {
                         member,
                         grace_ms: QUEUE_GRACE_MS,
                         park_ms: millis(self.client.0.config.max_park),
-                        arrival_us,
+                        arrival_us: arrival_us.map(NonZeroU64::get),
                     });
-                    self.attempt(&keys, waiter.token(), lease_ms, queue).await
+                    let lease_ms = self.lease_ms()?; // checked above
+                    let keys = registration.keys();
+                    self.attempt(keys, waiter.token(), lease_ms, queue).await
                 })
                 .await;
                 drop(slot);
@@ -313,7 +321,7 @@ impl Acquirer {
                         if !turn && arrival_us.is_none() {
                             // Its arrival at the server (the FIFO kinds answer
                             // with their time): its turn queues it by this.
-                            arrival_us = server_us;
+                            arrival_us = server_us.and_then(NonZeroU64::new);
                         }
                         pttl
                     }
@@ -332,23 +340,32 @@ impl Acquirer {
                 // the clock; a day-long park still costs nothing.
                 let park = pttl.unwrap_or(self.client.0.config.max_park).min(MAX_PARK);
                 let bound = Instant::now() + park;
-                let mut until = bound;
+                // One sleep for the whole park, moved by the windows below
+                // (it keeps its deadline: no copy of it here).
+                let sleep = tokio::time::sleep_until(bound);
+                tokio::pin!(sleep);
                 // A backup window runs: the client's queuer was asked to
                 // attempt (see "One place per client").
                 let mut backup = false;
                 loop {
-                    tokio::select! {
-                        _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(until) => {
-                            if backup && !registration.take_over() {
-                                // The queuer attempted: it is live, and this
-                                // waiter parks on as before, no call sent.
-                                backup = false;
-                                until = bound;
-                                continue;
-                            }
-                            break;
+                    // Notified, or the sleep's end (not `select!`, whose
+                    // state is bigger, in every parked future).
+                    let notice = std::future::poll_fn(|cx| {
+                        if notified.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(true);
                         }
+                        sleep.as_mut().poll(cx).map(|()| false)
+                    })
+                    .await;
+                    if !notice {
+                        if backup && !registration.take_over() {
+                            // The queuer attempted: it is live, and this
+                            // waiter parks on as before, no call sent.
+                            backup = false;
+                            sleep.as_mut().reset(bound);
+                            continue;
+                        }
+                        break;
                     }
                     if waiter.take_grant() {
                         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -363,7 +380,8 @@ impl Acquirer {
                     }
                     if let Some(window) = waiter.take_backup() {
                         backup = true;
-                        until = until.min(Instant::now() + window);
+                        let until = sleep.deadline().min(Instant::now() + window);
+                        sleep.as_mut().reset(until);
                         notified.set(waiter.notify.notified());
                         notified.as_mut().enable();
                         continue;
@@ -373,7 +391,8 @@ impl Acquirer {
                     };
                     // The waiter ahead was just woken (or granted the lock): if
                     // it is frozen, this waiter must notice.
-                    until = until.min(Instant::now() + window);
+                    let until = sleep.deadline().min(Instant::now() + window);
+                    sleep.as_mut().reset(until);
                     notified.set(waiter.notify.notified());
                     notified.as_mut().enable();
                 }
@@ -392,9 +411,9 @@ impl Acquirer {
         let Some(deadline) = Instant::now().checked_add(timeout) else {
             return Box::pin(self.lock()).await; // a deadline past the end of time
         };
-        let mut tally = self.tally();
+        let mut tally = Tally::new(self, self.span());
         let result = tokio::time::timeout_at(deadline, self.wait(Some(deadline)))
-            .instrument(tally.span.clone())
+            .instrument(tally.span())
             .await
             .unwrap_or(Err(Error::Timeout));
         tally.end_with(&result);

@@ -20,7 +20,9 @@ use crate::stats::{Counters, Outcome};
 pub(super) struct Tally<'a> {
     acquirer: &'a Acquirer,
     started: Instant,
-    pub(super) span: tracing::Span,
+    /// The acquisition's span, when it is enabled (boxed: the common
+    /// disabled span would cost every parked future its 40 bytes).
+    span: Option<Box<tracing::Span>>,
     ended: bool,
 }
 
@@ -29,7 +31,7 @@ impl<'a> Tally<'a> {
         Tally {
             acquirer,
             started: Instant::now(),
-            span,
+            span: (!span.is_disabled()).then(|| Box::new(span)),
             ended: false,
         }
     }
@@ -43,11 +45,21 @@ impl<'a> Tally<'a> {
             .0
             .counters
             .acquisition(acquirer.kind, outcome, waited, acquirer.name());
-        self.span.record("outcome", format_args!("{outcome:?}"));
-        self.span.record(
-            "waited_us",
-            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
-        );
+        if let Some(span) = &self.span {
+            span.record("outcome", format_args!("{outcome:?}"));
+            span.record(
+                "waited_us",
+                u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+            );
+        }
+    }
+
+    /// A handle on the acquisition's span (the disabled one when it is).
+    pub(super) fn span(&self) -> tracing::Span {
+        self.span
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(tracing::Span::none)
     }
 
     /// Ends with a failure: counts the error, then the outcome.
@@ -61,7 +73,9 @@ impl<'a> Tally<'a> {
     pub(super) fn end_with(&mut self, result: &Result<Acquisition, Error>) {
         match result {
             Ok(held) => {
-                self.span.record("fence", held.fence);
+                if let Some(span) = &self.span {
+                    span.record("fence", held.fence);
+                }
                 self.end(Outcome::Acquired);
             }
             Err(Error::Timeout) => self.end(Outcome::Timeout),

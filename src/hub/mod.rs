@@ -59,6 +59,11 @@ impl Registration {
         self.waiter.clone()
     }
 
+    /// The keys of the lock it waits for.
+    pub(crate) fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
     /// This waiter's member in the lock's queue (see [`Hub::join`]), built
     /// anew on each call: a parked waiter keeps no copy.
     pub(crate) fn member(&self) -> String {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
@@ -91,7 +91,7 @@ pub(crate) struct Waiter {
     /// ahead was just woken or granted the lock) rather than a wake-up or
     /// grant: the window in ms to park at most before attempting, 0 for
     /// none. Read and cleared by the waiter.
-    standby: AtomicU64,
+    standby: AtomicU32,
     /// Set with the latest notification when it was a fair grant (the lock
     /// holds this waiter's token on a claim, until its own attempt sets its
     /// lease); read and cleared by the waiter.
@@ -108,7 +108,7 @@ pub(crate) struct Waiter {
     /// just asked to attempt: the window in ms after which this waiter
     /// checks that it did (`owed` cleared), 0 for none. Read and cleared by
     /// the waiter.
-    backup: AtomicU64,
+    backup: AtomicU32,
 }
 
 impl Waiter {
@@ -118,10 +118,10 @@ impl Waiter {
             token,
             kind,
             notify: Notify::new(),
-            standby: AtomicU64::new(0),
+            standby: AtomicU32::new(0),
             grant: AtomicBool::new(false),
             owed: AtomicBool::new(false),
-            backup: AtomicU64::new(0),
+            backup: AtomicU32::new(0),
         }
     }
 
@@ -135,7 +135,7 @@ impl Waiter {
     pub(crate) fn take_standby(&self) -> Option<Duration> {
         match self.standby.swap(0, Ordering::AcqRel) {
             0 => None,
-            ms => Some(Duration::from_millis(ms)),
+            ms => Some(Duration::from_millis(ms.into())),
         }
     }
 
@@ -150,7 +150,7 @@ impl Waiter {
     pub(crate) fn take_backup(&self) -> Option<Duration> {
         match self.backup.swap(0, Ordering::AcqRel) {
             0 => None,
-            ms => Some(Duration::from_millis(ms)),
+            ms => Some(Duration::from_millis(ms.into())),
         }
     }
 
@@ -182,9 +182,10 @@ impl Entry {
         queuer.owed.store(true, Ordering::Release);
         queuer.notify.notify_one();
         if let Some(sibling) = self.waiters.iter().find(|(i, _)| **i != id).map(|(_, w)| w) {
-            sibling
-                .backup
-                .store(after_ms + backup_ms(self.keys.kind), Ordering::Release);
+            sibling.backup.store(
+                window_ms(after_ms + backup_ms(self.keys.kind)),
+                Ordering::Release,
+            );
             sibling.notify.notify_one();
         }
     }
@@ -195,6 +196,12 @@ impl Entry {
 /// standby, which outlasts what the queuer was given (the plain
 /// reservation, the fair claim, the semaphore's reserved place), so the
 /// lock is free to anyone by then if the queuer did not take it.
+/// A window in ms as a waiter keeps it (`u32`: 49 days, far past any
+/// window; one beyond is cut to that).
+fn window_ms(ms: u64) -> u32 {
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
 fn backup_ms(kind: Kind) -> u64 {
     match kind {
         Kind::Fair => CLAIM_MS + 100,
@@ -342,7 +349,7 @@ impl Registry {
                 }
                 waiter
                     .standby
-                    .store(standby.unwrap_or(0), Ordering::Release);
+                    .store(window_ms(standby.unwrap_or(0)), Ordering::Release);
                 waiter.grant.store(grant, Ordering::Release);
                 match id {
                     // Our queuer: its future may be kept but not polled, so
