@@ -241,6 +241,7 @@ impl Acquirer {
     ///
     /// Not an `async fn`: one keeps a copy of each argument beside the one
     /// its body uses; the `async move` block uses its captures in place.
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
     fn wait(
         &self,
         deadline: Option<Instant>,
