@@ -82,7 +82,9 @@
 //! the outcome is unknown; an attempt that timed out on a silent connection
 //! is sent once more on the fresh one (argued in `attempt`).
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -114,8 +116,9 @@ const MAX_PARK: Duration = Duration::from_secs(24 * 3600);
 pub(crate) struct Acquirer {
     client: Client,
     /// The lock's keys, or the reason its name is invalid (reported by the
-    /// first call that needs the keys).
-    keys: Result<Arc<LockKeys>, (String, &'static str)>,
+    /// first call that needs the keys; boxed, so that every handle is
+    /// smaller by what only a bad name needs).
+    keys: Result<Arc<LockKeys>, Box<(String, &'static str)>>,
     /// The fixed lease of each acquisition; `None` (the default): the
     /// client's lease, renewed while the guard lives. Kept as given: the
     /// lease rule (`keys::lease_ms`) judges it, and `max_hold`, at every
@@ -134,8 +137,8 @@ impl Acquirer {
     pub(crate) fn new(client: Client, name: &str, kind: Kind) -> Acquirer {
         let keys = match client.shared_keys(name, kind) {
             Ok(keys) => Ok(keys),
-            Err(Error::InvalidName { name, reason }) => Err((name, reason)),
-            Err(_) => Err((name.chars().take(64).collect(), "invalid name")),
+            Err(Error::InvalidName { name, reason }) => Err(Box::new((name, reason))),
+            Err(_) => Err(Box::new((name.chars().take(64).collect(), "invalid name"))),
         };
         let replication = client.0.config.replication;
         let max_hold = client.0.config.max_hold;
@@ -194,180 +197,206 @@ impl Acquirer {
     pub(crate) fn name(&self) -> &str {
         match &self.keys {
             Ok(keys) => &keys.name,
-            Err((name, _)) => name,
+            Err(bad) => &bad.0,
         }
     }
 
     /// Waits until acquired: the loop of the module docs.
     pub(crate) async fn lock(&self) -> Result<Acquisition, Error> {
-        self.observed(self.wait(None)).await
+        let mut tally = Tally::new(self, self.span());
+        // `wait()` is built where it is awaited, not handed to a helper: a
+        // future passed to an `async fn` is kept twice in the helper's
+        // state (the argument, and the value being awaited), which made
+        // every parked `lock()` twice the wait loop's size. (Nor is the
+        // span a local: one that was borrowed stays in the state.)
+        let result = self.wait(None).instrument(tally.span()).await;
+        tally.end_with(&result);
+        result
     }
 
-    /// Runs one acquisition (`lock` or `lock_timeout`), counting how it
-    /// ended (a drop before the end counts as cancelled) and tracing it as
-    /// a `redbell.acquire` span at debug level (lock, kind, outcome, fence,
-    /// wait in µs).
-    async fn observed(
-        &self,
-        acquisition: impl Future<Output = Result<Acquisition, Error>>,
-    ) -> Result<Acquisition, Error> {
-        let span = tracing::debug_span!(
+    /// The span of one acquisition (`lock` or `lock_timeout`), at debug
+    /// level: lock, kind, outcome, fence, wait in µs. Its [`Tally`] counts
+    /// how the acquisition ended (a drop before the end counts as
+    /// cancelled) and records it there.
+    fn span(&self) -> tracing::Span {
+        tracing::debug_span!(
             "redbell.acquire",
             lock = %self.name(),
             kind = ?self.kind,
             outcome = tracing::field::Empty,
             fence = tracing::field::Empty,
             waited_us = tracing::field::Empty,
-        );
-        let mut tally = Tally::new(self, span.clone());
-        let result = acquisition.instrument(span).await;
-        tally.end(match &result {
-            Ok(held) => {
-                tally.span.record("fence", held.fence);
-                Outcome::Acquired
-            }
-            Err(Error::Timeout) => Outcome::Timeout,
-            Err(e) => {
-                tally.counters.failed(e, self.name());
-                Outcome::Error
-            }
-        });
-        result
+        )
     }
 
     /// The wait loop itself; `deadline` is `lock_timeout`'s (a fair grant
     /// read after it is not taken).
-    async fn wait(&self, deadline: Option<Instant>) -> Result<Acquisition, Error> {
-        let keys = self.keys()?;
-        self.max_hold.map(lease_ms).transpose()?; // zero or over-long
-        let lease_ms = self.lease_ms()?;
-        let config = &self.client.0.config;
-        let hub = &self.client.0.hub;
-        // Joining the hub is local; the first attempt is the whole cost of an
-        // uncontended lock: one round trip, no SUBSCRIBE.
-        let token = self.client.0.tokens.next(keys.kind);
-        let (mut registration, mut subscribed) = hub.join(&keys, &token);
-        let waiter = registration.waiter();
-        let mut queue = Queue {
-            member: waiter.member(),
-            grace_ms: QUEUE_GRACE_MS,
-            park_ms: millis(config.max_park),
-            arrival_us: None,
-        };
-        // Counts this waiter in the `waiters` gauge from its first park on.
-        let mut parked = None;
-        loop {
-            let notified = waiter.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable(); // armed before the attempt
-            // A fair waiter joins the queue only once it can be told of its
-            // grant: a grant published before its SUBSCRIBE was confirmed
-            // would reach nobody and cost it its place.
-            // The same for a semaphore waiter, whose place is FIFO too.
-            // And a client queues one waiter per lock at a time (see "One
-            // place per client"): the others attempt without queuing, and
-            // park until their turn comes (the hub notifies them).
-            //
-            // Whatever it was asked to attempt for, it does now. The mark is
-            // cleared first, then `may_queue` takes the registry's lock,
-            // which a sibling's `take_over` holds while it reads the mark
-            // and moves the turn. So either the sibling sees the mark cleared
-            // (and parks on), or this waiter sees the turn gone (and does
-            // not queue): never both queuing, never neither attempting.
-            waiter.attempting();
-            let turn = registration.may_queue();
-            let queuing = (turn
-                && (subscribed || !matches!(keys.kind, Kind::Fair | Kind::Semaphore)))
-            .then_some(queue);
-            if queuing.is_some() {
-                registration.queued();
-            }
-            // Boxed, as the SUBSCRIBE below: a future is as big as its
-            // biggest await point, and the script call's (redis-rs, the
-            // recovery of a lost reply) is ~10 KB, which every parked
-            // waiter would carry while it waits for nothing but a Notify.
-            // Boxed, it lives only during the call; a parked waiter costs
-            // ~1 KB instead of ~15 KB (`redbell-bench scale`,
-            // `tests/parked_memory.rs`).
-            // One of the client's slots first (`ATTEMPTS_IN_FLIGHT`): a
-            // burst of waiters queues here, in order, not on the
-            // connection, and allocates no call state while it does.
-            let slot = self.client.0.attempts.acquire().await.ok();
-            let attempt = Box::pin(self.attempt(&keys, &token, lease_ms, queuing));
-            let outcome = attempt.await;
-            drop(slot);
-            let pttl = match outcome? {
-                Ok(held) => {
-                    registration.acquired();
-                    return Ok(held);
-                }
-                Err((pttl, server_us)) => {
-                    if !turn && queue.arrival_us.is_none() {
-                        // Its arrival at the server (the FIFO kinds answer
-                        // with their time): its turn queues it by this.
-                        queue.arrival_us = server_us;
-                    }
-                    pttl
-                }
+    ///
+    /// A parked waiter keeps this future for as long as it waits, and a
+    /// future is as big as the state it keeps across its biggest await
+    /// point: what lives across the park is kept to what the park needs
+    /// (the registration, whose waiter holds the token; the `Notified`,
+    /// the sleep and its bounds), and the rest (the slot, the member, the
+    /// call) is built per attempt, boxed for the call.
+    ///
+    /// Not an `async fn`: one keeps a copy of each argument beside the one
+    /// its body uses; the `async move` block uses its captures in place.
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
+    fn wait(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Acquisition, Error>> + '_ {
+        async move {
+            // In a block: from here on the keys are the registration's (one
+            // copy kept while parked).
+            let (mut registration, mut subscribed, kind) = {
+                let keys = self.keys()?;
+                self.max_hold.map(lease_ms).transpose()?; // zero or over-long
+                self.lease_ms()?;
+                // Joining the hub is local; the first attempt is the whole cost of an
+                // uncontended lock: one round trip, no SUBSCRIBE.
+                let token = self.client.0.tokens.next(keys.kind);
+                let (registration, subscribed) = self.client.0.hub.join(&keys, token);
+                (registration, subscribed, keys.kind)
             };
-            if !subscribed {
-                // A release before the SUBSCRIBE was confirmed reached no
-                // one here: subscribe, then attempt again before parking.
-                Box::pin(hub.subscribe(&registration)).await?;
-                subscribed = true;
-                continue;
-            }
-            if parked.is_none() {
-                parked = Some(Parked::new(&self.client.0.counters));
-            }
-            // Capped so a foreign key with an absurd expiry cannot overflow
-            // the clock; a day-long park still costs nothing.
-            let park = pttl.unwrap_or(config.max_park).min(MAX_PARK);
-            let bound = Instant::now() + park;
-            let mut until = bound;
-            // A backup window runs: the client's queuer was asked to
-            // attempt (see "One place per client").
-            let mut backup = false;
+            let waiter = registration.waiter();
+            // FairMutex and Semaphore: when this waiter first reached the
+            // server, from a failed attempt made before its turn to queue
+            // came; its turn queues it by this arrival (see `Queue`).
+            let mut arrival_us: Option<NonZeroU64> = None;
+            // Counts this waiter in the `waiters` gauge from its first park on.
+            let mut parked = None;
             loop {
-                tokio::select! {
-                    _ = &mut notified => {}
-                    _ = tokio::time::sleep_until(until) => {
+                let notified = waiter.notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable(); // armed before the attempt
+                // A fair waiter joins the queue only once it can be told of its
+                // grant: a grant published before its SUBSCRIBE was confirmed
+                // would reach nobody and cost it its place.
+                // The same for a semaphore waiter, whose place is FIFO too.
+                // And a client queues one waiter per lock at a time (see "One
+                // place per client"): the others attempt without queuing, and
+                // park until their turn comes (the hub notifies them).
+                //
+                // Whatever it was asked to attempt for, it does now. The mark is
+                // cleared first, then `may_queue` takes the registry's lock,
+                // which a sibling's `take_over` holds while it reads the mark
+                // and moves the turn. So either the sibling sees the mark cleared
+                // (and parks on), or this waiter sees the turn gone (and does
+                // not queue): never both queuing, never neither attempting.
+                waiter.attempting();
+                let turn = registration.may_queue();
+                let queuing = turn && (subscribed || !matches!(kind, Kind::Fair | Kind::Semaphore));
+                if queuing {
+                    registration.queued();
+                }
+                // One of the client's slots first (`ATTEMPTS_IN_FLIGHT`): a
+                // burst of waiters queues here, in order, not on the
+                // connection, and allocates no call state while it does.
+                let slot = self.client.0.attempts.acquire().await.ok();
+                // Boxed, as the SUBSCRIBE below: the script call's state
+                // (redis-rs, the recovery of a lost reply) is ~4 KB, which every
+                // parked waiter would carry while it waits for nothing but a
+                // Notify. Boxed, it lives only during the call, and so does the
+                // member built for it (`tests/parked_memory.rs`).
+                let outcome = Box::pin(async {
+                    let member = queuing.then(|| registration.member());
+                    let queue = member.as_deref().map(|member| Queue {
+                        member,
+                        grace_ms: QUEUE_GRACE_MS,
+                        park_ms: millis(self.client.0.config.max_park),
+                        arrival_us: arrival_us.map(NonZeroU64::get),
+                    });
+                    let lease_ms = self.lease_ms()?; // checked above
+                    let keys = registration.keys();
+                    self.attempt(keys, waiter.token(), lease_ms, queue).await
+                })
+                .await;
+                drop(slot);
+                let pttl = match outcome? {
+                    Ok(held) => {
+                        registration.acquired();
+                        return Ok(held);
+                    }
+                    Err((pttl, server_us)) => {
+                        if !turn && arrival_us.is_none() {
+                            // Its arrival at the server (the FIFO kinds answer
+                            // with their time): its turn queues it by this.
+                            arrival_us = server_us.and_then(NonZeroU64::new);
+                        }
+                        pttl
+                    }
+                };
+                if !subscribed {
+                    // A release before the SUBSCRIBE was confirmed reached no
+                    // one here: subscribe, then attempt again before parking.
+                    Box::pin(self.client.0.hub.subscribe(&registration)).await?;
+                    subscribed = true;
+                    continue;
+                }
+                if parked.is_none() {
+                    parked = Some(Parked::new(&self.client.0.counters));
+                }
+                // Capped so a foreign key with an absurd expiry cannot overflow
+                // the clock; a day-long park still costs nothing.
+                let park = pttl.unwrap_or(self.client.0.config.max_park).min(MAX_PARK);
+                let bound = Instant::now() + park;
+                // One sleep for the whole park, moved by the windows below
+                // (it keeps its deadline: no copy of it here).
+                let sleep = tokio::time::sleep_until(bound);
+                tokio::pin!(sleep);
+                // A backup window runs: the client's queuer was asked to
+                // attempt (see "One place per client").
+                let mut backup = false;
+                loop {
+                    // Notified, or the sleep's end (not `select!`, whose
+                    // state is bigger, in every parked future).
+                    let notice = std::future::poll_fn(|cx| {
+                        if notified.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(true);
+                        }
+                        sleep.as_mut().poll(cx).map(|()| false)
+                    })
+                    .await;
+                    if !notice {
                         if backup && !registration.take_over() {
                             // The queuer attempted: it is live, and this
                             // waiter parks on as before, no call sent.
                             backup = false;
-                            until = bound;
+                            sleep.as_mut().reset(bound);
                             continue;
                         }
                         break;
                     }
-                }
-                if waiter.take_grant() {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        // Too late for the caller: the registration's
-                        // pass-on hands the grant to the next waiter.
-                        return Err(Error::Timeout);
+                    if waiter.take_grant() {
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            // Too late for the caller: the registration's
+                            // pass-on hands the grant to the next waiter.
+                            return Err(Error::Timeout);
+                        }
+                        // Not a guard yet: the grant holds only the claim. The
+                        // attempt finds our token and sets our lease (the
+                        // confirm), or queues us again if the claim lapsed.
+                        break;
                     }
-                    // Not a guard yet: the grant holds only the claim. The
-                    // attempt finds our token and sets our lease (the
-                    // confirm), or queues us again if the claim lapsed.
-                    break;
-                }
-                if let Some(window) = waiter.take_backup() {
-                    backup = true;
-                    until = until.min(Instant::now() + window);
+                    if let Some(window) = waiter.take_backup() {
+                        backup = true;
+                        let until = sleep.deadline().min(Instant::now() + window);
+                        sleep.as_mut().reset(until);
+                        notified.set(waiter.notify.notified());
+                        notified.as_mut().enable();
+                        continue;
+                    }
+                    let Some(window) = waiter.take_standby() else {
+                        break;
+                    };
+                    // The waiter ahead was just woken (or granted the lock): if
+                    // it is frozen, this waiter must notice.
+                    let until = sleep.deadline().min(Instant::now() + window);
+                    sleep.as_mut().reset(until);
                     notified.set(waiter.notify.notified());
                     notified.as_mut().enable();
-                    continue;
                 }
-                let Some(window) = waiter.take_standby() else {
-                    break;
-                };
-                // The waiter ahead was just woken (or granted the lock): if
-                // it is frozen, this waiter must notice.
-                until = until.min(Instant::now() + window);
-                notified.set(waiter.notify.notified());
-                notified.as_mut().enable();
             }
         }
     }
@@ -376,33 +405,31 @@ impl Acquirer {
     /// zero timeout makes exactly one attempt.
     pub(crate) async fn lock_timeout(&self, timeout: Duration) -> Result<Acquisition, Error> {
         if timeout.is_zero() {
-            return self.try_lock().await?.ok_or(Error::Timeout);
+            // Boxed, as `wait`'s attempts: unboxed, the call's state would
+            // make every parked `lock_timeout` future ~4 KB.
+            return Box::pin(self.try_lock()).await?.ok_or(Error::Timeout);
         }
-        match Instant::now().checked_add(timeout) {
-            Some(deadline) => {
-                self.observed(async {
-                    tokio::time::timeout_at(deadline, self.wait(Some(deadline)))
-                        .await
-                        .unwrap_or(Err(Error::Timeout))
-                })
-                .await
-            }
-            None => self.lock().await, // a deadline past the end of time
-        }
+        let Some(deadline) = Instant::now().checked_add(timeout) else {
+            return Box::pin(self.lock()).await; // a deadline past the end of time
+        };
+        let mut tally = Tally::new(self, self.span());
+        let result = tokio::time::timeout_at(deadline, self.wait(Some(deadline)))
+            .instrument(tally.span())
+            .await
+            .unwrap_or(Err(Error::Timeout));
+        tally.end_with(&result);
+        result
     }
 
     /// One attempt that never waits, queues or subscribes.
     pub(crate) async fn try_lock(&self) -> Result<Option<Acquisition>, Error> {
         let mut tally = Tally::new(self, tracing::Span::none());
         let result = self.try_once().await;
-        tally.end(match &result {
-            Ok(Some(_)) => Outcome::Acquired,
-            Ok(None) => Outcome::Busy,
-            Err(e) => {
-                tally.counters.failed(e, self.name());
-                Outcome::Error
-            }
-        });
+        match &result {
+            Ok(Some(_)) => tally.end(Outcome::Acquired),
+            Ok(None) => tally.end(Outcome::Busy),
+            Err(e) => tally.failed(e),
+        }
         result
     }
 
@@ -410,10 +437,8 @@ impl Acquirer {
         let keys = self.keys()?;
         self.max_hold.map(lease_ms).transpose()?; // zero or over-long
         let lease_ms = self.lease_ms()?;
-        Ok(self
-            .attempt(&keys, &self.client.0.tokens.next(keys.kind), lease_ms, None)
-            .await?
-            .ok())
+        let token = self.client.0.tokens.next(keys.kind);
+        Ok(self.attempt(&keys, &token, lease_ms, None).await?.ok())
     }
 
     /// One acquire script call. `Ok(held)` when acquired, `Err((pttl,
@@ -454,7 +479,7 @@ impl Acquirer {
         }
         match result {
             Ok((Attempt::Acquired { .. }, Some(acked)))
-                if self.replication.is_some_and(|r| acked < r.replicas) =>
+                if self.replication.is_some_and(|r| acked < r.replicas()) =>
             {
                 // Not known to survive a failover: give it back, and say so.
                 // Should the release fail, the in-flight guard retries it.
@@ -462,7 +487,7 @@ impl Acquirer {
                 in_flight.token = None;
                 Err(Error::NotReplicated {
                     acked,
-                    wanted: self.replication.map_or(0, |r| r.replicas),
+                    wanted: self.replication.map_or(0, Replication::replicas),
                 })
             }
             Ok((Attempt::Acquired { fence }, _)) => {
@@ -531,10 +556,10 @@ impl Acquirer {
     }
 
     fn keys(&self) -> Result<Arc<LockKeys>, Error> {
-        let keys = self
-            .keys
-            .clone()
-            .map_err(|(name, reason)| Error::InvalidName { name, reason })?;
+        let keys = self.keys.clone().map_err(|bad| {
+            let (name, reason) = *bad;
+            Error::InvalidName { name, reason }
+        })?;
         if keys.kind == Kind::Semaphore && keys.permits == 0 {
             return Err(Error::InvalidPermits {
                 name: keys.name.chars().take(64).collect(),

@@ -144,32 +144,36 @@ impl LockKeys {
         fence_ttl: Duration,
     ) -> Result<LockKeys, Error> {
         validate_name(name)?;
-        let base = format!("{prefix}:{{{name}}}");
-        let wake_prefix = format!("{base}:wake:");
-        let queue = match kind {
-            Kind::Plain | Kind::Election => format!("{base}:waiters"),
-            Kind::Fair => format!("{base}:fifo"),
-            Kind::Semaphore => format!("{base}:queue"),
-            Kind::Read | Kind::Write => format!("{base}:writers"),
-        };
-        let readers = format!("{base}:readers");
-        let holders = format!("{base}:holders");
+        // Each string sized exactly by `concat` (one per key, a dozen per
+        // lock, kept as long as any handle or waiter of the lock: `format!`
+        // grows its buffer by doubling, which left a third of each unused).
+        let base = [prefix, ":{", name, "}"].concat();
+        let key = |suffix: &str| [base.as_str(), suffix].concat();
+        let wake_prefix = key(":wake:");
+        let queue = key(match kind {
+            Kind::Plain | Kind::Election => ":waiters",
+            Kind::Fair => ":fifo",
+            Kind::Semaphore => ":queue",
+            Kind::Read | Kind::Write => ":writers",
+        });
+        let readers = key(":readers");
+        let holders = key(":holders");
         Ok(LockKeys {
             name: name.to_owned(),
             kind,
-            fence: format!("{base}:fence"),
+            fence: key(":fence"),
             fence_ttl_ms: millis(fence_ttl),
-            queue_expiry: format!("{queue}:expiry"),
+            queue_expiry: [queue.as_str(), ":expiry"].concat(),
             queue,
-            count: format!("{base}:permits"),
+            count: key(":permits"),
             holders: holders.clone(),
             permits: 0,
-            handoff: format!("{base}:handoff"),
+            handoff: key(":handoff"),
             channel: match kind {
                 // Read-write locks broadcast on one channel per lock.
-                Kind::Read | Kind::Write => format!("{base}:rw"),
+                Kind::Read | Kind::Write => key(":rw"),
                 Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
-                    format!("{wake_prefix}{client_id}")
+                    [wake_prefix.as_str(), client_id].concat()
                 }
             },
             wake_prefix,
@@ -188,17 +192,24 @@ impl LockKeys {
 /// [`ClientBuilder::min_replica_acks`](crate::ClientBuilder::min_replica_acks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replication {
-    pub(crate) replicas: u32,
+    /// Never 0 (that is no replication, `None`): so an
+    /// `Option<Replication>`, in every lock handle, is no bigger than this.
+    pub(crate) replicas: std::num::NonZeroU32,
     pub(crate) timeout_ms: u64,
 }
 
 impl Replication {
     /// `WAIT replicas timeout`; `None` (off) for 0 replicas.
     pub(crate) fn new(replicas: u32, timeout: Duration) -> Option<Replication> {
-        (replicas > 0).then(|| Replication {
+        std::num::NonZeroU32::new(replicas).map(|replicas| Replication {
             replicas,
             timeout_ms: millis(timeout),
         })
+    }
+
+    /// The replicas that must acknowledge (at least 1).
+    pub(crate) fn replicas(self) -> u32 {
+        self.replicas.get()
     }
 }
 
@@ -308,9 +319,49 @@ impl Tokens {
     }
 
     /// A fresh owner token for a lock of this kind.
-    pub(crate) fn next(&self, kind: Kind) -> String {
+    pub(crate) fn next(&self, kind: Kind) -> Token {
         let count = self.count.fetch_add(1, Ordering::Relaxed);
-        format!("{}{:016x}{:016x}", kind.token_tag(), self.seed, mix(count))
+        let mut bytes = [0; TOKEN_LEN];
+        let mut tag = [0; 4];
+        bytes[0] = kind.token_tag().encode_utf8(&mut tag).as_bytes()[0];
+        hex(&mut bytes[1..17], self.seed);
+        hex(&mut bytes[17..], mix(count));
+        Token(bytes)
+    }
+}
+
+/// The length of an owner token: its tag letter and 32 hex digits.
+const TOKEN_LEN: usize = 33;
+
+/// One owner token (see [`Tokens`]), kept inline rather than in a `String`:
+/// a waiter holds its token for as long as it waits, and one more heap
+/// block per parked waiter is what the budget of 1 KiB each could
+/// not spare. Derefs to the `str` the scripts are sent.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Token([u8; TOKEN_LEN]);
+
+impl std::ops::Deref for Token {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // ASCII by construction (a tag letter and hex digits).
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+/// Writes `x` into `out` as lower-case hex digits, most significant first
+/// (`out` is 16 bytes long: `{:016x}`).
+fn hex(out: &mut [u8], x: u64) {
+    let digits = out.len();
+    for (i, b) in out.iter_mut().enumerate() {
+        let nibble = (x >> (4 * (digits - 1 - i))) & 0xf;
+        *b = b"0123456789abcdef"[nibble as usize];
     }
 }
 
@@ -418,11 +469,16 @@ mod tests {
         for kind in [Kind::Fair, Kind::Read, Kind::Write] {
             assert!(tokens.next(kind).starts_with(kind.token_tag()));
         }
-        let many: std::collections::HashSet<String> =
+        let many: std::collections::HashSet<Token> =
             (0..10_000).map(|_| tokens.next(Kind::Plain)).collect();
         assert_eq!(many.len(), 10_000);
         // Another client draws another seed (the 16 digits after the tag).
         let other = Tokens::new().next(Kind::Plain);
         assert_ne!(other[..17], a[..17]);
+        // The digits are the seed's and the mixed count's, as `{:016x}`.
+        assert_eq!(
+            &*tokens.next(Kind::Plain),
+            format!("m{:016x}{:016x}", tokens.seed, mix(10_005))
+        );
     }
 }

@@ -308,7 +308,9 @@ async fn run(shared: Arc<Schedule>, conn: Conn) {
         };
 
         // Locks that must be confirmed by replicas go in calls of their own.
-        batch.sort_by_key(|(_, _, _, replication)| replication.map(|r| (r.replicas, r.timeout_ms)));
+        batch.sort_by_key(|(_, _, _, replication)| {
+            replication.map(|r| (r.replicas(), r.timeout_ms))
+        });
         let chunks = batch
             .chunk_by(|a, b| a.3 == b.3)
             .flat_map(|same| same.chunks(BATCH));

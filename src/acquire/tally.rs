@@ -8,33 +8,30 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Acquirer;
+use crate::Error;
 use crate::client::Client;
-use crate::keys::{Kind, LockKeys};
+use crate::guard::Acquisition;
+use crate::keys::LockKeys;
 use crate::stats::{Counters, Outcome};
 
 /// Counts one acquisition's outcome when it ends, or as cancelled when its
-/// future is dropped first.
+/// future is dropped first. Lives in every parked `lock()` future: it
+/// keeps the acquirer, not copies of what it can read from it.
 pub(super) struct Tally<'a> {
-    pub(super) counters: &'a Counters,
-    /// The lock's name (a label of the metrics, when asked for).
-    name: &'a str,
-    kind: Kind,
+    acquirer: &'a Acquirer,
     started: Instant,
-    pub(super) span: tracing::Span,
+    /// The acquisition's span, when it is enabled (boxed: the common
+    /// disabled span would cost every parked future its 40 bytes).
+    span: Option<Box<tracing::Span>>,
     ended: bool,
 }
 
 impl<'a> Tally<'a> {
     pub(super) fn new(acquirer: &'a Acquirer, span: tracing::Span) -> Tally<'a> {
         Tally {
-            counters: &acquirer.client.0.counters,
-            kind: acquirer.kind,
-            name: match &acquirer.keys {
-                Ok(keys) => &keys.name,
-                Err((name, _)) => name,
-            },
+            acquirer,
             started: Instant::now(),
-            span,
+            span: (!span.is_disabled()).then(|| Box::new(span)),
             ended: false,
         }
     }
@@ -42,13 +39,48 @@ impl<'a> Tally<'a> {
     pub(super) fn end(&mut self, outcome: Outcome) {
         self.ended = true;
         let waited = self.started.elapsed();
-        self.counters
-            .acquisition(self.kind, outcome, waited, self.name);
-        self.span.record("outcome", format_args!("{outcome:?}"));
-        self.span.record(
-            "waited_us",
-            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
-        );
+        let acquirer = self.acquirer;
+        acquirer
+            .client
+            .0
+            .counters
+            .acquisition(acquirer.kind, outcome, waited, acquirer.name());
+        if let Some(span) = &self.span {
+            span.record("outcome", format_args!("{outcome:?}"));
+            span.record(
+                "waited_us",
+                u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+            );
+        }
+    }
+
+    /// A handle on the acquisition's span (the disabled one when it is).
+    pub(super) fn span(&self) -> tracing::Span {
+        self.span
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(tracing::Span::none)
+    }
+
+    /// Ends with a failure: counts the error, then the outcome.
+    pub(super) fn failed(&mut self, e: &Error) {
+        let acquirer = self.acquirer;
+        acquirer.client.0.counters.failed(e, acquirer.name());
+        self.end(Outcome::Error);
+    }
+
+    /// Ends a `lock` or `lock_timeout` with its result.
+    pub(super) fn end_with(&mut self, result: &Result<Acquisition, Error>) {
+        match result {
+            Ok(held) => {
+                if let Some(span) = &self.span {
+                    span.record("fence", held.fence);
+                }
+                self.end(Outcome::Acquired);
+            }
+            Err(Error::Timeout) => self.end(Outcome::Timeout),
+            Err(e) => self.failed(e),
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use registry::{Entry, Registry};
 use crate::Error;
 use crate::background::{self, Work};
 use crate::conn::Conn;
-use crate::keys::{Kind, LockKeys};
+use crate::keys::{Kind, LockKeys, Token};
 use crate::stats::Counters;
 use crate::task::AbortOnDrop;
 
@@ -42,8 +42,8 @@ pub(crate) struct Registration {
     shared: Arc<Registry>,
     keys: Arc<LockKeys>,
     id: u64,
-    /// Also holds `"<client id>:<waiter id>"`, this waiter's member in the
-    /// queue (one copy per waiter).
+    /// Also holds the waiter's token, from which (with `id`) its queue
+    /// member is built when needed ([`member`](Registration::member)).
     waiter: Arc<Waiter>,
     /// Set once an attempt that queues `member` was sent.
     queued: bool,
@@ -57,6 +57,17 @@ impl Registration {
     /// What this waiter parks on; a wake-up naming it calls `notify_one`.
     pub(crate) fn waiter(&self) -> Arc<Waiter> {
         self.waiter.clone()
+    }
+
+    /// The keys of the lock it waits for.
+    pub(crate) fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    /// This waiter's member in the lock's queue (see [`Hub::join`]), built
+    /// anew on each call: a parked waiter keeps no copy.
+    pub(crate) fn member(&self) -> String {
+        self.shared.member(self.id, &self.waiter)
     }
 
     /// Records that an attempt queuing this waiter is about to be sent:
@@ -101,9 +112,10 @@ impl Registration {
                     // its turn; one that did not yet, finds the turn gone
                     // when it reads it, and attempts without queuing (no
                     // second member of this client).
-                    if let Some((w, _)) = entry.waiters.get(&q).filter(|(w, _)| w.owes()) {
+                    if let Some(w) = entry.waiters.get(&q).filter(|w| w.owes()) {
+                        let old = self.shared.member(q, w);
                         entry.queuer = Some(self.id);
-                        w.member.clone()
+                        old
                     } else {
                         return false;
                     }
@@ -168,7 +180,7 @@ impl Drop for Registration {
             self.shared.counters.passed_on();
             self.shared.background.send(Work::PassOn {
                 keys: self.keys.clone(),
-                member: self.waiter.member.clone(),
+                member: self.member(),
             });
         }
     }
@@ -243,20 +255,16 @@ impl Hub {
     ///
     /// The waiter's queue member is `"<client id>:<waiter id>"`, followed by
     /// `":<token>"` for a fair lock (whose release writes that token).
-    pub(crate) fn join(&self, keys: &Arc<LockKeys>, token: &str) -> (Registration, bool) {
+    pub(crate) fn join(&self, keys: &Arc<LockKeys>, token: Token) -> (Registration, bool) {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let member = match keys.kind {
-            Kind::Fair => format!("{}:{id}:{token}", self.shared.client_id),
-            _ => format!("{}:{id}", self.shared.client_id),
-        };
-        let waiter = Arc::new(Waiter::new(member));
+        let waiter = Arc::new(Waiter::new(token, keys.kind));
         let subscribed = {
             let mut channels = self.shared.lock();
             // Looked up first: the channel's name is cloned only for a new
             // entry.
             let queuer = queues_one_per_client(keys.kind).then_some(id);
             if let Some(entry) = channels.get_mut(&keys.channel) {
-                entry.waiters.insert(id, (waiter.clone(), keys.kind));
+                entry.waiters.insert(id, waiter.clone());
                 entry.idle_since = None;
                 if entry.queuer.is_none() {
                     entry.queuer = queuer;
@@ -264,7 +272,7 @@ impl Hub {
                 entry.subscribed
             } else {
                 let mut waiters = BTreeMap::new();
-                waiters.insert(id, (waiter.clone(), keys.kind));
+                waiters.insert(id, waiter.clone());
                 channels.insert(
                     keys.channel.clone(),
                     Entry {

@@ -2,7 +2,8 @@
 //! and the routing of each message to the one waiter it names.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use tokio::time::Instant;
 
 use super::message::{self, Notice, WakeMessage};
 use crate::background::{self, Work};
-use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS};
+use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS, Token};
 use crate::stats::{Counters, Wakeup};
 
 /// The waiter registry: per wake channel, the local waiters; shared by the
@@ -45,11 +46,10 @@ pub(super) struct Registry {
 pub(super) struct Entry {
     /// The lock this channel belongs to.
     pub(super) keys: Arc<LockKeys>,
-    /// Waiter id -> what that waiter parks on, and the kind of lock it
-    /// waits for (read-write locks mix readers and writers on one channel).
-    /// An id is present from `join` until its `Registration` is dropped.
-    /// Ordered: ids grow with each `join`, so the first is the oldest.
-    pub(super) waiters: BTreeMap<u64, (Arc<Waiter>, Kind)>,
+    /// Waiter id -> what that waiter parks on. An id is present from
+    /// `join` until its `Registration` is dropped. Ordered: ids grow with
+    /// each `join`, so the first is the oldest.
+    pub(super) waiters: BTreeMap<u64, Arc<Waiter>>,
     /// The one local waiter that may put a member in the lock's queue
     /// (Mutex, FairMutex, Semaphore; see "One place per client" in
     /// `acquire.rs`): `Some` with an id of `waiters` whenever `waiters` is
@@ -73,12 +73,17 @@ pub(super) struct Entry {
     pub(super) released_at: Option<Instant>,
 }
 
-/// What one waiter parks on.
-#[derive(Debug, Default)]
+/// What one waiter parks on. One per waiting `lock()` call, for as long
+/// as it waits: kept small (its queue member is built when needed, from
+/// the client id, its id and, for a fair lock, its token).
+#[derive(Debug)]
 pub(crate) struct Waiter {
-    /// Its member in the lock's queue (as its `Registration`'s): what a
-    /// sibling that takes over its turn passes on.
-    pub(super) member: String,
+    /// Its owner token: the one its attempts set, and the last part of a
+    /// fair member (which the release writes into the lock).
+    token: Token,
+    /// The kind of lock it waits for (read-write locks mix readers and
+    /// writers on one channel).
+    pub(super) kind: Kind,
     /// Notified (`notify_one`, so a wake-up between two parks is kept) when
     /// a wake-up names this waiter, and on reconnects.
     pub(crate) notify: Notify,
@@ -86,7 +91,7 @@ pub(crate) struct Waiter {
     /// ahead was just woken or granted the lock) rather than a wake-up or
     /// grant: the window in ms to park at most before attempting, 0 for
     /// none. Read and cleared by the waiter.
-    standby: AtomicU64,
+    standby: AtomicU32,
     /// Set with the latest notification when it was a fair grant (the lock
     /// holds this waiter's token on a claim, until its own attempt sets its
     /// lease); read and cleared by the waiter.
@@ -103,21 +108,26 @@ pub(crate) struct Waiter {
     /// just asked to attempt: the window in ms after which this waiter
     /// checks that it did (`owed` cleared), 0 for none. Read and cleared by
     /// the waiter.
-    backup: AtomicU64,
+    backup: AtomicU32,
 }
 
 impl Waiter {
-    /// A waiter whose queue member is `member`.
-    pub(super) fn new(member: String) -> Waiter {
+    /// A waiter for a lock of `kind`, attempting with `token`.
+    pub(super) fn new(token: Token, kind: Kind) -> Waiter {
         Waiter {
-            member,
-            ..Waiter::default()
+            token,
+            kind,
+            notify: Notify::new(),
+            standby: AtomicU32::new(0),
+            grant: AtomicBool::new(false),
+            owed: AtomicBool::new(false),
+            backup: AtomicU32::new(0),
         }
     }
 
-    /// Its member in the lock's queue.
-    pub(crate) fn member(&self) -> &str {
-        &self.member
+    /// Its owner token.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
     }
 
     /// The window of the standby just received, if the notification was
@@ -125,7 +135,7 @@ impl Waiter {
     pub(crate) fn take_standby(&self) -> Option<Duration> {
         match self.standby.swap(0, Ordering::AcqRel) {
             0 => None,
-            ms => Some(Duration::from_millis(ms)),
+            ms => Some(Duration::from_millis(ms.into())),
         }
     }
 
@@ -140,7 +150,7 @@ impl Waiter {
     pub(crate) fn take_backup(&self) -> Option<Duration> {
         match self.backup.swap(0, Ordering::AcqRel) {
             0 => None,
-            ms => Some(Duration::from_millis(ms)),
+            ms => Some(Duration::from_millis(ms.into())),
         }
     }
 
@@ -164,17 +174,18 @@ impl Entry {
     /// that the queuer did (see "One place per client" in `acquire.rs`).
     /// Costs no Redis call.
     pub(super) fn prod_queuer(&self, id: u64, after_ms: u64) {
-        let Some((queuer, _)) = self.waiters.get(&id) else {
+        let Some(queuer) = self.waiters.get(&id) else {
             return;
         };
         // Set before the notify: the queuer clears it before its attempt,
         // so an attempt that follows this notification always clears it.
         queuer.owed.store(true, Ordering::Release);
         queuer.notify.notify_one();
-        if let Some((sibling, _)) = self.waiters.iter().find(|(i, _)| **i != id).map(|(_, w)| w) {
-            sibling
-                .backup
-                .store(after_ms + backup_ms(self.keys.kind), Ordering::Release);
+        if let Some(sibling) = self.waiters.iter().find(|(i, _)| **i != id).map(|(_, w)| w) {
+            sibling.backup.store(
+                window_ms(after_ms + backup_ms(self.keys.kind)),
+                Ordering::Release,
+            );
             sibling.notify.notify_one();
         }
     }
@@ -185,6 +196,12 @@ impl Entry {
 /// standby, which outlasts what the queuer was given (the plain
 /// reservation, the fair claim, the semaphore's reserved place), so the
 /// lock is free to anyone by then if the queuer did not take it.
+/// A window in ms as a waiter keeps it (`u32`: 49 days, far past any
+/// window; one beyond is cut to that).
+fn window_ms(ms: u64) -> u32 {
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
 fn backup_ms(kind: Kind) -> u64 {
     match kind {
         Kind::Fair => CLAIM_MS + 100,
@@ -194,6 +211,21 @@ fn backup_ms(kind: Kind) -> u64 {
 }
 
 impl Registry {
+    /// The queue member of this client's waiter `id`: `"<client
+    /// id>:<waiter id>"`, followed by `":<token>"` for a fair lock (whose
+    /// release writes that token into the lock). Built for each attempt
+    /// that queues and each pass-on, rather than kept by every parked
+    /// waiter.
+    pub(super) fn member(&self, id: u64, waiter: &Waiter) -> String {
+        let mut member = String::with_capacity(self.client_id.len() + 22 + waiter.token.len());
+        let _ = write!(member, "{}:{id}", self.client_id);
+        if waiter.kind == Kind::Fair {
+            member.push(':');
+            member.push_str(&waiter.token);
+        }
+        member
+    }
+
     pub(super) fn lock(&self) -> StdMutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert, remove or field write), so
@@ -247,7 +279,7 @@ impl Registry {
     /// waiter between two parks returns from its next park at once.
     pub(super) fn wake_all(&self) {
         for entry in self.lock().values() {
-            for (waiter, _) in entry.waiters.values() {
+            for waiter in entry.waiters.values() {
                 waiter.notify.notify_one();
             }
         }
@@ -257,7 +289,7 @@ impl Registry {
     /// does for every channel): its subscription was lost or renewed.
     pub(super) fn wake_channel(&self, channel: &str) {
         if let Some(entry) = self.lock().get(channel) {
-            for (waiter, _) in entry.waiters.values() {
+            for waiter in entry.waiters.values() {
                 waiter.notify.notify_one();
             }
         }
@@ -293,9 +325,9 @@ impl Registry {
             // A read-write lock's release is broadcast: wake every local
             // reader and one local writer.
             let mut writer_woken = false;
-            for (waiter, kind) in entry.waiters.values() {
-                if *kind == Kind::Read || !writer_woken {
-                    writer_woken |= *kind == Kind::Write;
+            for waiter in entry.waiters.values() {
+                if waiter.kind == Kind::Read || !writer_woken {
+                    writer_woken |= waiter.kind == Kind::Write;
                     waiter.notify.notify_one();
                 }
             }
@@ -311,13 +343,13 @@ impl Registry {
             Notice::Standby(ms) => (Some(ms), false),
         };
         match id.and_then(|id| entry.waiters.get(&id)) {
-            Some((waiter, _)) => {
+            Some(waiter) => {
                 if standby.is_none() {
                     self.counters.wakeup(Wakeup::Received);
                 }
                 waiter
                     .standby
-                    .store(standby.unwrap_or(0), Ordering::Release);
+                    .store(window_ms(standby.unwrap_or(0)), Ordering::Release);
                 waiter.grant.store(grant, Ordering::Release);
                 match id {
                     // Our queuer: its future may be kept but not polled, so

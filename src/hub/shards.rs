@@ -307,7 +307,7 @@ impl Shards {
             for channel in channels {
                 if let Some(entry) = registry.get_mut(channel) {
                     entry.subscribed = false;
-                    for (waiter, _) in entry.waiters.values() {
+                    for waiter in entry.waiters.values() {
                         waiter.notify.notify_one();
                     }
                 }

@@ -97,7 +97,7 @@ impl Call {
                 Some(w) => redis::pipe()
                     .add_command(command.clone())
                     .cmd("WAIT")
-                    .arg(w.replicas)
+                    .arg(w.replicas())
                     .arg(w.timeout_ms)
                     .query_async::<(T, u32)>(&mut manager)
                     .await

@@ -367,14 +367,16 @@ pub(crate) async fn extend(
         match call.run::<Vec<i64>>(conn, replication).await {
             Ok((codes, acked)) => {
                 let short = match (replication, acked) {
-                    (Some(wanted), Some(acked)) if acked < wanted.replicas => Some((acked, wanted)),
+                    (Some(wanted), Some(acked)) if acked < wanted.replicas() => {
+                        Some((acked, wanted))
+                    }
                     _ => None,
                 };
                 for (&i, code) in family.iter().zip(codes) {
                     out[i] = match short {
                         Some((acked, wanted)) => Err(Error::NotReplicated {
                             acked,
-                            wanted: wanted.replicas,
+                            wanted: wanted.replicas(),
                         }),
                         None => Ok(owned(code)),
                     };
