@@ -22,6 +22,12 @@ pub struct Report {
     pub idle_cpu_pct: f64,
     pub parked: Vec<ParkedRow>,
     pub names: Vec<NamesRow>,
+    /// Part 3, absent from older runs.
+    #[serde(default)]
+    pub clients: Option<super::clients::ClientsRow>,
+    /// Part 4, absent from older runs.
+    #[serde(default)]
+    pub cluster: Option<super::cluster::ClusterRow>,
     /// `DBSIZE` at the end, after the rows deleted their fence keys.
     pub dbsize_after: u64,
 }
@@ -115,6 +121,8 @@ pub fn render(r: &Report) -> String {
     if !r.names.is_empty() {
         names(&mut s, r);
     }
+    super::page_more::clients(&mut s, r);
+    super::page_more::cluster(&mut s, r);
     capacity(&mut s, r);
     s
 }
@@ -360,10 +368,16 @@ fn capacity(s: &mut String, r: &Report) {
          Derived from the measured costs above (Redis is single-threaded: one core runs one \
          server or one cluster shard). Per-core rates are 10⁶ ÷ the Redis CPU µs per operation \
          at the most names; an S-shard cluster multiplies them by S when the names spread \
-         evenly (the cluster's per-shard cost was not measured in this run). Redo it for your \
-         own server and workload with `redbell-bench --url redis://HOST:PORT scale` on a server \
-         nobody else uses (it runs `CONFIG RESETSTAT`).\n\n\
-         | quantity | value | from |\n|---|---:|---|"
+         evenly{}. Redo it for your own server and workload with `redbell-bench --url \
+         redis://HOST:PORT scale` on a server nobody else uses (it runs `CONFIG RESETSTAT`; \
+         `--only names`, `--only clients` or `--only parked` for one part; part 4 starts its \
+         own local cluster).\n\n\
+         | quantity | value | from |\n|---|---:|---|",
+        if r.cluster.is_some() {
+            " (part 4 measured the per-shard cost and the spread)"
+        } else {
+            " (the cluster's per-shard cost was not measured in this run)"
+        }
     );
     for (contended, what) in [
         (false, "lock+unlock/s per Redis core"),
@@ -384,18 +398,75 @@ fn capacity(s: &mut String, r: &Report) {
             s,
             "| Redis memory per held lock (key + fence key) | {:.0} B | `used_memory` ÷ {} held locks |\n\
              | Redis memory per parked waiter | {:.1} B | at {} waiters, 10 per lock and client |\n\
-             | client memory per parked waiter | {:.0} B | RSS at {} waiters, parked 1,000 at a time |\n\
-             | connections per client (pub/sub among them) | {} ({}) | `CLIENT LIST` |\n\
-             | S-shard cluster | S × the per-core rates | derived, not measured |",
+             | client memory per parked waiter | {:.0} B | RSS at {} waiters, parked 1,000 at a time |",
             p.redis_per_lock,
             group(p.locks.into()),
             p.redis_per_waiter,
             group(p.waiters.into()),
             p.rss_per_waiter_batched,
             group(p.waiters.into()),
-            p.connections,
-            p.pubsub_connections,
         );
+    }
+    if let Some(c) = &r.clients {
+        let n = f64::from(c.clients.max(1));
+        let _ = writeln!(
+            s,
+            "| connections per client (pub/sub among them) | {:.2} ({:.2}) | `CLIENT LIST` of {} client processes |",
+            c.connections as f64 / n,
+            c.pubsub_connections as f64 / n,
+            c.clients
+        );
+        for w in c.windows.iter().filter(|w| !w.kill.is_empty()) {
+            let _ = writeln!(
+                s,
+                "| Redis CPU of a reconnect storm (`TYPE {}`) | {:.0} µs per client | {:.0} ms of CPU for {} clients, part 3 |",
+                w.kill,
+                w.cpu_us / n,
+                w.cpu_us / 1e3,
+                c.clients
+            );
+        }
+    } else if let Some(p) = r.parked.last() {
+        let _ = writeln!(
+            s,
+            "| connections per client (pub/sub among them) | {} ({}) | `CLIENT LIST` |",
+            p.connections, p.pubsub_connections,
+        );
+    }
+    match &r.cluster {
+        Some(c) => {
+            let ratios: Vec<f64> = c
+                .shards
+                .iter()
+                .flat_map(|sh| {
+                    [
+                        sh.uncontended_cpu_us / c.single_uncontended.cpu_us_per_op.max(1e-9),
+                        sh.contended_cpu_us / c.single_contended.cpu_us_per_op.max(1e-9),
+                    ]
+                })
+                .collect();
+            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ratios.iter().copied().fold(0.0, f64::max);
+            let even = f64::from(c.names) / c.shards.len().max(1) as f64;
+            let spread = c
+                .shards
+                .iter()
+                .map(|sh| (f64::from(sh.names) / even - 1.0).abs() * 100.0)
+                .fold(0.0, f64::max);
+            let _ = writeln!(
+                s,
+                "| S-shard cluster | S × the per-core rates | part 4: a shard's CPU per operation {lo:.2}–{hi:.2} × one server's; \
+                 {} names within ±{spread:.1} % of even over {} shards |",
+                group(c.names.into()),
+                c.shards.len()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "| S-shard cluster | S × the per-core rates | derived, not measured |"
+            );
+        }
     }
     s.push_str(PEERS);
 }
@@ -423,7 +494,7 @@ fn pct(v: &[f64], p: f64) -> f64 {
 }
 
 /// `12345` as `12,345`.
-fn group(n: u64) -> String {
+pub(super) fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

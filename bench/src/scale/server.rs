@@ -10,7 +10,7 @@ use crate::fail::Failure;
 
 /// The bench's own commands, left out of every count: they are the
 /// measuring, not the measured.
-const BOOKKEEPING: [&str; 11] = [
+const BOOKKEEPING: [&str; 12] = [
     "info",
     "type",
     "pttl",
@@ -19,6 +19,7 @@ const BOOKKEEPING: [&str; 11] = [
     "client|list",
     "pubsub|channels",
     "pubsub|shardchannels",
+    "pubsub|shardnumsub",
     "dbsize",
     "scan",
     "zcard",
@@ -126,6 +127,32 @@ impl Server {
             })
             .filter(|c| c.id != own)
             .collect())
+    }
+
+    /// Subscribers of the shard channels matching `pattern`, summed
+    /// (`PUBSUB SHARDCHANNELS`, then `PUBSUB SHARDNUMSUB`).
+    pub async fn shard_subscribers(&mut self, pattern: &str) -> Result<u64, Failure> {
+        let channels: Vec<String> = self
+            .query(
+                redis::cmd("PUBSUB").arg("SHARDCHANNELS").arg(pattern),
+                "PUBSUB SHARDCHANNELS",
+            )
+            .await?;
+        if channels.is_empty() {
+            return Ok(0);
+        }
+        let counts: Vec<String> = self
+            .query(
+                redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channels),
+                "PUBSUB SHARDNUMSUB",
+            )
+            .await?;
+        Ok(counts
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum())
     }
 
     /// Keys in the database (`DBSIZE`).
