@@ -1,6 +1,7 @@
 //! `redbell-bench scale`: what redbell costs at scale, measured: many
-//! parked waiters (part 1, `scale/parked.rs`) and the cost per operation
-//! as the number of lock names grows (part 2, `scale/names.rs`), with a
+//! parked waiters (part 1, `scale/parked.rs`), the cost per operation
+//! as the number of lock names grows (part 2, `scale/names.rs`), many
+//! clients (part 3) and a cluster's shards (part 4), with a
 //! capacity model derived from the measured costs (`scale/page.rs`).
 //! `make bench-scale` runs it and writes `docs/scale.md`, generated whole.
 //!
@@ -9,9 +10,9 @@
 //! carries the run id; the rows count what is left and delete it.
 //! `--render results.json` re-renders a run's page without measuring.
 //!
-//! Not measured yet (issue 32, parts 3 and 4): many client processes and
-//! their reconnect storms, and the per-shard cost on a Redis Cluster; the
-//! capacity model's cluster line is derived, and says so.
+//! Part 3 (`scale/clients.rs`) runs many client processes and their
+//! reconnect storms; part 4 (`scale/cluster.rs`) starts a local cluster
+//! and measures the per-shard cost (`--no-cluster` skips it).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +24,6 @@ mod clients;
 mod cluster;
 mod names;
 mod page;
-mod page_more;
 mod parked;
 mod server;
 mod waiters;
@@ -159,7 +159,7 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
     }
     let mut cluster_row = None;
     if part(&a, "cluster") && !a.no_cluster {
-        let row = cluster::row(url, &mut srv, &run, a.ops).await?;
+        let row = cluster::row(url, &mut srv, &run, a.ops, a.rounds).await?;
         eprintln!("scale: {row:?}");
         cluster_row = Some(row);
     }

@@ -32,7 +32,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::watch;
 
-use super::server::{Server, field, now_us};
+use super::server::{Server, field, now_us, usec};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// How the many-clients row is run.
@@ -402,20 +402,6 @@ async fn poll(
     }
 }
 
-/// `usec` of command `name` in an `INFO commandstats` text.
-fn usec(info: &str, name: &str) -> f64 {
-    info.lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix("cmdstat_")?.strip_prefix(name)?;
-            rest.strip_prefix(':')?
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("usec="))?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0)
-}
-
 async fn config_get(url: &str, key: &str) -> Result<u64, Failure> {
     let mut conn = open(url).await?;
     let pair: Vec<String> = redis::cmd("CONFIG")
@@ -450,7 +436,7 @@ fn pct(v: &[f64], p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn reads_usec_and_arrivals() {
+    fn arrivals_are_timed_at_their_poll() {
         let info =
             "cmdstat_info:calls=3,usec=42,usec_per_call=14\r\ncmdstat_infox:calls=1,usec=9\r\n";
         assert_eq!(super::usec(info, "info"), 42.0);

@@ -5,11 +5,13 @@
 //! 1. Each primary's idle CPU (cluster bus, replication pings) over a
 //!    window with no client, per second: taken out of the windows below.
 //! 2. The part-2 workloads (`names.rs`), uncontended lock+unlock and
-//!    two-way contended hand-offs, over [`NAMES`] names, first on the
-//!    single server of the run, then through a cluster client: each
-//!    primary's CPU delta ÷ the acquisitions whose names hash to its slots
-//!    (the names' slots are computed, `slot_of`). Redis CPU per operation
-//!    per shard, beside one server's.
+//!    two-way contended hand-offs, over [`NAMES`] names, on the run's
+//!    server, on a fresh server with one replica (as each shard has), and
+//!    through a cluster client, in turn, `--rounds` times (medians: the
+//!    machine is shared). On the cluster, each primary's CPU delta ÷ the
+//!    acquisitions whose names hash to its slots (computed, `slot_of`):
+//!    Redis CPU per operation per shard, beside one server's; and the
+//!    commands per acquisition and µs per script call, which split it.
 //! 3. The spread: the names per primary (computed) and the fence keys each
 //!    primary holds after the run (counted, `SCAN`): within ±10 % of even.
 //! 4. The hub: one client holds [`WAITED`] locks under a fixed lease;
@@ -20,11 +22,11 @@
 
 use std::time::{Duration, Instant};
 
-use redbell_testkit::{Cluster, node_url, slot_of};
+use redbell_testkit::{Cluster, ServerOptions, node_url, slot_of};
 use serde::{Deserialize, Serialize};
 
 use super::names::{self, NamesRow};
-use super::server::Server;
+use super::server::{Server, script_time};
 use crate::fail::{EX_FAILURE, Failure};
 
 /// Names the workloads spread over.
@@ -38,11 +40,19 @@ const HOLD_LEASE: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterRow {
     pub names: u32,
-    /// Acquisitions per workload.
+    /// Acquisitions per uncontended workload (contended: half), and the
+    /// rounds (medians).
     pub ops: u64,
-    /// One server, the same workloads (`names.rs`'s rows).
+    #[serde(default)]
+    pub rounds: u32,
+    /// One server, the same workloads (`names.rs`'s rows), and the µs
+    /// its scripts ran per call (`INFO commandstats`).
     pub single_uncontended: NamesRow,
     pub single_contended: NamesRow,
+    pub single_script_us: [f64; 2],
+    /// The same on a fresh server of its own with one replica attached
+    /// (as each shard has): what feeding a replica adds.
+    pub replicated: Option<ReplicatedRow>,
     /// Acquisitions per second through the cluster (all shards on this
     /// machine's cores), uncontended and contended.
     pub cluster_uncontended_per_s: f64,
@@ -52,6 +62,14 @@ pub struct ClusterRow {
     pub waited: u32,
     /// Channels whose `PUBSUB SHARDNUMSUB` was not 1 while parked.
     pub channels_not_one: u64,
+}
+
+/// The workloads on a server with a replica.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicatedRow {
+    pub uncontended: NamesRow,
+    pub contended: NamesRow,
+    pub script_us: [f64; 2],
 }
 
 /// One primary.
@@ -72,6 +90,10 @@ pub struct Shard {
     pub uncontended_cpu_us: f64,
     pub contended_ops: u64,
     pub contended_cpu_us: f64,
+    /// Commands per acquisition (those inside scripts included) and the
+    /// µs a script call ran, uncontended and contended.
+    pub cmds_per_op: [f64; 2],
+    pub script_us: [f64; 2],
     /// The waiter client: locks waited on in its slots, its connections,
     /// those with shard subscriptions, and its shard channels.
     pub waited: u32,
@@ -80,29 +102,128 @@ pub struct Shard {
     pub waiter_channels: u64,
 }
 
-/// Runs the part: starts a cluster, measures, stops it.
-pub async fn row(url: &str, srv: &mut Server, run: &str, ops: u64) -> Result<ClusterRow, Failure> {
+/// Runs the part: starts a server with a replica and a cluster, measures
+/// `rounds` rounds (each workload on the run's server, the replicated one
+/// and the cluster in turn; medians), stops them.
+pub async fn row(
+    url: &str,
+    srv: &mut Server,
+    run: &str,
+    ops: u64,
+    rounds: u32,
+) -> Result<ClusterRow, Failure> {
     let fail = |what: &str, e: redbell_testkit::Error| {
         Failure::new(EX_FAILURE, format!("cluster: {what}: {e}"))
     };
-    eprintln!("scale: single server, {NAMES} names");
-    let single_uncontended = names::row(url, srv, &format!("{run}s"), false, NAMES, ops).await?;
-    let single_contended = names::row(url, srv, &format!("{run}s"), true, NAMES, ops / 2).await?;
-    eprintln!("scale: starting a local cluster");
+    eprintln!("scale: starting a server with a replica, and a local cluster");
+    let pair = Replicated::start().await?;
     let mut cluster = Cluster::start()
         .await
         .map_err(|e| fail("cannot start", e))?;
-    let result = measure(&cluster, run, ops, single_uncontended, single_contended).await;
+    let result = measure(url, srv, &pair, &cluster, run, ops, rounds.max(1)).await;
     let _ = cluster.stop().await;
     result
 }
 
+/// A workload's figures on one server: its row and µs per script call.
+async fn on_server(
+    url: &str,
+    srv: &mut Server,
+    tag: &str,
+    contended: bool,
+    ops: u64,
+) -> Result<(NamesRow, f64), Failure> {
+    let row = names::row(url, srv, tag, contended, NAMES, ops).await?;
+    let (calls, us) = script_time(&srv.info("commandstats").await?);
+    Ok((row, us / calls.max(1) as f64))
+}
+
+/// The round whose Redis CPU per operation is the median.
+fn median_row(mut v: Vec<(NamesRow, f64)>) -> (NamesRow, f64) {
+    v.sort_by(|x, y| x.0.cpu_us_per_op.total_cmp(&y.0.cpu_us_per_op));
+    let mid = v.len() / 2;
+    v.swap_remove(mid)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// One cluster workload's figures, per primary.
+struct Workload {
+    per_s: f64,
+    landed: Vec<u64>,
+    cpu_per_op: Vec<f64>,
+    cmds_per_op: Vec<f64>,
+    script_us: Vec<f64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn on_cluster(
+    urls: &[String],
+    nodes: &mut [Server],
+    shard_of: &dyn Fn(&str) -> usize,
+    idle_us_per_s: &[f64],
+    base: &str,
+    contended: bool,
+    ops: u64,
+) -> Result<Workload, Failure> {
+    let connect = || async {
+        redbell::Client::cluster(urls)
+            .await
+            .map_err(|e| Failure::lock(&urls[0], "cannot connect to the cluster", &e))
+    };
+    let mut landed = vec![0u64; nodes.len()];
+    for (i, count) in names::acquisitions(contended, NAMES, ops)
+        .iter()
+        .enumerate()
+    {
+        landed[shard_of(&format!("{base}-{i}"))] += count;
+    }
+    let a = connect().await?;
+    let b = connect().await?;
+    for node in nodes.iter_mut() {
+        node.reset_stats().await?;
+    }
+    let cpu0 = cpus(nodes).await?;
+    let started = Instant::now();
+    let done = if contended {
+        names::contend(&urls[0], &a, &b, base, NAMES, ops).await?
+    } else {
+        names::uncontended(&urls[0], &a, base, NAMES, ops).await?
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let cpu1 = cpus(nodes).await?;
+    let mut w = Workload {
+        per_s: done as f64 / secs,
+        cpu_per_op: Vec::new(),
+        cmds_per_op: Vec::new(),
+        script_us: Vec::new(),
+        landed,
+    };
+    for (s, node) in nodes.iter_mut().enumerate() {
+        let n = w.landed[s].max(1) as f64;
+        let total: u64 = node.calls().await?.iter().map(|(_, c)| c).sum();
+        w.cmds_per_op.push(total as f64 / n);
+        let (calls, us) = script_time(&node.info("commandstats").await?);
+        w.script_us.push(us / calls.max(1) as f64);
+        w.cpu_per_op
+            .push((cpu1[s] - cpu0[s] - idle_us_per_s[s] * secs) / n);
+    }
+    let _ = a.shutdown().await;
+    let _ = b.shutdown().await;
+    Ok(w)
+}
+
 async fn measure(
+    url: &str,
+    srv: &mut Server,
+    pair: &Replicated,
     cluster: &Cluster,
     run: &str,
     ops: u64,
-    single_uncontended: NamesRow,
-    single_contended: NamesRow,
+    rounds: u32,
 ) -> Result<ClusterRow, Failure> {
     let urls = cluster.urls();
     let primaries = cluster
@@ -117,6 +238,11 @@ async fn measure(
         let slot = slot_of(name);
         primaries.iter().position(|p| p.serves(slot)).unwrap_or(0)
     };
+    let connect = || async {
+        redbell::Client::cluster(&urls)
+            .await
+            .map_err(|e| Failure::lock(&urls[0], "cannot connect to the cluster", &e))
+    };
     // 1. Idle CPU.
     let idle = Duration::from_secs(3);
     let cpu0 = cpus(&mut nodes).await?;
@@ -127,53 +253,46 @@ async fn measure(
         .zip(&cpu1)
         .map(|(a, b)| (b - a) / idle.as_secs_f64())
         .collect();
-    let connect = || async {
-        redbell::Client::cluster(&urls)
-            .await
-            .map_err(|e| Failure::lock(&urls[0], "cannot connect to the cluster", &e))
+    // 2. The workloads, the three servers in turn, `rounds` times.
+    let purl = pair.primary.url();
+    let mut psrv = Server::connect(&purl).await?;
+    let mut single: [Vec<(NamesRow, f64)>; 2] = Default::default();
+    let mut repl: [Vec<(NamesRow, f64)>; 2] = Default::default();
+    let mut clu: [Vec<Workload>; 2] = Default::default();
+    let base = |round: u32, contended: bool| {
+        format!("scale-{run}-cl{round}{}", if contended { 'c' } else { 'u' })
     };
-    // 2. The workloads.
-    let mut per_s = [0.0; 2];
-    let mut landed = [vec![0u64; nodes.len()], vec![0u64; nodes.len()]];
-    let mut cpu_per_op = [vec![0.0; nodes.len()], vec![0.0; nodes.len()]];
-    let bases = [format!("scale-{run}-clu"), format!("scale-{run}-clc")];
-    for (w, contended) in [false, true].into_iter().enumerate() {
-        let n_ops = if contended { ops / 2 } else { ops };
-        let base = &bases[w];
-        for (i, count) in names::acquisitions(contended, NAMES, n_ops)
-            .iter()
-            .enumerate()
-        {
-            landed[w][shard_of(&format!("{base}-{i}"))] += count;
+    for round in 0..rounds {
+        for (w, contended) in [false, true].into_iter().enumerate() {
+            let n = if contended { ops / 2 } else { ops };
+            eprintln!(
+                "scale: round {round}, contended {contended}: one server, with a replica, cluster"
+            );
+            let tag = format!("{run}s{round}");
+            single[w].push(on_server(url, srv, &tag, contended, n).await?);
+            let tag = format!("{run}r{round}");
+            repl[w].push(on_server(&purl, &mut psrv, &tag, contended, n).await?);
+            let b = base(round, contended);
+            clu[w].push(
+                on_cluster(
+                    &urls,
+                    &mut nodes,
+                    &shard_of,
+                    &idle_us_per_s,
+                    &b,
+                    contended,
+                    n,
+                )
+                .await?,
+            );
         }
-        let a = connect().await?;
-        let b = connect().await?;
-        let cpu0 = cpus(&mut nodes).await?;
-        let started = Instant::now();
-        let done = if contended {
-            names::contend(&urls[0], &a, &b, base, NAMES, n_ops).await?
-        } else {
-            names::uncontended(&urls[0], &a, base, NAMES, n_ops).await?
-        };
-        let secs = started.elapsed().as_secs_f64();
-        let cpu1 = cpus(&mut nodes).await?;
-        let _ = a.shutdown().await;
-        let _ = b.shutdown().await;
-        per_s[w] = done as f64 / secs;
-        for s in 0..nodes.len() {
-            let used = cpu1[s] - cpu0[s] - idle_us_per_s[s] * secs;
-            cpu_per_op[w][s] = used / landed[w][s].max(1) as f64;
-        }
-        eprintln!(
-            "scale: cluster {} {:?}",
-            if contended {
-                "contended"
-            } else {
-                "uncontended"
-            },
-            cpu_per_op[w]
-        );
     }
+    let [su, sc] = single.map(median_row);
+    let [ru, rc] = repl.map(median_row);
+    let per_shard = |w: &[Workload], f: fn(&Workload) -> &Vec<f64>, s: usize| {
+        median(w.iter().map(|x| f(x)[s]).collect())
+    };
+    let bases = [base(0, false)];
     // 3. The spread: names per primary, and the fence keys each holds.
     let mut names_on = vec![0u32; nodes.len()];
     for i in 0..NAMES {
@@ -259,10 +378,18 @@ async fn measure(
             names: names_on[s],
             fence_keys: fence_keys[s],
             idle_cpu_pct: idle_us_per_s[s] / 1e4,
-            uncontended_ops: landed[0][s],
-            uncontended_cpu_us: cpu_per_op[0][s],
-            contended_ops: landed[1][s],
-            contended_cpu_us: cpu_per_op[1][s],
+            uncontended_ops: clu[0][0].landed[s],
+            uncontended_cpu_us: per_shard(&clu[0], |w| &w.cpu_per_op, s),
+            contended_ops: clu[1][0].landed[s],
+            contended_cpu_us: per_shard(&clu[1], |w| &w.cpu_per_op, s),
+            cmds_per_op: [
+                per_shard(&clu[0], |w| &w.cmds_per_op, s),
+                per_shard(&clu[1], |w| &w.cmds_per_op, s),
+            ],
+            script_us: [
+                per_shard(&clu[0], |w| &w.script_us, s),
+                per_shard(&clu[1], |w| &w.script_us, s),
+            ],
             waited: waited_on[s],
             waiter_connections: mine.len() as u64,
             waiter_subscribed_connections: mine.iter().filter(|c| c.channels > 0).count() as u64,
@@ -278,14 +405,64 @@ async fn measure(
     Ok(ClusterRow {
         names: NAMES,
         ops,
-        single_uncontended,
-        single_contended,
-        cluster_uncontended_per_s: per_s[0],
-        cluster_contended_per_s: per_s[1],
+        rounds,
+        single_uncontended: su.0,
+        single_contended: sc.0,
+        single_script_us: [su.1, sc.1],
+        replicated: Some(ReplicatedRow {
+            uncontended: ru.0,
+            contended: rc.0,
+            script_us: [ru.1, rc.1],
+        }),
+        cluster_uncontended_per_s: median(clu[0].iter().map(|w| w.per_s).collect()),
+        cluster_contended_per_s: median(clu[1].iter().map(|w| w.per_s).collect()),
         shards,
         waited: WAITED,
         channels_not_one: not_one,
     })
+}
+
+/// A fresh server with one replica attached, both stopped on drop.
+struct Replicated {
+    primary: redbell_testkit::Server,
+    _replica: redbell_testkit::Server,
+}
+
+impl Replicated {
+    async fn start() -> Result<Replicated, Failure> {
+        let fail = |what: &str, e: redbell_testkit::Error| {
+            Failure::new(EX_FAILURE, format!("replicated server: {what}: {e}"))
+        };
+        let primary = redbell_testkit::Server::start(ServerOptions::default())
+            .await
+            .map_err(|e| fail("cannot start", e))?;
+        let replica = redbell_testkit::Server::start(ServerOptions {
+            args: vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                primary.port().to_string(),
+            ],
+            ..ServerOptions::default()
+        })
+        .await
+        .map_err(|e| fail("cannot start the replica", e))?;
+        let mut rsrv = Server::connect(&replica.url()).await?;
+        let started = Instant::now();
+        while !rsrv
+            .info("replication")
+            .await?
+            .contains("master_link_status:up")
+        {
+            if started.elapsed() > Duration::from_secs(20) {
+                return Err(Failure::new(EX_FAILURE, "the replica did not sync in 20 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(Replicated {
+            primary,
+            _replica: replica,
+        })
+    }
 }
 
 async fn cpus(nodes: &mut [Server]) -> Result<Vec<f64>, Failure> {

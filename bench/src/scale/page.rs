@@ -7,6 +7,8 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 
 use super::names::NamesRow;
+
+mod more;
 use super::parked::ParkedRow;
 
 /// One run, as rendered and as written to `target/scale/results.json`.
@@ -121,8 +123,8 @@ pub fn render(r: &Report) -> String {
     if !r.names.is_empty() {
         names(&mut s, r);
     }
-    super::page_more::clients(&mut s, r);
-    super::page_more::cluster(&mut s, r);
+    more::clients(&mut s, r);
+    more::cluster(&mut s, r);
     capacity(&mut s, r);
     s
 }
@@ -367,8 +369,8 @@ fn capacity(s: &mut String, r: &Report) {
         "## Capacity model\n\n\
          Derived from the measured costs above (Redis is single-threaded: one core runs one \
          server or one cluster shard). Per-core rates are 10⁶ ÷ the Redis CPU µs per operation \
-         at the most names; an S-shard cluster multiplies them by S when the names spread \
-         evenly{}. Redo it for your own server and workload with `redbell-bench --url \
+         at the most names; an S-shard cluster multiplies a shard's rate by S when the names \
+         spread evenly{}. Redo it for your own server and workload with `redbell-bench --url \
          redis://HOST:PORT scale` on a server nobody else uses (it runs `CONFIG RESETSTAT`; \
          `--only names`, `--only clients` or `--only parked` for one part; part 4 starts its \
          own local cluster).\n\n\
@@ -435,18 +437,15 @@ fn capacity(s: &mut String, r: &Report) {
     }
     match &r.cluster {
         Some(c) => {
-            let ratios: Vec<f64> = c
-                .shards
-                .iter()
-                .flat_map(|sh| {
-                    [
-                        sh.uncontended_cpu_us / c.single_uncontended.cpu_us_per_op.max(1e-9),
-                        sh.contended_cpu_us / c.single_contended.cpu_us_per_op.max(1e-9),
-                    ]
-                })
-                .collect();
-            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = ratios.iter().copied().fold(0.0, f64::max);
+            let med = |f: fn(&super::cluster::Shard) -> f64| {
+                let mut v: Vec<f64> = c.shards.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(0.0)
+            };
+            let (u, k) = (
+                med(|sh| sh.uncontended_cpu_us),
+                med(|sh| sh.contended_cpu_us),
+            );
             let even = f64::from(c.names) / c.shards.len().max(1) as f64;
             let spread = c
                 .shards
@@ -455,8 +454,15 @@ fn capacity(s: &mut String, r: &Report) {
                 .fold(0.0, f64::max);
             let _ = writeln!(
                 s,
-                "| S-shard cluster | S × the per-core rates | part 4: a shard's CPU per operation {lo:.2}–{hi:.2} × one server's; \
-                 {} names within ±{spread:.1} % of even over {} shards |",
+                "| lock+unlock/s per cluster shard (one core each) | {} | {u:.2} µs per acquisition on a shard, \
+                 {:.2} × one server's (part 4, median shard) |\n\
+                 | hand-offs/s per cluster shard | {} | {k:.2} µs, {:.2} × one server's |\n\
+                 | S-shard cluster | S × the per-shard rates | {} names within ±{spread:.1} % of even over {} shards; \
+                 a waiter client holds one subscription connection per shard |",
+                group((1e6 / u.max(1e-9)) as u64),
+                u / c.single_uncontended.cpu_us_per_op.max(1e-9),
+                group((1e6 / k.max(1e-9)) as u64),
+                k / c.single_contended.cpu_us_per_op.max(1e-9),
                 group(c.names.into()),
                 c.shards.len()
             );
@@ -494,7 +500,7 @@ fn pct(v: &[f64], p: f64) -> f64 {
 }
 
 /// `12345` as `12,345`.
-pub(super) fn group(n: u64) -> String {
+fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -293,6 +293,31 @@ pub fn field(info: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// `usec` of command `name` in an `INFO commandstats` text.
+pub fn usec(info: &str, name: &str) -> f64 {
+    info.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?.strip_prefix(name)?;
+            rest.strip_prefix(':')?
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("usec="))?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+/// The script calls of an `INFO commandstats` text, and the µs the server
+/// spent running them.
+pub fn script_time(info: &str) -> (u64, f64) {
+    let calls = script_calls(&commandstats::parse(info));
+    let us = commandstats::SCRIPT_CALLS
+        .iter()
+        .map(|n| usec(info, n))
+        .sum();
+    (calls, us)
+}
+
 /// Script calls (the lock's own commands, on its keys) among `calls`.
 pub fn script_calls(calls: &[(String, u64)]) -> u64 {
     calls
@@ -333,5 +358,9 @@ mod tests {
         assert_eq!(super::field(info, "used_memory"), Some(1234));
         assert_eq!(super::field(info, "nope"), None);
         assert!(super::rss_bytes(std::process::id()).is_some_and(|b| b > 0));
+        let stats =
+            "cmdstat_evalsha:calls=3,usec=42,usec_per_call=14\r\ncmdstat_info:calls=1,usec=9\r\n";
+        assert_eq!(super::usec(stats, "info"), 9.0);
+        assert_eq!(super::script_time(stats), (3, 42.0));
     }
 }

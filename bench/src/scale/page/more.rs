@@ -1,9 +1,9 @@
 //! The report's parts 3 and 4 (many clients, the cluster's per-shard
-//! cost), with their method; `page.rs` renders the rest.
+//! cost), with their method; the parent module renders the rest.
 
 use std::fmt::Write;
 
-use super::page::{Report, group};
+use super::{Report, group};
 
 pub(super) fn clients(s: &mut String, r: &Report) {
     let Some(c) = &r.clients else { return };
@@ -104,8 +104,9 @@ pub(super) fn cluster(s: &mut String, r: &Report) {
         "## 4. Cluster: the per-shard cost\n\n\
          A local Redis Cluster of three primaries and three replicas \
          (`scripts/redis/cluster.sh`, on this machine's {} cores with everything else). The \
-         part-2 workloads over {} names ({} uncontended acquisitions, {} contended), first on \
-         the single server, then through a cluster client. Each primary's CPU delta (minus its \
+         part-2 workloads over {} names ({} uncontended acquisitions, {} contended) on the \
+         run's server, on a fresh server with one replica attached (as each shard has one), \
+         and through a cluster client, in turn, {} rounds, medians. Each primary's CPU delta (minus its \
          idle rate: cluster bus and replication pings) ÷ the acquisitions whose names hash to \
          its slots (computed from the names). The primaries' CPU includes feeding their \
          replica. The names per shard are computed; the fence keys (one per name) are counted \
@@ -115,29 +116,66 @@ pub(super) fn cluster(s: &mut String, r: &Report) {
         group(c.names.into()),
         group(c.ops),
         group(c.ops / 2),
+        c.rounds,
         r.cores,
     );
     let even = f64::from(c.names) / c.shards.len().max(1) as f64;
     let _ = writeln!(
         s,
-        "| shard | slots | names | vs even | fence keys | idle CPU | uncontended µs/op | vs one server | contended µs/op | vs one server |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
-         | one server | | | | | | {su:.2} | 1.00 | {sc:.2} | 1.00 |"
+        "| shard | slots | names | vs even | fence keys | idle CPU |\n|---|---:|---:|---:|---:|---:|"
     );
     for sh in &c.shards {
         let _ = writeln!(
             s,
-            "| :{} | {} | {} | {:+.1} % | {} | {:.2} % | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| :{} | {} | {} | {:+.1} % | {} | {:.2} % |",
             sh.port,
             group(sh.slots.into()),
             group(sh.names.into()),
             (f64::from(sh.names) / even - 1.0) * 100.0,
             group(sh.fence_keys),
             sh.idle_cpu_pct,
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nRedis CPU per acquisition; the commands per acquisition and the µs a script call \
+         ran (`INFO commandstats`) split it: the rest is the server's I/O, the replication \
+         stream to the replica and the cluster's bookkeeping.\n\n\
+         | server | uncontended µs/op | vs one server | commands/op | µs per script call | \
+         contended µs/op | vs one server | commands/op | µs per script call |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+         | one server | {su:.2} | 1.00 | {:.2} | {:.2} | {sc:.2} | 1.00 | {:.2} | {:.2} |",
+        c.single_uncontended.cmds_per_op,
+        c.single_script_us[0],
+        c.single_contended.cmds_per_op,
+        c.single_script_us[1],
+    );
+    if let Some(r) = &c.replicated {
+        let (u, k) = (r.uncontended.cpu_us_per_op, r.contended.cpu_us_per_op);
+        let _ = writeln!(
+            s,
+            "| one server + a replica | {u:.2} | {:.2} | {:.2} | {:.2} | {k:.2} | {:.2} | {:.2} | {:.2} |",
+            u / su.max(1e-9),
+            r.uncontended.cmds_per_op,
+            r.script_us[0],
+            k / sc.max(1e-9),
+            r.contended.cmds_per_op,
+            r.script_us[1],
+        );
+    }
+    for sh in &c.shards {
+        let _ = writeln!(
+            s,
+            "| shard :{} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            sh.port,
             sh.uncontended_cpu_us,
             sh.uncontended_cpu_us / su.max(1e-9),
+            sh.cmds_per_op[0],
+            sh.script_us[0],
             sh.contended_cpu_us,
             sh.contended_cpu_us / sc.max(1e-9),
+            sh.cmds_per_op[1],
+            sh.script_us[1],
         );
     }
     let _ = writeln!(
