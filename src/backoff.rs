@@ -55,6 +55,16 @@ impl Backoff {
         self.last
     }
 
+    /// The wait before the first attempt after a connection that worked
+    /// was lost: uniform in `[0, base]`. A fleet that lost its connections
+    /// at the same instant (a `CLIENT KILL`, a failover, a blip) comes back
+    /// spread over `base` instead of all in the same millisecond, and a
+    /// lone client waits `base / 2` on average.
+    pub(crate) fn first_delay(&mut self) -> Duration {
+        let span = self.base.as_nanos() as u64;
+        Duration::from_nanos(self.random() % (span + 1))
+    }
+
     /// Starts over, as after a success: the next delay is drawn near `base`
     /// again.
     pub(crate) fn reset(&mut self) {
@@ -115,6 +125,20 @@ mod tests {
         assert!(past_double > 500, "{past_double} of 1000 past 2 × base");
         let below_half_cap = tenth.iter().filter(|d| **d < CAP / 2).count();
         assert!(below_half_cap > 100, "{below_half_cap} of 1000 below cap/2");
+    }
+
+    #[test]
+    fn first_delays_spread_over_the_base() {
+        let first: Vec<Duration> = (0..1000)
+            .map(|_| Backoff::new(BASE, CAP).first_delay())
+            .collect();
+        assert!(first.iter().all(|d| *d <= BASE), "{first:?}");
+        let early = first.iter().filter(|d| **d < BASE / 4).count();
+        let late = first.iter().filter(|d| **d > BASE * 3 / 4).count();
+        assert!(
+            early > 100 && late > 100,
+            "{early} early, {late} late of 1000"
+        );
     }
 
     #[test]

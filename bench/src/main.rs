@@ -82,6 +82,10 @@ enum Command {
     #[command(name = "scale-waiters", hide = true)]
     ScaleWaiters(scale::WaitersArgs),
 
+    /// One client process of a scale run (started by `scale` itself).
+    #[command(name = "scale-client", hide = true)]
+    ScaleClient(scale::ClientArgs),
+
     /// One process of a bench scenario (started by `bench` itself).
     #[command(name = "bench-worker", hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -117,10 +121,12 @@ static HEAP: heap::Counting = heap::Counting;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A scale run's client processes are many: one thread each.
+    let mut builder = match cli.command {
+        Command::ScaleClient(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("redbell-bench: cannot start the async runtime: {e}");
@@ -134,6 +140,7 @@ fn main() -> ExitCode {
             Command::BenchWorker(args) => bench::worker(&cli.url, args).await,
             Command::Scale(args) => scale::run(&cli.url, &args).await,
             Command::ScaleWaiters(args) => scale::waiters(&cli.url, args).await,
+            Command::ScaleClient(args) => scale::client(&cli.url, args).await,
             Command::Soak(args) => soak::run(&cli.url, &args).await,
             Command::SoakWorker(args) => soak::worker(&cli.url, args).await,
             Command::SoakStore(args) => soak::store(args).await,

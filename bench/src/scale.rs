@@ -1,6 +1,7 @@
 //! `redbell-bench scale`: what redbell costs at scale, measured: many
-//! parked waiters (part 1, `scale/parked.rs`) and the cost per operation
-//! as the number of lock names grows (part 2, `scale/names.rs`), with a
+//! parked waiters (part 1, `scale/parked.rs`), the cost per operation
+//! as the number of lock names grows (part 2, `scale/names.rs`), many
+//! clients (part 3) and a cluster's shards (part 4), with a
 //! capacity model derived from the measured costs (`scale/page.rs`).
 //! `make bench-scale` runs it and writes `docs/scale.md`, generated whole.
 //!
@@ -9,21 +10,25 @@
 //! carries the run id; the rows count what is left and delete it.
 //! `--render results.json` re-renders a run's page without measuring.
 //!
-//! Not measured yet (issue 32, parts 3 and 4): many client processes and
-//! their reconnect storms, and the per-shard cost on a Redis Cluster; the
-//! capacity model's cluster line is derived, and says so.
+//! Part 3 (`scale/clients.rs`) runs many client processes and their
+//! reconnect storms; part 4 (`scale/cluster.rs`) starts a local cluster
+//! and measures the per-shard cost (`--no-cluster` skips it).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::fail::{EX_FAILURE, Failure};
 
+mod client;
+mod clients;
+mod cluster;
 mod names;
 mod page;
 mod parked;
 mod server;
 mod waiters;
 
+pub use client::ClientArgs;
 pub use waiters::WaitersArgs;
 
 /// Options of `redbell-bench scale`.
@@ -52,8 +57,14 @@ pub struct ScaleArgs {
     /// measuring (after a change to the page's text).
     #[arg(long, value_name = "JSON")]
     pub render: Option<PathBuf>,
-    /// Only part 1 or only part 2.
-    #[arg(long, value_parser = ["parked", "names"])]
+    /// Skip part 4 (it starts a local cluster of six nodes).
+    #[arg(long)]
+    pub no_cluster: bool,
+    /// Client processes of part 3 (0: skip the part).
+    #[arg(long, default_value_t = 200)]
+    pub clients: u32,
+    /// Only one part.
+    #[arg(long, value_parser = ["parked", "names", "clients", "cluster"])]
     pub only: Option<String>,
     /// A smoke test in well under a minute: small N and K, few samples.
     #[arg(long)]
@@ -70,6 +81,16 @@ pub async fn waiters(url: &str, args: WaitersArgs) -> Result<(), Failure> {
     waiters::run(url, args).await
 }
 
+/// Runs a hidden `scale-client` process.
+pub async fn client(url: &str, args: ClientArgs) -> Result<(), Failure> {
+    client::run(url, args).await
+}
+
+/// Whether part `part` runs (`--only`).
+fn part(a: &ScaleArgs, part: &str) -> bool {
+    a.only.as_deref().is_none_or(|only| only == part)
+}
+
 /// `redbell-bench scale`.
 pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
     let mut a = args.clone();
@@ -80,6 +101,7 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         a.quiet = Duration::from_secs(2);
         a.samples = 20;
         a.rounds = 1;
+        a.clients = a.clients.min(20);
     }
     if let Some(json) = &a.render {
         let text = std::fs::read_to_string(json).map_err(|e| {
@@ -99,7 +121,7 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let mut parked_rows = Vec::new();
     let mut idle_cpu = 0.0;
-    if a.only.as_deref() != Some("names") {
+    if part(&a, "parked") {
         eprintln!("scale: idle window ({:?})", a.quiet);
         let idle = parked::idle(url, &mut srv, a.quiet).await?;
         idle_cpu = idle.cpu_pct;
@@ -111,7 +133,7 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         }
     }
     let mut names_rows = Vec::new();
-    if a.only.as_deref() != Some("parked") {
+    if part(&a, "names") {
         for round in 0..a.rounds.max(1) {
             for contended in [false, true] {
                 for &k in &a.names {
@@ -123,6 +145,23 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
                 }
             }
         }
+    }
+    let mut clients_row = None;
+    if part(&a, "clients") && a.clients > 0 {
+        eprintln!("scale: {} client processes", a.clients);
+        let plan = clients::Plan {
+            clients: a.clients,
+            tasks: 3,
+            names: a.clients,
+            hold_ms: 200,
+        };
+        clients_row = Some(clients::row(url, &mut srv, &run, plan).await?);
+    }
+    let mut cluster_row = None;
+    if part(&a, "cluster") && !a.no_cluster {
+        let row = cluster::row(url, &mut srv, &run, a.ops, a.rounds).await?;
+        eprintln!("scale: {row:?}");
+        cluster_row = Some(row);
     }
     let dbsize = srv.dbsize().await?;
     let report = page::Report {
@@ -141,6 +180,8 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         idle_cpu_pct: idle_cpu,
         parked: parked_rows,
         names: names_rows,
+        clients: clients_row,
+        cluster: cluster_row,
         dbsize_after: dbsize,
     };
     if a.report.is_some() {

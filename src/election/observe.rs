@@ -38,8 +38,10 @@
 //!   `elected` ends the park. A holder that is not yet a leader is timed
 //!   like a leader, in case it crashed before proclaiming.
 //! - **Reconnects.** A lost connection (`CLIENT KILL`, a failover, a
-//!   failed probe) is reconnected at once, then with a jittered backoff
-//!   (50 ms up to 1 s, `backoff.rs`); the read after the new SUBSCRIBE catches up on anything missed.
+//!   failed probe) is reconnected 0 to 50 ms later, at random (a fleet that
+//!   lost its connections together does not come back in lockstep), then
+//!   with a jittered backoff (50 ms up to 1 s, `backoff.rs`); the read
+//!   after the new SUBSCRIBE catches up on anything missed.
 //!   An outage is yielded as one `Err` item, then the stream goes on.
 
 use std::pin::Pin;
@@ -296,8 +298,10 @@ async fn run(client: Client, names: Arc<Names>, tx: mpsc::Sender<Item>) {
             }
         };
         outage = false;
-        delay = Duration::ZERO;
         backoff.reset();
+        // After a loss: the first attempt 0 to MIN_BACKOFF later, at random,
+        // so observers that lost their connections together come back spread.
+        delay = backoff.first_delay();
         view.read(reading, max_park);
         if let Some(item) = view.change()
             && tx.send(Ok(item)).await.is_err()

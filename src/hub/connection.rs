@@ -12,10 +12,12 @@
 //! On a single node (or a sentinel-managed primary) the connection is one
 //! socket, and it lives or dies whole. When it is lost (the stream ends, a
 //! SUBSCRIBE fails, it fails its liveness probe, or the primary moved) the
-//! control task reconnects with a jittered backoff (50 ms to 1 s,
-//! `backoff.rs`; re-resolving a moved primary
-//! first), resubscribes every channel that still has local waiters, and only
-//! then wakes every waiter.
+//! control task reconnects with a jittered backoff (`backoff.rs`): the
+//! first attempt 0 to 50 ms after the loss, at random, so a fleet that lost
+//! its connections together (a `CLIENT KILL`, a failover) does not come
+//! back in the same millisecond; then 50 ms to 1 s. It re-resolves a moved
+//! primary first, resubscribes every channel that still has local waiters,
+//! and only then wakes every waiter.
 //!
 //! On a cluster the connection is one socket per node, and everything is
 //! handled per shard, so one unreachable shard costs the waiters on the
@@ -170,8 +172,7 @@ impl Control {
                         if generation == self.generation && self.conn.is_some() {
                             self.disconnected();
                             backoff.reset();
-                            next_reconnect = Instant::now();
-                            self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                            next_reconnect = Instant::now() + backoff.first_delay();
                         }
                     }
                     Some(Op::Dropped { generation, channel }) => {
@@ -187,6 +188,9 @@ impl Control {
                         }
                     }
                 },
+                () = tokio::time::sleep_until(next_reconnect), if self.conn.is_none() => {
+                    self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                }
                 Some(done) = self.shards.next_done() => {
                     if let Some(channel) = self.shards.finished(self.generation, done) {
                         self.unsubscribe_unused(&channel).await;
@@ -210,14 +214,14 @@ impl Control {
                         tracing::info!("the primary moved; moving the pub/sub connection too");
                         self.disconnected();
                         backoff.reset();
-                        self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                        next_reconnect = Instant::now() + backoff.first_delay();
                     } else if Instant::now() >= self.next_probe {
                         self.next_probe = Instant::now() + self.probe;
                         if !self.alive().await {
                             tracing::info!("the pub/sub connection failed its liveness probe; reconnecting");
                             self.disconnected();
                             backoff.reset();
-                            self.try_reconnect(&mut backoff, &mut next_reconnect).await;
+                            next_reconnect = Instant::now() + backoff.first_delay();
                         }
                     } else {
                         self.unsubscribe_idle().await;

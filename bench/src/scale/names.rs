@@ -107,7 +107,7 @@ pub async fn row(
     })
 }
 
-async fn uncontended(
+pub(super) async fn uncontended(
     url: &str,
     client: &redbell::Client,
     base: &str,
@@ -132,7 +132,24 @@ async fn uncontended(
 /// Acquisitions per task and name step.
 const TURNS: u64 = 2;
 
-async fn contend(
+/// Acquisitions per name index of a run of `ops` over `names` names, as
+/// [`uncontended`] and [`contend`] make them.
+pub(super) fn acquisitions(contended: bool, names: u32, ops: u64) -> Vec<u64> {
+    let k = u64::from(names.max(1));
+    let mut out = vec![0; k as usize];
+    if contended {
+        for step in 0..ops.div_ceil(2 * TURNS).max(1) {
+            out[(step % k) as usize] += 2 * TURNS;
+        }
+    } else {
+        for i in 0..ops {
+            out[(i % k) as usize] += 1;
+        }
+    }
+    out
+}
+
+pub(super) async fn contend(
     url: &str,
     a: &redbell::Client,
     b: &redbell::Client,

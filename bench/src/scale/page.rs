@@ -7,6 +7,8 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 
 use super::names::NamesRow;
+
+mod more;
 use super::parked::ParkedRow;
 
 /// One run, as rendered and as written to `target/scale/results.json`.
@@ -22,6 +24,12 @@ pub struct Report {
     pub idle_cpu_pct: f64,
     pub parked: Vec<ParkedRow>,
     pub names: Vec<NamesRow>,
+    /// Part 3, absent from older runs.
+    #[serde(default)]
+    pub clients: Option<super::clients::ClientsRow>,
+    /// Part 4, absent from older runs.
+    #[serde(default)]
+    pub cluster: Option<super::cluster::ClusterRow>,
     /// `DBSIZE` at the end, after the rows deleted their fence keys.
     pub dbsize_after: u64,
 }
@@ -115,6 +123,8 @@ pub fn render(r: &Report) -> String {
     if !r.names.is_empty() {
         names(&mut s, r);
     }
+    more::clients(&mut s, r);
+    more::cluster(&mut s, r);
     capacity(&mut s, r);
     s
 }
@@ -359,11 +369,17 @@ fn capacity(s: &mut String, r: &Report) {
         "## Capacity model\n\n\
          Derived from the measured costs above (Redis is single-threaded: one core runs one \
          server or one cluster shard). Per-core rates are 10⁶ ÷ the Redis CPU µs per operation \
-         at the most names; an S-shard cluster multiplies them by S when the names spread \
-         evenly (the cluster's per-shard cost was not measured in this run). Redo it for your \
-         own server and workload with `redbell-bench --url redis://HOST:PORT scale` on a server \
-         nobody else uses (it runs `CONFIG RESETSTAT`).\n\n\
-         | quantity | value | from |\n|---|---:|---|"
+         at the most names; an S-shard cluster multiplies a shard's rate by S when the names \
+         spread evenly{}. Redo it for your own server and workload with `redbell-bench --url \
+         redis://HOST:PORT scale` on a server nobody else uses (it runs `CONFIG RESETSTAT`; \
+         `--only names`, `--only clients` or `--only parked` for one part; part 4 starts its \
+         own local cluster).\n\n\
+         | quantity | value | from |\n|---|---:|---|",
+        if r.cluster.is_some() {
+            " (part 4 measured the per-shard cost and the spread)"
+        } else {
+            " (the cluster's per-shard cost was not measured in this run)"
+        }
     );
     for (contended, what) in [
         (false, "lock+unlock/s per Redis core"),
@@ -384,18 +400,91 @@ fn capacity(s: &mut String, r: &Report) {
             s,
             "| Redis memory per held lock (key + fence key) | {:.0} B | `used_memory` ÷ {} held locks |\n\
              | Redis memory per parked waiter | {:.1} B | at {} waiters, 10 per lock and client |\n\
-             | client memory per parked waiter | {:.0} B | RSS at {} waiters, parked 1,000 at a time |\n\
-             | connections per client (pub/sub among them) | {} ({}) | `CLIENT LIST` |\n\
-             | S-shard cluster | S × the per-core rates | derived, not measured |",
+             | client memory per parked waiter | {:.0} B | RSS at {} waiters, parked 1,000 at a time |",
             p.redis_per_lock,
             group(p.locks.into()),
             p.redis_per_waiter,
             group(p.waiters.into()),
             p.rss_per_waiter_batched,
             group(p.waiters.into()),
-            p.connections,
-            p.pubsub_connections,
         );
+    }
+    if let Some(c) = &r.clients {
+        let n = f64::from(c.clients.max(1));
+        let _ = writeln!(
+            s,
+            "| connections per client (pub/sub among them) | {:.2} ({:.2}) | `CLIENT LIST` of {} client processes |",
+            c.connections as f64 / n,
+            c.pubsub_connections as f64 / n,
+            c.clients
+        );
+        let calm = c.windows.iter().find(|w| w.kill.is_empty());
+        for w in c.windows.iter().filter(|w| !w.kill.is_empty()) {
+            // Above the calm window's rate over the same span: what the
+            // storm itself cost.
+            let span_us = w.cpu_us / (w.cpu_pct / 100.0).max(1e-9);
+            let excess = w.cpu_us - calm.map_or(0.0, |k| k.cpu_pct / 100.0 * span_us);
+            let _ = writeln!(
+                s,
+                "| Redis CPU of a reconnect storm (`TYPE {}`), above the calm rate | {} | {:.0} ms of CPU in {:.1} s ({:.1} % of a core) vs {:.1} % calm, {} clients, part 3 |",
+                w.kill,
+                if excess > 0.0 {
+                    format!("{:.0} µs per client", excess / n)
+                } else {
+                    "none measurable".to_owned()
+                },
+                w.cpu_us / 1e3,
+                span_us / 1e6,
+                w.cpu_pct,
+                calm.map_or(0.0, |k| k.cpu_pct),
+                c.clients
+            );
+        }
+    } else if let Some(p) = r.parked.last() {
+        let _ = writeln!(
+            s,
+            "| connections per client (pub/sub among them) | {} ({}) | `CLIENT LIST` |",
+            p.connections, p.pubsub_connections,
+        );
+    }
+    match &r.cluster {
+        Some(c) => {
+            let med = |f: fn(&super::cluster::Shard) -> f64| {
+                let mut v: Vec<f64> = c.shards.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(0.0)
+            };
+            let (u, k) = (
+                med(|sh| sh.uncontended_cpu_us),
+                med(|sh| sh.contended_cpu_us),
+            );
+            let even = f64::from(c.names) / c.shards.len().max(1) as f64;
+            let spread = c
+                .shards
+                .iter()
+                .map(|sh| (f64::from(sh.names) / even - 1.0).abs() * 100.0)
+                .fold(0.0, f64::max);
+            let _ = writeln!(
+                s,
+                "| lock+unlock/s per cluster shard (one core each) | {} | {u:.2} µs per acquisition on a shard, \
+                 {:.2} × one server's (part 4, median shard) |\n\
+                 | hand-offs/s per cluster shard | {} | {k:.2} µs, {:.2} × one server's |\n\
+                 | S-shard cluster | S × the per-shard rates | {} names within ±{spread:.1} % of even over {} shards; \
+                 a waiter client holds one subscription connection per shard |",
+                group((1e6 / u.max(1e-9)) as u64),
+                u / c.single_uncontended.cpu_us_per_op.max(1e-9),
+                group((1e6 / k.max(1e-9)) as u64),
+                k / c.single_contended.cpu_us_per_op.max(1e-9),
+                group(c.names.into()),
+                c.shards.len()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "| S-shard cluster | S × the per-core rates | derived, not measured |"
+            );
+        }
     }
     s.push_str(PEERS);
 }

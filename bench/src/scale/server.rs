@@ -10,7 +10,7 @@ use crate::fail::Failure;
 
 /// The bench's own commands, left out of every count: they are the
 /// measuring, not the measured.
-const BOOKKEEPING: [&str; 11] = [
+const BOOKKEEPING: [&str; 12] = [
     "info",
     "type",
     "pttl",
@@ -19,6 +19,7 @@ const BOOKKEEPING: [&str; 11] = [
     "client|list",
     "pubsub|channels",
     "pubsub|shardchannels",
+    "pubsub|shardnumsub",
     "dbsize",
     "scan",
     "zcard",
@@ -126,6 +127,32 @@ impl Server {
             })
             .filter(|c| c.id != own)
             .collect())
+    }
+
+    /// Subscribers of the shard channels matching `pattern`, summed
+    /// (`PUBSUB SHARDCHANNELS`, then `PUBSUB SHARDNUMSUB`).
+    pub async fn shard_subscribers(&mut self, pattern: &str) -> Result<u64, Failure> {
+        let channels: Vec<String> = self
+            .query(
+                redis::cmd("PUBSUB").arg("SHARDCHANNELS").arg(pattern),
+                "PUBSUB SHARDCHANNELS",
+            )
+            .await?;
+        if channels.is_empty() {
+            return Ok(0);
+        }
+        let counts: Vec<String> = self
+            .query(
+                redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channels),
+                "PUBSUB SHARDNUMSUB",
+            )
+            .await?;
+        Ok(counts
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum())
     }
 
     /// Keys in the database (`DBSIZE`).
@@ -266,6 +293,31 @@ pub fn field(info: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// `usec` of command `name` in an `INFO commandstats` text.
+pub fn usec(info: &str, name: &str) -> f64 {
+    info.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?.strip_prefix(name)?;
+            rest.strip_prefix(':')?
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("usec="))?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+/// The script calls of an `INFO commandstats` text, and the µs the server
+/// spent running them.
+pub fn script_time(info: &str) -> (u64, f64) {
+    let calls = script_calls(&commandstats::parse(info));
+    let us = commandstats::SCRIPT_CALLS
+        .iter()
+        .map(|n| usec(info, n))
+        .sum();
+    (calls, us)
+}
+
 /// Script calls (the lock's own commands, on its keys) among `calls`.
 pub fn script_calls(calls: &[(String, u64)]) -> u64 {
     calls
@@ -306,5 +358,9 @@ mod tests {
         assert_eq!(super::field(info, "used_memory"), Some(1234));
         assert_eq!(super::field(info, "nope"), None);
         assert!(super::rss_bytes(std::process::id()).is_some_and(|b| b > 0));
+        let stats =
+            "cmdstat_evalsha:calls=3,usec=42,usec_per_call=14\r\ncmdstat_info:calls=1,usec=9\r\n";
+        assert_eq!(super::usec(stats, "info"), 9.0);
+        assert_eq!(super::script_time(stats), (3, 42.0));
     }
 }
