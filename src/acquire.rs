@@ -462,10 +462,12 @@ impl Acquirer {
         let mut result =
             scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
         if let Err(Error::Redis(e)) = &result
-            && e.is_timeout()
+            && (e.is_timeout() || e.is_connection_dropped())
             && inner.conn.recover(sent).await
         {
-            // The connection stopped answering, and a fresh one replaced
+            // The connection stopped answering or was dropped under the
+            // call (a `CLIENT KILL`, a reset; a parked waiter's next
+            // attempt is the first to meet it), and a fresh one replaced
             // it: send the same call once more there. Safe if the first one
             // ran: an acquire that finds its own token reports the
             // acquisition again (the fair and read ones renew its lease), a

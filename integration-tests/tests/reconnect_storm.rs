@@ -97,3 +97,50 @@ async fn a_pubsub_storm_reconnects_spread_out_and_serves_every_waiter() {
             .unwrap();
     }
 }
+
+/// The other storm: every command connection killed (`CLIENT KILL TYPE
+/// normal`) while tasks wait. A parked waiter's next attempt goes out on
+/// its dead connection; the acquire script is safe to send again (one that
+/// ran and finds its own token reports the acquisition), so `lock()` sends
+/// it once more on the fresh connection instead of failing. Before, every
+/// such `lock()` returned `Error::Redis` (the storm bench saw 149 of 600
+/// tasks fail so).
+#[tokio::test]
+async fn parked_waiters_ride_through_killed_command_connections() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let mut admin = raw(&url).await;
+    let name = unique("storm-normal");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&url).await);
+    }
+    // Held by someone else for a second: each waiter parks on the lease,
+    // then attempts on the connection killed meanwhile.
+    let lock = redbell_integration_tests::lock_key(&name);
+    redbell_integration_tests::set_px(&mut admin, &lock, "mforeign", 1_000).await;
+    let waiters: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let m = c.mutex(&name);
+            tokio::spawn(async move {
+                let g = m.lock().await?;
+                g.unlock().await
+            })
+        })
+        .collect();
+    wait_for_subscribers(&url, &name, 4).await;
+    // SKIPME (the default): the admin connection survives.
+    let killed = kill_clients_of_type(&mut admin, "normal").await;
+    assert!(killed >= 4, "command connections killed: {killed}");
+    for (i, w) in waiters.into_iter().enumerate() {
+        let got = timeout(LONG, w)
+            .await
+            .expect("a waiter was stranded")
+            .unwrap();
+        assert!(
+            got.is_ok(),
+            "waiter {i}: lock() failed on a killed command connection: {got:?}"
+        );
+    }
+}
