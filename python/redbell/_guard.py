@@ -55,7 +55,10 @@ class Guard:
 
         Raises:
             NotHeld: it was no longer held (expired, or taken by another token).
-            RedisError: the release could not be sent; the lease then ends it.
+            RedisError: the release could not be sent (the lease then ends
+                it), or its reply was lost and the release, sent again,
+                found the lock not held: whether the hold lasted until the
+                release is unknown.
 
         Cancel safety: renewal stops at once and the release runs to its end
         in the background.
