@@ -210,7 +210,8 @@ class Client:
                  permits: Optional[int]) -> _Call:
         """Send the release now; the future gets its code (1 / 0 / -1)."""
         if kind in ("mutex", "election"):
-            return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS], _release_code)
+            return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS],
+                                 _release_code)
         if kind == "read":
             return self._request("rw_read_release", [k.readers, k.rw, k.writers],
                                  [token, RW_WINDOW_MS], _release_code)
