@@ -105,6 +105,12 @@ RW_WINDOW_MS = 500
 """window_ms of the RwLock releases (PROTOCOL.md, ``INTENT_WINDOW_MS``)."""
 
 
+def _release_code(reply: Any) -> int:
+    """The conversion of a release's reply (1 / 0 / -1); a release sent
+    again after its connection died is recognised by it (``_answered``)."""
+    return int(reply)
+
+
 class _Reply:
     __slots__ = ("acquired", "value", "now_us")
 

@@ -32,7 +32,7 @@ from . import _scripts
 from ._calls import (
     CLAIM_MS, DEFAULT_LEASE, FENCE_TTL_MS, HANDOFF_MS, MAX_PARK, PARK_MS, POOL_SIZE,
     QUEUE_GRACE_MS, RENEW_BATCH, RESPONSE_TIMEOUT, RW_WINDOW_MS, SEM_RESERVE_MS, _answered,
-    _Call, _Keys, _KINDS, _map_error, _RENEW_BY, _Reply,
+    _Call, _Keys, _KINDS, _map_error, _release_code, _RENEW_BY, _Reply,
 )
 from ._guard import Guard
 from ._handles import FairMutex, Mutex, Semaphore
@@ -124,6 +124,15 @@ class Client:
                   resent: bool, reply: Any, e: Optional[Exception]) -> None:
         """The mux's sink of one script call: settles ``call``."""
         if e is None:
+            if resent and conv is _release_code and reply != 1:
+                # The first send's reply was lost with its connection: it
+                # may have released (then this one finds nothing of its
+                # own), or the hold may have ended before. Not NotHeld,
+                # which would say the hold had ended.
+                call.settle(None, RedisError(
+                    "the release's reply was lost with its connection; sent again, it "
+                    "found the lock not held: released by the first send, or expired"))
+                return
             try:
                 call.settle(reply if conv is None else conv(reply), None)
             except Exception as ce:  # a reply of the wrong shape
@@ -201,18 +210,19 @@ class Client:
                  permits: Optional[int]) -> _Call:
         """Send the release now; the future gets its code (1 / 0 / -1)."""
         if kind in ("mutex", "election"):
-            return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS], int)
+            return self._request("release", [k.b, k.waiters], [token, k.wake, HANDOFF_MS],
+                                 _release_code)
         if kind == "read":
             return self._request("rw_read_release", [k.readers, k.rw, k.writers],
-                                 [token, RW_WINDOW_MS], int)
+                                 [token, RW_WINDOW_MS], _release_code)
         if kind == "write":
             return self._request("rw_write_release", [k.b, k.rw, k.writers],
-                                 [token, RW_WINDOW_MS], int)
+                                 [token, RW_WINDOW_MS], _release_code)
         if kind == "fair":
             return self._request("fair_release", [k.b, k.fence, k.fifo, k.handoff],
-                                 [token, k.wake, CLAIM_MS, FENCE_TTL_MS], int)
+                                 [token, k.wake, CLAIM_MS, FENCE_TTL_MS], _release_code)
         return self._request("sem_release", [k.holders, k.queue, k.queue_expiry, k.permits],
-                             [token, k.wake, permits, SEM_RESERVE_MS], int)
+                             [token, k.wake, permits, SEM_RESERVE_MS], _release_code)
 
     def _pass(self, kind: str, k: _Keys, member: str,
               permits: Optional[int]) -> _Call:

@@ -34,6 +34,7 @@ class Guard:
         client of every language."""
         self.lost = asyncio.Event()
         """Set once the hold is lost (lease expired, broken, or unrenewable)."""
+        self._loop = asyncio.get_running_loop()
         self._lease_ms = lease_ms
         self._renew_every = lease_ms / 3000
         self._deadline = sent + self._margin(lease_ms)
@@ -47,15 +48,22 @@ class Guard:
 
     @property
     def is_lost(self) -> bool:
-        """Whether the hold is known lost (a lost hold is never renewed again)."""
-        return self.lost.is_set()
+        """Whether the hold is lost (a lost hold is never renewed again):
+        ``lost`` is set, or the local deadline has passed unconfirmed. The
+        deadline is read here, not only by the renewal task: a process
+        resumed after a freeze longer than the lease sees the loss before
+        its next act, whichever of its tasks the event loop runs first."""
+        return self.lost.is_set() or (not self._done and self._loop.time() >= self._deadline)
 
     async def unlock(self) -> None:
         """Release the lock.
 
         Raises:
             NotHeld: it was no longer held (expired, or taken by another token).
-            RedisError: the release could not be sent; the lease then ends it.
+            RedisError: the release could not be sent (the lease then ends
+                it), or its reply was lost and the release, sent again,
+                found the lock not held: whether the hold lasted until the
+                release is unknown.
 
         Cancel safety: renewal stops at once and the release runs to its end
         in the background.

@@ -108,10 +108,15 @@ class Mux:
 
     async def _open(self) -> None:
         conn = self._pool.make_connection()
-        conn.socket_timeout = None  # reads wait while idle; the watchdog bounds calls
         try:
-            await conn.connect()
+            # Bounded: redis-py's handshake (CLIENT SETINFO, AUTH, SELECT)
+            # waits for replies; a server that accepts the connection and
+            # never answers (a partition, a frozen server) would otherwise
+            # hold every later call in the backlog for good.
+            await asyncio.wait_for(conn.connect(), 2 * self._timeout)
         except BaseException as e:
+            if isinstance(e, asyncio.TimeoutError):
+                e = rexc.TimeoutError("no answer to the connection handshake in time")
             self._opening = None
             backlog, self._backlog = self._backlog, []
             err = e if isinstance(e, Exception) else rexc.ConnectionError("connect cancelled")
@@ -125,6 +130,7 @@ class Mux:
                 raise
             return
         self._opening = None
+        conn.socket_timeout = None  # reads are ours now; the watchdog bounds calls
         if self._closed:
             await conn.disconnect(nowait=True)
             backlog, self._backlog = self._backlog, []

@@ -167,6 +167,38 @@ async def test_killed_python_holder_is_taken_over_by_rust_at_expiry(raw):
             kill(waiter)
 
 
+async def test_a_frozen_python_holder_sees_its_loss_before_acting_again(raw):
+    """A Python holder (lease 1 s) acts under its lock every 20 ms, checking
+    ``guard.is_lost`` first; it is SIGSTOPped past its lease and a Rust
+    waiter takes the lock. Once resumed it must see the loss before its
+    next act: no ``py`` entry may follow the one this test pushes once
+    Rust holds the lock."""
+    name = unique("frozen-holder")
+    log = f"redbell-test:{{{name}}}:log"
+    holder = python_worker("act", "mutex", name, "1.0")
+    waiter = None
+    try:
+        py_fence = int((await read_line(holder, 20)).split()[1])
+        await asyncio.sleep(0.3)
+        holder.send_signal(signal.SIGSTOP)
+        waiter = rust_run("-w", "30s", name, "--", *PRINT_FENCE)
+        rust_fence = int((await read_line(waiter, 20)).split()[1])
+        assert rust_fence > py_fence
+        await raw.rpush(log, "rust")  # Rust has held the lock by now
+        holder.send_signal(signal.SIGCONT)
+        assert await read_line(holder, 20) == "lost"
+        entries = await raw.lrange(log, 0, -1)
+        after = entries[entries.index(b"rust") + 1:]
+        assert entries.index(b"rust") > 0, "the holder never acted: the test proved nothing"
+        assert not after, f"the resumed holder acted {len(after)} time(s) after losing the lock"
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        kill(holder)
+        if waiter is not None:
+            kill(waiter)
+        await raw.delete(log)
+
+
 async def test_a_frozen_python_waiter_stalls_nobody(client, raw):
     """The release wakes the frozen waiter (its socket is open: a receiver);
     the standby sent with it lets the Rust waiter behind attempt after 200

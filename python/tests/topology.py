@@ -113,11 +113,18 @@ class Proxy:
     """A TCP proxy from 127.0.0.1:``port`` (0: any free one) to
     127.0.0.1:``target``, in the running event loop. :meth:`cut` closes the
     listener and aborts every connection through it (the peers see a reset);
-    :meth:`start` again listens on the same port."""
+    :meth:`start` again listens on the same port.
+
+    Faults without a reset: while ``black_hole`` is set, bytes are read and
+    dropped in both directions (a partition: connections, new ones too, stay
+    open and silent); ``drop_reply`` set drops the next bytes the server
+    sends and aborts that connection (a reply lost after the command ran)."""
 
     def __init__(self, target: int, port: int = 0) -> None:
         self.target = target
         self.port = port
+        self.black_hole = False
+        self.drop_reply = False
         self._server = None
         self._transports: list = []
         self._pipes: list = []
@@ -135,11 +142,17 @@ class Proxy:
             return
         self._transports += [writer.transport, up_writer.transport]
 
-        async def pipe(src, dst) -> None:
+        async def pipe(src, dst, down: bool) -> None:
             try:
                 while True:
                     data = await src.read(65536)
                     if not data:
+                        break
+                    if self.black_hole:
+                        continue
+                    if down and self.drop_reply:
+                        self.drop_reply = False
+                        writer.transport.abort()
                         break
                     dst.write(data)
                     await dst.drain()
@@ -147,8 +160,8 @@ class Proxy:
                 pass
             finally:
                 dst.transport.abort()
-        self._pipes += [asyncio.ensure_future(pipe(reader, up_writer)),
-                        asyncio.ensure_future(pipe(up_reader, writer))]
+        self._pipes += [asyncio.ensure_future(pipe(reader, up_writer, False)),
+                        asyncio.ensure_future(pipe(up_reader, writer, True))]
 
     async def cut(self) -> None:
         if self._server is not None:

@@ -5,6 +5,9 @@
 then release and print ``released``.
 ``worker.py wait KIND NAME``: print ``waiting`` once its first attempt
 failed, acquire, print ``held <fence>``, release at once.
+``worker.py act mutex NAME LEASE_S``: acquire, print ``held <fence>``, then
+every 20 ms check ``guard.is_lost`` and, while it is not, act under the
+lock (RPUSH ``py`` to ``redbell-test:{NAME}:log``); print ``lost`` once it is.
 ``worker.py sem NAME PERMITS N``: N times take a permit, INCR the gauge
 ``redbell-test:{NAME}:gauge``, check it is at most PERMITS, DECR, release;
 print ``max=<highest> over=<holds that saw more> done=<n>``.
@@ -38,6 +41,17 @@ async def main() -> None:
             g = await lock.lock()
         print("held", g.fence, flush=True)
         await g.unlock()
+    elif mode == "act":
+        g = await client.mutex(name, float(sys.argv[4])).lock()
+        print("held", g.fence, flush=True)
+        r = aioredis.Redis.from_url(os.environ["REDIS_URL"])
+        while True:
+            await asyncio.sleep(0.02)
+            if g.is_lost:
+                print("lost", flush=True)
+                break
+            await r.rpush(f"redbell-test:{{{name}}}:log", "py")
+        await r.aclose()
     elif mode == "sem":
         permits, n = int(sys.argv[3]), int(sys.argv[4])
         name = kind

@@ -1,0 +1,155 @@
+"""The multiplexed command connection and the pub/sub connection under
+network faults without a reset, through the test kit's TCP ``Proxy``: a
+reply lost after its command ran, a partition (every byte dropped, new
+connections accepted and left silent) that later heals, and the pub/sub
+connection killed under many parked waiters."""
+
+import asyncio
+from urllib.parse import urlparse
+
+import pytest
+
+import redbell
+
+from conftest import eventually, redis_url, unique
+from topology import Proxy
+
+
+async def _proxy() -> Proxy:
+    p = Proxy(urlparse(redis_url()).port or 6379)
+    await p.start()
+    return p
+
+
+async def _close(c: redbell.Client) -> None:
+    """aclose, failing the test (not hanging it) if it does not end."""
+    t = asyncio.ensure_future(c.aclose())
+    done, _ = await asyncio.wait({t}, timeout=15)
+    assert done, "aclose did not end within 15 s"
+    t.result()
+
+
+async def test_release_whose_reply_was_lost_does_not_raise_not_held(raw):
+    """The release runs, its reply is lost with its connection, the client
+    sends it again (``_client._answered``): the second run finds the key
+    gone (-1). The hold was intact until the release, so ``NotHeld`` (the
+    hold had ended) would be a false report."""
+    name = unique("net-release-lost")
+    proxy = await _proxy()
+    c = await redbell.connect(f"redis://127.0.0.1:{proxy.port}")
+    try:
+        warm = await c.mutex(name + "-warm").lock()
+        await warm.unlock()  # the release script is loaded: no NOSCRIPT to drop
+        g = await c.mutex(name, lease=30.0).lock()
+        proxy.drop_reply = True
+        # Not NotHeld (not a RedisError): the outcome is unknown, and said so.
+        with pytest.raises(redbell.RedisError, match="reply was lost"):
+            await asyncio.wait_for(g.unlock(), 10)
+        assert not proxy.drop_reply, "no reply was dropped: the test proved nothing"
+        assert await raw.exists(f"redbell:{{{name}}}") == 0
+    finally:
+        await c.aclose()
+        await proxy.cut()
+
+
+async def test_calls_succeed_again_once_a_partition_heals(raw):
+    """During a partition a call fails after the response timeout and the
+    next one opens a connection the partition swallows (redis-py's connect
+    handshake gets no answer). Once it heals, calls must succeed again: a
+    connect that never ends would queue every later call behind it."""
+    name = unique("net-heal-mux")
+    proxy = await _proxy()
+    c = await redbell.connect(f"redis://127.0.0.1:{proxy.port}")
+    try:
+        g = await c.mutex(name).lock()
+        await g.unlock()
+        proxy.black_hole = True
+        with pytest.raises(redbell.RedisError):  # the response timeout (2 s)
+            await asyncio.wait_for(c.mutex(name).try_lock(), 15)
+        # A new connection, opened into the partition.
+        second = asyncio.ensure_future(c.mutex(name).try_lock())
+        await asyncio.sleep(3.0)
+        proxy.black_hole = False
+        try:
+            await asyncio.wait_for(second, 15)
+        except redbell.RedisError:
+            pass  # failed during the partition: fine, it did not hang
+        for _ in range(5):  # a connect begun in the partition may still fail one call
+            try:
+                g = await asyncio.wait_for(c.mutex(name).lock(), 15)
+                break
+            except redbell.RedisError:
+                await asyncio.sleep(0.5)
+        else:
+            pytest.fail("no call succeeded after the partition healed")
+        assert g.fence > 0
+        await g.unlock()
+    finally:
+        proxy.black_hole = False
+        await _close(c)
+        await proxy.cut()
+
+
+async def test_parked_waiter_resubscribes_once_a_partition_heals(client, raw):
+    """A waiter parks behind a 30 s lease over a connection that is then
+    partitioned: the hub's probe drops the pub/sub connection and opens one
+    into the partition. After the partition heals, the waiter's channel
+    must be subscribed again (else it only polls, once per park), and a
+    release must serve it."""
+    name = unique("net-heal-hub")
+    g = await client.mutex(name, lease=30.0).lock()
+    proxy = await _proxy()
+    c = await redbell.connect(f"redis://127.0.0.1:{proxy.port}")
+    try:
+        waiter = asyncio.ensure_future(c.mutex(name).lock())
+        await asyncio.sleep(0.5)
+        assert not waiter.done()
+        proxy.black_hole = True
+        await asyncio.sleep(4.0)  # the probe (1 s + 0.5 s) fails, a reconnect is swallowed
+        proxy.black_hole = False
+        channel = f"redbell:{{{name}}}:wake:{c.id}"
+
+        async def subscribed() -> bool:
+            n = await raw.execute_command("PUBSUB", "NUMSUB", channel)
+            return int(n[1]) == 1
+        assert await eventually(subscribed, 15), "not subscribed again after the partition"
+        await g.unlock()
+        g2 = await asyncio.wait_for(waiter, 15)
+        assert g2.fence > g.fence
+        await g2.unlock()
+    finally:
+        proxy.black_hole = False
+        await _close(c)
+        await proxy.cut()
+
+
+async def test_hundred_waiters_served_after_their_pubsub_connection_is_killed(client, raw):
+    """100 waiters of one client parked on one lock; the server kills the
+    client's pub/sub connection. Each release must still reach a waiter:
+    all 100 acquire in turn, with fences strictly increasing."""
+    name = unique("net-kill-100")
+    holder = await client.mutex(name, lease=30.0).lock()
+    c = await redbell.connect(redis_url())
+    try:
+        m = c.mutex(name, lease=30.0)
+        fences = []
+
+        async def one() -> None:
+            g = await m.lock()
+            fences.append(g.fence)
+            await g.unlock()
+        waiters = [asyncio.ensure_future(one()) for _ in range(100)]
+        await asyncio.sleep(1.0)
+        assert not any(w.done() for w in waiters)
+        killed = await raw.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        assert killed >= 1
+        await asyncio.sleep(0.5)
+        await holder.unlock()
+        done, pending = await asyncio.wait(waiters, timeout=25)
+        assert not pending, f"{len(pending)} of 100 waiters stranded"
+        for w in done:
+            w.result()
+        assert fences == sorted(fences) and len(set(fences)) == 100
+        assert fences[0] > holder.fence
+    finally:
+        await c.aclose()
