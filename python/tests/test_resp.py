@@ -5,7 +5,6 @@ call, mid-reply included (a relay in front of the real server cuts them)."""
 
 import asyncio
 import os
-import socket
 import subprocess
 from typing import Optional
 from urllib.parse import urlparse
@@ -19,6 +18,7 @@ from redbell._mux import pack
 from redbell._resp import Reader
 
 from conftest import REPO, redis_url, unique
+from topology import free_base
 
 SHAPES = (b"+OK\r\n:42\r\n:-7\r\n$-1\r\n$0\r\n\r\n$5\r\nab\r\nc\r\n"
           b"*3\r\n:1\r\n*2\r\n$1\r\na\r\n$-1\r\n+x\r\n*-1\r\n*0\r\n"
@@ -191,9 +191,7 @@ async def test_call_on_a_killed_connection_fails_at_once(raw):
 @pytest.fixture
 def tls_url():
     """A TLS-only server of scripts/redis/tls.sh on free ports (stopped after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_base([0, 1])  # tls.sh starts a second server on port + 1
     script = os.path.join(REPO, "scripts", "redis", "tls.sh")
     out = subprocess.run([script, "start", str(port)], capture_output=True, text=True,
                          timeout=120)
