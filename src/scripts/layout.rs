@@ -390,7 +390,7 @@ pub(crate) async fn extend(
             }
             Err(e) => {
                 for &i in &family {
-                    out[i] = Err(Error::from_redis(e.clone(), &locks[i].0.token_key()));
+                    out[i] = Err(Error::from_redis(e.clone(), locks[i].0.token_key()));
                 }
             }
         }
