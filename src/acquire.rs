@@ -88,7 +88,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::Error;
 use crate::client::Client;
@@ -196,7 +195,7 @@ impl Acquirer {
 
     pub(crate) fn name(&self) -> &str {
         match &self.keys {
-            Ok(keys) => &keys.name,
+            Ok(keys) => keys.name(),
             Err(bad) => &bad.0,
         }
     }
@@ -207,9 +206,10 @@ impl Acquirer {
         // `wait()` is built where it is awaited, not handed to a helper: a
         // future passed to an `async fn` is kept twice in the helper's
         // state (the argument, and the value being awaited), which made
-        // every parked `lock()` twice the wait loop's size. (Nor is the
-        // span a local: one that was borrowed stays in the state.)
-        let result = self.wait(None).instrument(tally.span()).await;
+        // every parked `lock()` twice the wait loop's size. Polled in the
+        // span by hand: `Instrument` would keep a second handle on it.
+        let mut wait = std::pin::pin!(self.wait(None));
+        let result = std::future::poll_fn(|cx| tally.in_span(|| wait.as_mut().poll(cx))).await;
         tally.end_with(&result);
         result
     }
@@ -249,7 +249,7 @@ impl Acquirer {
         async move {
             // In a block: from here on the keys are the registration's (one
             // copy kept while parked).
-            let (mut registration, mut subscribed, kind) = {
+            let (registration, mut subscribed, kind) = {
                 let keys = self.keys()?;
                 self.max_hold.map(lease_ms).transpose()?; // zero or over-long
                 self.lease_ms()?;
@@ -413,8 +413,8 @@ impl Acquirer {
             return Box::pin(self.lock()).await; // a deadline past the end of time
         };
         let mut tally = Tally::new(self, self.span());
-        let result = tokio::time::timeout_at(deadline, self.wait(Some(deadline)))
-            .instrument(tally.span())
+        let mut wait = std::pin::pin!(tokio::time::timeout_at(deadline, self.wait(Some(deadline))));
+        let result = std::future::poll_fn(|cx| tally.in_span(|| wait.as_mut().poll(cx)))
             .await
             .unwrap_or(Err(Error::Timeout));
         tally.end_with(&result);
@@ -564,7 +564,7 @@ impl Acquirer {
         })?;
         if keys.kind == Kind::Semaphore && keys.permits == 0 {
             return Err(Error::InvalidPermits {
-                name: keys.name.chars().take(64).collect(),
+                name: keys.name().chars().take(64).collect(),
                 permits: 0,
                 reason: "a semaphore needs at least one permit",
             });

@@ -51,7 +51,7 @@ impl Client {
         let (permits, fence, waiters, holders) =
             scripts::semaphore_status(&self.0.conn, &keys).await?;
         Ok(SemaphoreStatus {
-            name: keys.name,
+            name: keys.name().to_owned(),
             permits: permits.parse().ok(),
             holders: holders
                 .into_iter()
@@ -225,7 +225,7 @@ impl Client {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         let keys = self.keys(name, Kind::Plain)?;
         let s = scripts::inspect(&self.0.conn, &keys, &owners_key(&keys)).await?;
-        let mut info = LockInfo::of(keys.name, s);
+        let mut info = LockInfo::of(keys.name().to_owned(), s);
         let unused = info.kind.is_none() && info.holder.is_none() && info.readers.is_empty();
         if unused && info.waiters == 0 {
             let status = self.semaphore_status(name).await?;
@@ -348,5 +348,5 @@ impl Client {
 
 /// `P:{N}:owners`: the owner notes of a lock's holds (token -> note).
 pub(crate) fn owners_key(keys: &LockKeys) -> String {
-    format!("{}:owners", keys.writer)
+    format!("{}:owners", keys.writer())
 }

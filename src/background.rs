@@ -93,8 +93,8 @@ type Identity = (u8, String, String);
 impl Work {
     fn identity(&self) -> Identity {
         match self {
-            Work::Release { keys, token } => (0, keys.token_key.clone(), token.clone()),
-            Work::PassOn { keys, member } => (1, keys.token_key.clone(), member.clone()),
+            Work::Release { keys, token } => (0, keys.token_key().to_owned(), token.clone()),
+            Work::PassOn { keys, member } => (1, keys.token_key().to_owned(), member.clone()),
             Work::Resign { leader, token, .. } => (2, leader.clone(), token.clone()),
         }
     }
@@ -102,7 +102,7 @@ impl Work {
     fn lock_name(&self) -> &str {
         match self {
             Work::Release { keys, .. } | Work::PassOn { keys, .. } | Work::Resign { keys, .. } => {
-                &keys.name
+                keys.name()
             }
         }
     }
@@ -232,7 +232,7 @@ pub(crate) async fn release(
 ) -> Result<Owned, Error> {
     let span = tracing::debug_span!(
         "redbell.release",
-        lock = %keys.name,
+        lock = %keys.name(),
         kind = ?keys.kind,
         outcome = tracing::field::Empty,
     );
@@ -248,11 +248,11 @@ pub(crate) async fn release(
                     Owned::Theirs => "theirs",
                 },
             );
-            counters.release((*owned).into(), held, &keys.name);
+            counters.release((*owned).into(), held, keys.name());
         }
         Err(e) => {
             span.record("outcome", "error");
-            counters.failed(e, &keys.name);
+            counters.failed(e, keys.name());
         }
     }
     result

@@ -111,10 +111,10 @@ pub(crate) struct Names {
 impl Names {
     fn new(keys: &LockKeys) -> Names {
         Names {
-            name: keys.name.clone(),
-            lock: keys.token_key.clone(),
-            leader: format!("{}:leader", keys.writer),
-            channel: format!("{}:leader:events", keys.writer),
+            name: keys.name().to_owned(),
+            lock: keys.token_key().to_owned(),
+            leader: format!("{}:leader", keys.writer()),
+            channel: format!("{}:leader:events", keys.writer()),
             ttl_ms: keys.fence_ttl_ms,
         }
     }

@@ -116,7 +116,7 @@ impl Drop for Acquisition {
 impl fmt::Debug for Acquisition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquisition")
-            .field("name", &self.keys.name)
+            .field("name", &self.keys.name())
             .field("fence", &self.fence)
             .finish_non_exhaustive()
     }
@@ -144,7 +144,7 @@ macro_rules! guard_api {
 
             /// The lock's name.
             pub fn name(&self) -> &str {
-                &self.0.keys.name
+                self.0.keys.name()
             }
 
             /// Releases the hold and wakes waiters.

@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use crate::Error;
 
+mod names;
+
+pub(crate) use names::LockKeys;
+
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
@@ -81,110 +85,6 @@ impl Kind {
             Kind::Semaphore => 's',
             Kind::Election => 'l',
         }
-    }
-}
-
-/// The Redis names of one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockKeys {
-    /// The name the user gave.
-    pub(crate) name: String,
-    /// The protocol, which picks the scripts.
-    pub(crate) kind: Kind,
-    /// Where the guard's token lives, by kind: `P:{N}` (the owner's token,
-    /// with the lease as its expiry), `P:{N}:readers` for a reader, or
-    /// `P:{N}:holders` for a semaphore permit (token -> expiry ms).
-    pub(crate) token_key: String,
-    /// `P:{N}`: a read-write lock's writer key.
-    pub(crate) writer: String,
-    /// `P:{N}:readers`: a read-write lock's readers (token -> expiry ms).
-    pub(crate) readers: String,
-    /// `P:{N}:fence`: the fencing counter.
-    pub(crate) fence: String,
-    /// Expiry of the fence key, in ms.
-    pub(crate) fence_ttl_ms: u64,
-    /// The waiter queue, by kind: `P:{N}:waiters` (plain: member -> expiry),
-    /// `P:{N}:fifo` (fair: member -> arrival), `P:{N}:queue` (semaphore:
-    /// member -> arrival) or `P:{N}:writers` (read-write: waiting writers'
-    /// intents, member -> expiry).
-    pub(crate) queue: String,
-    /// The queue's expiries, member -> expiry: `P:{N}:queue:expiry`
-    /// (semaphore); the fair queue has none (`P:{N}:fifo:expiry`, written
-    /// by older clients, is only deleted).
-    pub(crate) queue_expiry: String,
-    /// `P:{N}:permits`: a semaphore's permit count; it lives while any
-    /// permit does, so the RwLock's acquires, reading it with the fence,
-    /// look for live permits only when it exists (one kind per name).
-    pub(crate) count: String,
-    /// `P:{N}:holders`: a semaphore's permits (token -> expiry ms); the
-    /// other kinds' acquires only look for live ones (one kind per name).
-    pub(crate) holders: String,
-    /// A semaphore's permit count as this handle asks for it; 0 for the
-    /// other kinds (and for a semaphore of zero permits, which is refused).
-    pub(crate) permits: u32,
-    /// `P:{N}:handoff`: the fair queue's standby marker (the waiter told to
-    /// stand by, and by when it should have attempted). The plain mutex
-    /// keeps its hand-off reservation in the lock key itself.
-    pub(crate) handoff: String,
-    /// `P:{N}:wake:`: a client's wake channel is this plus its id.
-    pub(crate) wake_prefix: String,
-    /// The channel this client listens on for the lock:
-    /// `P:{N}:wake:<our id>`, or `P:{N}:rw` for a read-write lock.
-    pub(crate) channel: String,
-}
-
-impl LockKeys {
-    /// The keys and channels of the lock `name` of `kind`, under `prefix`,
-    /// as seen by the client `client_id`.
-    pub(crate) fn new(
-        prefix: &str,
-        client_id: &str,
-        name: &str,
-        kind: Kind,
-        fence_ttl: Duration,
-    ) -> Result<LockKeys, Error> {
-        validate_name(name)?;
-        // Each string sized exactly by `concat` (one per key, a dozen per
-        // lock, kept as long as any handle or waiter of the lock: `format!`
-        // grows its buffer by doubling, which left a third of each unused).
-        let base = [prefix, ":{", name, "}"].concat();
-        let key = |suffix: &str| [base.as_str(), suffix].concat();
-        let wake_prefix = key(":wake:");
-        let queue = key(match kind {
-            Kind::Plain | Kind::Election => ":waiters",
-            Kind::Fair => ":fifo",
-            Kind::Semaphore => ":queue",
-            Kind::Read | Kind::Write => ":writers",
-        });
-        let readers = key(":readers");
-        let holders = key(":holders");
-        Ok(LockKeys {
-            name: name.to_owned(),
-            kind,
-            fence: key(":fence"),
-            fence_ttl_ms: millis(fence_ttl),
-            queue_expiry: [queue.as_str(), ":expiry"].concat(),
-            queue,
-            count: key(":permits"),
-            holders: holders.clone(),
-            permits: 0,
-            handoff: key(":handoff"),
-            channel: match kind {
-                // Read-write locks broadcast on one channel per lock.
-                Kind::Read | Kind::Write => key(":rw"),
-                Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
-                    [wake_prefix.as_str(), client_id].concat()
-                }
-            },
-            wake_prefix,
-            token_key: match kind {
-                Kind::Read => readers.clone(),
-                Kind::Semaphore => holders,
-                _ => base.clone(),
-            },
-            writer: base,
-            readers,
-        })
     }
 }
 
@@ -428,34 +328,6 @@ mod tests {
             hash_slot("{user1000}.followers")
         );
         assert_eq!(hash_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-    }
-
-    #[test]
-    fn every_key_of_a_lock_shares_its_hash_tag() {
-        for kind in [
-            Kind::Plain,
-            Kind::Fair,
-            Kind::Read,
-            Kind::Write,
-            Kind::Semaphore,
-            Kind::Election,
-        ] {
-            let k = LockKeys::new("p", "c", "n", kind, Duration::from_secs(1)).unwrap();
-            let slot = hash_slot(&k.token_key);
-            for key in [
-                &k.writer,
-                &k.readers,
-                &k.fence,
-                &k.queue,
-                &k.queue_expiry,
-                &k.handoff,
-                &k.channel,
-                &k.count,
-                &k.holders,
-            ] {
-                assert_eq!(hash_slot(key), slot, "{key}");
-            }
-        }
     }
 
     #[test]

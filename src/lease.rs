@@ -233,7 +233,7 @@ impl Lease {
             // Counted before anyone waiting on `lost()` runs.
             if let Some((counters, keys)) = self.observer.get() {
                 counters.lost(cause);
-                tracing::warn!(lock = %keys.name, cause = cause.as_str(), "lease lost");
+                tracing::warn!(lock = %keys.name(), cause = cause.as_str(), "lease lost");
             }
             self.changed.notify_waiters();
         }

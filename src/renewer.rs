@@ -152,7 +152,7 @@ impl State {
             } else if !entry.lease.is_lost() {
                 // A lost lease has its own warning ("lease lost").
                 entry.warned = true;
-                tracing::warn!(lock = %entry.keys.name,
+                tracing::warn!(lock = %entry.keys.name(),
                     remaining = ?entry.lease.remaining(),
                     "lease renewals are failing; the lease is at risk");
             }
@@ -293,7 +293,7 @@ async fn run(shared: Arc<Schedule>, conn: Conn) {
                 if entry.hold_until.is_some_and(|until| entry.due >= until) {
                     // Held for its maximum: the lease runs out, and `lost`
                     // fires at its deadline.
-                    tracing::debug!(lock = %entry.keys.name, "maximum hold reached; renewal stopped");
+                    tracing::debug!(lock = %entry.keys.name(), "maximum hold reached; renewal stopped");
                     state.entries.remove(&id);
                     continue;
                 }

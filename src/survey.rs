@@ -140,7 +140,7 @@ impl Client {
             .map(|k| {
                 let keys = k?;
                 let snapshot = read.next().unwrap_or(Err(Error::Closed))?;
-                Ok(LockInfo::of(keys.name, snapshot))
+                Ok(LockInfo::of(keys.name().to_owned(), snapshot))
             })
             .collect())
     }

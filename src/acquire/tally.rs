@@ -54,12 +54,12 @@ impl<'a> Tally<'a> {
         }
     }
 
-    /// A handle on the acquisition's span (the disabled one when it is).
-    pub(super) fn span(&self) -> tracing::Span {
-        self.span
-            .as_deref()
-            .cloned()
-            .unwrap_or_else(tracing::Span::none)
+    /// Runs `poll` (a poll of the acquisition's future) in its span, when
+    /// that is enabled: what `Instrument` does, without a second handle on
+    /// the span (40 bytes) in every parked future.
+    pub(super) fn in_span<T>(&self, poll: impl FnOnce() -> T) -> T {
+        let _entered = self.span.as_deref().map(tracing::Span::enter);
+        poll()
     }
 
     /// Ends with a failure: counts the error, then the outcome.

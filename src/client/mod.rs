@@ -318,7 +318,7 @@ impl Client {
     }
 
     /// As [`keys`](Self::keys), shared with every live handle of the same
-    /// lock and kind: a lock's keys are a dozen strings (~1 KB), and a
+    /// lock and kind: a lock's keys are a few hundred bytes, and a
     /// task parked in `lock()` keeps its handle's, so 10 tasks waiting on
     /// one lock each through their own handle kept 10 copies.
     pub(crate) fn shared_keys(&self, name: &str, kind: Kind) -> Result<Arc<LockKeys>, Error> {

@@ -371,7 +371,7 @@ impl Control {
             let linger = self.linger;
             let mut idle = Vec::new();
             for name in listed {
-                let Some(entry) = channels.get_mut(&name) else {
+                let Some(entry) = channels.get_mut(name.as_str()) else {
                     continue; // gone (a reconnect dropped it)
                 };
                 let Some(since) = entry.idle_since else {
@@ -417,10 +417,10 @@ impl Control {
         let mut channels = self.shared.lock();
         for name in &idle {
             if channels
-                .get(name)
+                .get(name.as_str())
                 .is_some_and(|e| e.waiters.is_empty() && !e.subscribed)
             {
-                channels.remove(name);
+                channels.remove(name.as_str());
             }
         }
     }
@@ -464,7 +464,7 @@ impl Control {
                 let wanted: Vec<String> = {
                     let mut channels = self.shared.lock();
                     channels.retain(|_, e| !e.waiters.is_empty());
-                    channels.keys().cloned().collect()
+                    channels.keys().map(|c| c.0.channel().to_owned()).collect()
                 };
                 if let Some(conn) = sink.cluster() {
                     // Channel by channel: each wakes its own waiters once
@@ -490,7 +490,7 @@ impl Control {
                     // it was in flight still has its own request queued.
                     let mut channels = self.shared.lock();
                     for name in &wanted {
-                        if let Some(entry) = channels.get_mut(name) {
+                        if let Some(entry) = channels.get_mut(name.as_str()) {
                             entry.subscribed = true;
                         }
                     }

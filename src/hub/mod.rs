@@ -11,7 +11,7 @@ mod registry;
 mod shards;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use connection::{Control, Op};
 pub(crate) use registry::Waiter;
-use registry::{Entry, Registry};
+use registry::{Channel, Entry, Registry};
 
 use crate::Error;
 use crate::background::{self, Work};
@@ -45,18 +45,18 @@ pub(crate) struct Registration {
     /// Also holds the waiter's token, from which (with `id`) its queue
     /// member is built when needed ([`member`](Registration::member)).
     waiter: Arc<Waiter>,
-    /// Set once an attempt that queues `member` was sent.
-    queued: bool,
+    /// Set once an attempt that queues `member` was sent. (Atomic, as
+    /// `acquired`, so that a waiter sets them through the shared borrow
+    /// its loop keeps of the registration.)
+    queued: AtomicBool,
     /// Set when the waiter got the lock: its acquire left the queue.
-    acquired: bool,
-    /// When it joined: only a release after this is the one it waited for.
-    joined: Instant,
+    acquired: AtomicBool,
 }
 
 impl Registration {
     /// What this waiter parks on; a wake-up naming it calls `notify_one`.
-    pub(crate) fn waiter(&self) -> Arc<Waiter> {
-        self.waiter.clone()
+    pub(crate) fn waiter(&self) -> &Waiter {
+        &self.waiter
     }
 
     /// The keys of the lock it waits for.
@@ -72,8 +72,8 @@ impl Registration {
 
     /// Records that an attempt queuing this waiter is about to be sent:
     /// from now on, leaving without the lock must pass on.
-    pub(crate) fn queued(&mut self) {
-        self.queued = true;
+    pub(crate) fn queued(&self) {
+        self.queued.store(true, Ordering::Relaxed);
     }
 
     /// Whether this waiter may queue now: it is its client's one queuing
@@ -86,7 +86,7 @@ impl Registration {
         }
         self.shared
             .lock()
-            .get(&self.keys.channel)
+            .get(self.keys.channel())
             .is_none_or(|entry| entry.queuer == Some(self.id))
     }
 
@@ -101,7 +101,7 @@ impl Registration {
     pub(crate) fn take_over(&self) -> bool {
         let old = {
             let mut channels = self.shared.lock();
-            let Some(entry) = channels.get_mut(&self.keys.channel) else {
+            let Some(entry) = channels.get_mut(self.keys.channel()) else {
                 return true;
             };
             match entry.queuer {
@@ -138,19 +138,23 @@ impl Registration {
 
     /// Marks the waiter as done with the lock: the acquire that succeeded
     /// also took it out of the queue, so there is nothing to pass on.
-    pub(crate) fn acquired(mut self) {
-        self.acquired = true;
+    pub(crate) fn acquired(&self) {
+        self.acquired.store(true, Ordering::Relaxed);
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        let acquired = *self.acquired.get_mut();
         {
             let mut channels = self.shared.lock();
-            if let Some(entry) = channels.get_mut(&self.keys.channel) {
-                if self.acquired
-                    && let Some(released) = entry.released_at.take_if(|at| *at >= self.joined)
+            if let Some(entry) = channels.get_mut(self.keys.channel()) {
+                if acquired
+                    && let Some((released, _)) =
+                        entry.released_at.take_if(|(_, next)| self.id < *next)
                 {
+                    // Only a release after it joined (its id was drawn
+                    // before) is the one it waited for.
                     self.shared.counters.handoff(released.elapsed());
                 }
                 entry.waiters.remove(&self.id);
@@ -160,7 +164,7 @@ impl Drop for Registration {
                     // It may be kept unpolled in its turn: backed up.
                     entry.queuer = entry.waiters.first_key_value().map(|(id, _)| *id);
                     if let Some(id) = entry.queuer {
-                        entry.prod_queuer(id, 0);
+                        entry.prod_queuer(self.keys.kind, id, 0);
                     }
                 }
                 if entry.waiters.is_empty() {
@@ -168,15 +172,15 @@ impl Drop for Registration {
                         entry.idle_since = Some(Instant::now()); // linger
                         if !entry.lingering {
                             entry.lingering = true;
-                            self.shared.lingering().push(self.keys.channel.clone());
+                            self.shared.lingering().push(self.keys.channel().to_owned());
                         }
                     } else {
-                        channels.remove(&self.keys.channel); // never subscribed
+                        channels.remove(self.keys.channel()); // never subscribed
                     }
                 }
             }
         }
-        if self.queued && !self.acquired && self.keys.kind != Kind::Read {
+        if *self.queued.get_mut() && !acquired && self.keys.kind != Kind::Read {
             self.shared.counters.passed_on();
             self.shared.background.send(Work::PassOn {
                 keys: self.keys.clone(),
@@ -203,7 +207,7 @@ impl ReleaseNotes {
     /// As [`Hub::released`].
     pub(crate) fn released(&self, keys: &LockKeys) {
         if let Some(shared) = self.0.upgrade() {
-            shared.released(&keys.channel);
+            shared.released(keys.channel());
         }
     }
 }
@@ -260,10 +264,8 @@ impl Hub {
         let waiter = Arc::new(Waiter::new(token, keys.kind));
         let subscribed = {
             let mut channels = self.shared.lock();
-            // Looked up first: the channel's name is cloned only for a new
-            // entry.
             let queuer = queues_one_per_client(keys.kind).then_some(id);
-            if let Some(entry) = channels.get_mut(&keys.channel) {
+            if let Some(entry) = channels.get_mut(keys.channel()) {
                 entry.waiters.insert(id, waiter.clone());
                 entry.idle_since = None;
                 if entry.queuer.is_none() {
@@ -274,9 +276,8 @@ impl Hub {
                 let mut waiters = BTreeMap::new();
                 waiters.insert(id, waiter.clone());
                 channels.insert(
-                    keys.channel.clone(),
+                    Channel(keys.clone()),
                     Entry {
-                        keys: keys.clone(),
                         waiters,
                         queuer,
                         idle_since: None,
@@ -293,9 +294,8 @@ impl Hub {
             keys: keys.clone(),
             id,
             waiter,
-            queued: false,
-            acquired: false,
-            joined: Instant::now(),
+            queued: AtomicBool::new(false),
+            acquired: AtomicBool::new(false),
         };
         (registration, subscribed)
     }
@@ -303,7 +303,7 @@ impl Hub {
     /// Notes that this client released the lock `keys` (it was ours), for
     /// the hand-off gap of a local waiter that takes it next.
     pub(crate) fn released(&self, keys: &LockKeys) {
-        self.shared.released(&keys.channel);
+        self.shared.released(keys.channel());
     }
 
     /// What the client's background worker notes its releases with.
@@ -327,7 +327,7 @@ impl Hub {
     pub(crate) async fn subscribe(&self, registration: &Registration) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
         self.ops
-            .send(Op::Subscribe(registration.keys.channel.clone(), tx))
+            .send(Op::Subscribe(registration.keys.channel().to_owned(), tx))
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }

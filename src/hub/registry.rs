@@ -1,8 +1,10 @@
 //! The waiter registry: per wake channel, the local waiters parked on it,
 //! and the routing of each message to the one waiter it names.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 use std::time::Duration;
@@ -18,9 +20,9 @@ use crate::stats::{Counters, Wakeup};
 /// The waiter registry: per wake channel, the local waiters; shared by the
 /// hub's tasks and the waiters.
 pub(super) struct Registry {
-    /// Channel name -> local waiters. Only touched with the lock held, and
+    /// Wake channel -> local waiters. Only touched with the lock held, and
     /// the lock is never held across an `.await`.
-    pub(super) channels: StdMutex<HashMap<String, Entry>>,
+    pub(super) channels: StdMutex<HashMap<Channel, Entry>>,
     /// Where pass-ons are sent (the client's background task).
     pub(super) background: background::Sender,
     /// What the client counts (wake-ups received and passed on,
@@ -43,9 +45,34 @@ pub(super) struct Registry {
     pub(super) lingering: StdMutex<Vec<String>>,
 }
 
+/// A key of the registry's map: the keys of the lock whose wake channel
+/// it is, hashed and compared as that channel's name (so the map is
+/// searched by name), rather than a copy of the name beside them.
+#[derive(Clone)]
+pub(super) struct Channel(pub(super) Arc<LockKeys>);
+
+impl Borrow<str> for Channel {
+    fn borrow(&self) -> &str {
+        self.0.channel()
+    }
+}
+
+impl Hash for Channel {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `str` hashes, which `Borrow<str>` requires.
+        self.0.channel().hash(state);
+    }
+}
+
+impl PartialEq for Channel {
+    fn eq(&self, other: &Channel) -> bool {
+        self.0.channel() == other.0.channel()
+    }
+}
+
+impl Eq for Channel {}
+
 pub(super) struct Entry {
-    /// The lock this channel belongs to.
-    pub(super) keys: Arc<LockKeys>,
     /// Waiter id -> what that waiter parks on. An id is present from
     /// `join` until its `Registration` is dropped. Ordered: ids grow with
     /// each `join`, so the first is the oldest.
@@ -69,8 +96,10 @@ pub(super) struct Entry {
     pub(super) subscribed: bool,
     /// When this client last released the lock (it was ours) while a local
     /// waiter waited; taken by the next local waiter to acquire it, for the
-    /// hand-off gap.
-    pub(super) released_at: Option<Instant>,
+    /// hand-off gap. With the waiter id the next `join` drew then: the
+    /// waiters below it joined before this release (the one they waited
+    /// for).
+    pub(super) released_at: Option<(Instant, u64)>,
 }
 
 /// What one waiter parks on. One per waiting `lock()` call, for as long
@@ -173,7 +202,7 @@ impl Entry {
     /// standby the queuer was given: it parks that long first), it checks
     /// that the queuer did (see "One place per client" in `acquire.rs`).
     /// Costs no Redis call.
-    pub(super) fn prod_queuer(&self, id: u64, after_ms: u64) {
+    pub(super) fn prod_queuer(&self, kind: Kind, id: u64, after_ms: u64) {
         let Some(queuer) = self.waiters.get(&id) else {
             return;
         };
@@ -182,10 +211,9 @@ impl Entry {
         queuer.owed.store(true, Ordering::Release);
         queuer.notify.notify_one();
         if let Some(sibling) = self.waiters.iter().find(|(i, _)| **i != id).map(|(_, w)| w) {
-            sibling.backup.store(
-                window_ms(after_ms + backup_ms(self.keys.kind)),
-                Ordering::Release,
-            );
+            sibling
+                .backup
+                .store(window_ms(after_ms + backup_ms(kind)), Ordering::Release);
             sibling.notify.notify_one();
         }
     }
@@ -226,7 +254,7 @@ impl Registry {
         member
     }
 
-    pub(super) fn lock(&self) -> StdMutexGuard<'_, HashMap<String, Entry>> {
+    pub(super) fn lock(&self) -> StdMutexGuard<'_, HashMap<Channel, Entry>> {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert, remove or field write), so
         // poisoning is ignored.
@@ -306,7 +334,8 @@ impl Registry {
         if let Some(entry) = self.lock().get_mut(channel)
             && !entry.waiters.is_empty()
         {
-            entry.released_at = Some(Instant::now());
+            let next = self.next_waiter.load(Ordering::Relaxed);
+            entry.released_at = Some((Instant::now(), next));
         }
     }
 
@@ -316,12 +345,12 @@ impl Registry {
     /// passed on.
     pub(super) fn deliver(&self, channel: &str, payload: &[u8]) {
         let channels = self.lock();
-        let Some(entry) = channels.get(channel) else {
+        let Some((Channel(keys), entry)) = channels.get_key_value(channel) else {
             // Not ours any more (unsubscribed while it was on its way).
             self.counters.wakeup(Wakeup::Skipped);
             return;
         };
-        if matches!(entry.keys.kind, Kind::Read | Kind::Write) {
+        if matches!(keys.kind, Kind::Read | Kind::Write) {
             // A read-write lock's release is broadcast: wake every local
             // reader and one local writer.
             let mut writer_woken = false;
@@ -355,7 +384,7 @@ impl Registry {
                     // Our queuer: its future may be kept but not polled, so
                     // a sibling backs it up.
                     Some(id) if entry.queuer == Some(id) => {
-                        entry.prod_queuer(id, standby.unwrap_or(0));
+                        entry.prod_queuer(keys.kind, id, standby.unwrap_or(0));
                     }
                     _ => waiter.notify.notify_one(),
                 }
@@ -367,13 +396,13 @@ impl Registry {
             // grant first, and this message came late): passing on would
             // release a lock in use. A grant made after the pass-on ran
             // cannot name it (the pass took it out of the queue).
-            None if entry.keys.kind == Kind::Fair => {}
+            None if keys.kind == Kind::Fair => {}
             None => {
                 self.counters.wakeup(Wakeup::Skipped);
                 self.counters.passed_on();
                 let member = format!("{}:{}", self.client_id, String::from_utf8_lossy(payload));
                 self.background.send(Work::PassOn {
-                    keys: entry.keys.clone(),
+                    keys: keys.clone(),
                     member,
                 });
             }

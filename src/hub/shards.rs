@@ -260,7 +260,7 @@ impl Shards {
         let channel = done.channel;
         match done.result {
             Ok(()) => {
-                let kept = match self.shared.lock().get_mut(&channel) {
+                let kept = match self.shared.lock().get_mut(channel.as_str()) {
                     Some(entry) => {
                         entry.subscribed = true;
                         true
@@ -289,7 +289,7 @@ impl Shards {
                 let delay = retry.backoff.next_delay();
                 retry.at = Instant::now() + delay;
                 tracing::debug!(%channel, %error, retry_in = ?delay, "SSUBSCRIBE failed");
-                if let Some(entry) = self.shared.lock().get_mut(&channel) {
+                if let Some(entry) = self.shared.lock().get_mut(channel.as_str()) {
                     entry.subscribed = false;
                 }
                 self.shared.wake_channel(&channel);
@@ -305,7 +305,7 @@ impl Shards {
         {
             let mut registry = self.shared.lock();
             for channel in channels {
-                if let Some(entry) = registry.get_mut(channel) {
+                if let Some(entry) = registry.get_mut(channel.as_str()) {
                     entry.subscribed = false;
                     for waiter in entry.waiters.values() {
                         waiter.notify.notify_one();
@@ -336,10 +336,14 @@ impl Shards {
             let used = {
                 let mut registry = self.shared.lock();
                 let used = registry
-                    .get(&channel)
+                    .get(channel.as_str())
                     .is_some_and(|e| !e.waiters.is_empty());
-                if !used && registry.get(&channel).is_some_and(|e| !e.subscribed) {
-                    registry.remove(&channel);
+                if !used
+                    && registry
+                        .get(channel.as_str())
+                        .is_some_and(|e| !e.subscribed)
+                {
+                    registry.remove(channel.as_str());
                 }
                 used
             };
@@ -372,7 +376,7 @@ impl Shards {
             .lock()
             .iter()
             .filter(|(_, e)| e.subscribed)
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| name.0.channel().to_owned())
             .collect();
         if subscribed.is_empty() {
             return;

@@ -54,27 +54,27 @@ pub(crate) async fn acquire(
     match keys.kind {
         Kind::Semaphore => {
             invocation
-                .key(&keys.token_key)
-                .key(&keys.fence)
-                .key(&keys.queue)
-                .key(&keys.queue_expiry)
-                .key(&keys.count)
+                .key(keys.token_key())
+                .key(keys.fence())
+                .key(keys.queue())
+                .key(keys.queue_expiry())
+                .key(keys.count())
                 .arg(token)
                 .arg(lease_ms)
                 .arg(keys.fence_ttl_ms)
                 .arg(member)
                 .arg(grace_ms)
                 .arg(park_ms)
-                .arg(&keys.wake_prefix)
+                .arg(keys.wake_prefix())
                 .arg(keys.permits)
                 .arg(SEM_RESERVE_MS)
                 .arg(&arrival);
         }
         Kind::Plain | Kind::Election | Kind::Fair => {
             invocation
-                .key(&keys.token_key)
-                .key(&keys.fence)
-                .key(&keys.queue)
+                .key(keys.token_key())
+                .key(keys.fence())
+                .key(keys.queue())
                 .arg(token)
                 .arg(lease_ms)
                 .arg(keys.fence_ttl_ms)
@@ -84,10 +84,10 @@ pub(crate) async fn acquire(
         }
         Kind::Read | Kind::Write => {
             invocation
-                .key(&keys.writer)
-                .key(&keys.readers)
-                .key(&keys.queue)
-                .key(&keys.fence)
+                .key(keys.writer())
+                .key(keys.readers())
+                .key(keys.queue())
+                .key(keys.fence())
                 .arg(token)
                 .arg(lease_ms);
         }
@@ -97,24 +97,27 @@ pub(crate) async fn acquire(
     // lock key and readers beside a Semaphore, permits (the count key, read
     // with the fence, then the permits themselves) beside an RwLock.
     match keys.kind {
-        Kind::Semaphore => invocation.key(&keys.writer).key(&keys.readers),
+        Kind::Semaphore => invocation.key(keys.writer()).key(keys.readers()),
         Kind::Plain | Kind::Election => invocation
-            .key(&keys.readers)
-            .key(&keys.holders)
+            .key(keys.readers())
+            .key(keys.holders())
             .arg(HANDOFF_MS)
             .arg(keys.kind.token_tag().to_string()),
         Kind::Fair => invocation
-            .key(&keys.handoff)
-            .key(&keys.readers)
-            .key(&keys.holders)
-            .arg(&keys.wake_prefix)
+            .key(keys.handoff())
+            .key(keys.readers())
+            .key(keys.holders())
+            .arg(keys.wake_prefix())
             .arg(CLAIM_MS)
             .arg(&arrival),
-        Kind::Read => invocation.key(&keys.count).key(&keys.holders).arg(park_ms),
+        Kind::Read => invocation
+            .key(keys.count())
+            .key(keys.holders())
+            .arg(park_ms),
         Kind::Write => invocation
-            .key(&keys.channel)
-            .key(&keys.count)
-            .key(&keys.holders)
+            .key(keys.channel())
+            .key(keys.count())
+            .key(keys.holders())
             .arg(keys.fence_ttl_ms)
             .arg(member)
             .arg(grace_ms)
@@ -131,12 +134,12 @@ pub(crate) async fn acquire(
         }
         Err(e) if e.code() == Some("WRONGKIND") => {
             return Err(Error::KindConflict {
-                name: keys.name.clone(),
+                name: keys.name().to_owned(),
             });
         }
         Err(e) if e.code() == Some("PERMITS") => {
             return Err(Error::PermitsMismatch {
-                name: keys.name.clone(),
+                name: keys.name().to_owned(),
                 stored: e.detail().and_then(|d| d.trim().parse().ok()).unwrap_or(0),
                 asked: keys.permits,
             });
@@ -161,34 +164,34 @@ pub(crate) async fn acquire(
 async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
     let expected: Vec<(&str, &str)> = match keys.kind {
         Kind::Plain | Kind::Election => vec![
-            (&keys.token_key, "string"),
-            (&keys.fence, "string"),
-            (&keys.queue, "zset"),
-            (&keys.readers, "zset"),
-            (&keys.holders, "zset"),
+            (keys.token_key(), "string"),
+            (keys.fence(), "string"),
+            (keys.queue(), "zset"),
+            (keys.readers(), "zset"),
+            (keys.holders(), "zset"),
         ],
         Kind::Fair => vec![
-            (&keys.token_key, "string"),
-            (&keys.fence, "string"),
-            (&keys.queue, "zset"),
-            (&keys.handoff, "string"),
-            (&keys.readers, "zset"),
-            (&keys.holders, "zset"),
+            (keys.token_key(), "string"),
+            (keys.fence(), "string"),
+            (keys.queue(), "zset"),
+            (keys.handoff(), "string"),
+            (keys.readers(), "zset"),
+            (keys.holders(), "zset"),
         ],
         Kind::Read | Kind::Write => vec![
-            (&keys.writer, "string"),
-            (&keys.readers, "zset"),
-            (&keys.queue, "zset"),
-            (&keys.fence, "string"),
-            (&keys.holders, "zset"),
+            (keys.writer(), "string"),
+            (keys.readers(), "zset"),
+            (keys.queue(), "zset"),
+            (keys.fence(), "string"),
+            (keys.holders(), "zset"),
         ],
         Kind::Semaphore => vec![
-            (&keys.token_key, "zset"),
-            (&keys.fence, "string"),
-            (&keys.queue, "zset"),
-            (&keys.queue_expiry, "zset"),
-            (&keys.count, "string"),
-            (&keys.readers, "zset"),
+            (keys.token_key(), "zset"),
+            (keys.fence(), "string"),
+            (keys.queue(), "zset"),
+            (keys.queue_expiry(), "zset"),
+            (keys.count(), "string"),
+            (keys.readers(), "zset"),
         ],
     };
     let mut pipe = redis::pipe();
@@ -203,7 +206,10 @@ async fn foreign_key(conn: &Conn, keys: &LockKeys) -> String {
         .iter()
         .zip(&types)
         .find(|((_, want), got)| got.as_str() != "none" && got.as_str() != *want)
-        .map_or_else(|| keys.token_key.clone(), |((key, _), _)| (*key).to_owned())
+        .map_or_else(
+            || keys.token_key().to_owned(),
+            |((key, _), _)| (*key).to_owned(),
+        )
 }
 
 /// Deletes the lock if `token` still owns it (gives the permit back, for a
@@ -220,9 +226,9 @@ pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result
     match keys.kind {
         Kind::Read | Kind::Write => {
             invocation
-                .key(&keys.token_key)
-                .key(&keys.channel)
-                .key(&keys.queue)
+                .key(keys.token_key())
+                .key(keys.channel())
+                .key(keys.queue())
                 .arg(token)
                 .arg(INTENT_WINDOW_MS);
         }
@@ -233,7 +239,7 @@ pub(crate) async fn release(conn: &Conn, keys: &LockKeys, token: &str) -> Result
     let code: i64 = invocation
         .invoke(conn)
         .await
-        .map_err(|e| Error::from_redis(e, &keys.token_key))?;
+        .map_err(|e| Error::from_redis(e, keys.token_key()))?;
     Ok(owned(code))
 }
 
@@ -252,10 +258,10 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
     match keys.kind {
         Kind::Read | Kind::Write => {
             invocation
-                .key(&keys.queue)
-                .key(&keys.channel)
-                .key(&keys.writer)
-                .key(&keys.readers)
+                .key(keys.queue())
+                .key(keys.channel())
+                .key(keys.writer())
+                .key(keys.readers())
                 .arg(member);
         }
         Kind::Plain | Kind::Election | Kind::Fair | Kind::Semaphore => {
@@ -265,7 +271,7 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
     let woke: i64 = invocation
         .invoke(conn)
         .await
-        .map_err(|e| Error::from_redis(e, &keys.queue))?;
+        .map_err(|e| Error::from_redis(e, keys.queue()))?;
     Ok(woke == 1)
 }
 
@@ -275,28 +281,28 @@ pub(crate) async fn pass(conn: &Conn, keys: &LockKeys, member: &str) -> Result<b
 fn move_queue_on(invocation: &mut Call, keys: &LockKeys, who: &str) {
     match keys.kind {
         Kind::Semaphore => invocation
-            .key(&keys.token_key)
-            .key(&keys.queue)
-            .key(&keys.queue_expiry)
-            .key(&keys.count)
+            .key(keys.token_key())
+            .key(keys.queue())
+            .key(keys.queue_expiry())
+            .key(keys.count())
             .arg(who)
-            .arg(&keys.wake_prefix)
+            .arg(keys.wake_prefix())
             .arg(keys.permits)
             .arg(SEM_RESERVE_MS),
         Kind::Fair => invocation
-            .key(&keys.token_key)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.handoff)
+            .key(keys.token_key())
+            .key(keys.fence())
+            .key(keys.queue())
+            .key(keys.handoff())
             .arg(who)
-            .arg(&keys.wake_prefix)
+            .arg(keys.wake_prefix())
             .arg(CLAIM_MS)
             .arg(keys.fence_ttl_ms),
         _ => invocation
-            .key(&keys.token_key)
-            .key(&keys.queue)
+            .key(keys.token_key())
+            .key(keys.queue())
             .arg(who)
-            .arg(&keys.wake_prefix)
+            .arg(keys.wake_prefix())
             .arg(HANDOFF_MS),
     };
 }
@@ -317,7 +323,7 @@ pub(crate) async fn extend(
     let mut groups: Vec<((Family, u16), Vec<usize>)> = Vec::new();
     for (i, (keys, _)) in locks.iter().enumerate() {
         let slot = if conn.is_cluster() {
-            hash_slot(&keys.token_key)
+            hash_slot(keys.token_key())
         } else {
             0
         };
@@ -346,20 +352,20 @@ pub(crate) async fn extend(
             let (keys, token) = locks[i];
             // The RwLock's channel is shared; the others' is a prefix.
             let channel = match keys.kind {
-                Kind::Read | Kind::Write => &keys.channel,
-                _ => &keys.wake_prefix,
+                Kind::Read | Kind::Write => keys.channel(),
+                _ => keys.wake_prefix(),
             };
             match kind {
                 Family::Keys => call
-                    .key(&keys.token_key)
-                    .key(&keys.queue)
+                    .key(keys.token_key())
+                    .key(keys.queue())
                     .arg(token)
                     .arg(channel),
-                Family::Readers => call.key(&keys.token_key).arg(token).arg(channel),
+                Family::Readers => call.key(keys.token_key()).arg(token).arg(channel),
                 Family::Permits => call
-                    .key(&keys.token_key)
-                    .key(&keys.count)
-                    .key(&keys.queue)
+                    .key(keys.token_key())
+                    .key(keys.count())
+                    .key(keys.queue())
                     .arg(token)
                     .arg(channel),
             };
@@ -384,7 +390,7 @@ pub(crate) async fn extend(
             }
             Err(e) => {
                 for &i in &family {
-                    out[i] = Err(Error::from_redis(e.clone(), &locks[i].0.token_key));
+                    out[i] = Err(Error::from_redis(e.clone(), locks[i].0.token_key()));
                 }
             }
         }
@@ -411,13 +417,13 @@ pub(crate) async fn semaphore_status(
     keys: &LockKeys,
 ) -> Result<(String, String, u64, Vec<(String, u64)>), Error> {
     let reply: Vec<redis::Value> = Call::new(&SEM_STATUS)
-        .key(&keys.token_key)
-        .key(&keys.fence)
-        .key(&keys.queue_expiry)
-        .key(&keys.count)
+        .key(keys.token_key())
+        .key(keys.fence())
+        .key(keys.queue_expiry())
+        .key(keys.count())
         .invoke(conn)
         .await
-        .map_err(|e| Error::from_redis(e, &keys.token_key))?;
+        .map_err(|e| Error::from_redis(e, keys.token_key()))?;
     let text = |v: Option<&redis::Value>| -> String {
         v.and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
             .unwrap_or_default()
@@ -473,7 +479,7 @@ pub(crate) async fn inspect(conn: &Conn, keys: &LockKeys, owners: &str) -> Resul
         .invoke::<InspectReply>(conn)
         .await
         .map(snapshot)
-        .map_err(|e| Error::from_redis(e, &keys.writer))
+        .map_err(|e| Error::from_redis(e, keys.writer()))
 }
 
 /// The inspect script's reply, as it comes.
@@ -491,13 +497,13 @@ type InspectReply = (
 );
 
 fn inspect_call(keys: &LockKeys, owners: &str) -> Call {
-    let base = &keys.writer;
+    let base = keys.writer();
     let mut call = Call::new(&INSPECT);
     call.key(base)
-        .key(&keys.fence)
+        .key(keys.fence())
         .key(format!("{base}:waiters"))
         .key(format!("{base}:fifo"))
-        .key(&keys.readers)
+        .key(keys.readers())
         .key(format!("{base}:writers"))
         .key(owners)
         .key(format!("{base}:leader"));
@@ -566,7 +572,7 @@ pub(crate) async fn inspect_many(
         out.push(
             reply
                 .map(snapshot)
-                .map_err(|e| Error::from_redis(e, &keys.writer)),
+                .map_err(|e| Error::from_redis(e, keys.writer())),
         );
     }
     Ok(out)
@@ -575,17 +581,17 @@ pub(crate) async fn inspect_many(
 /// Breaks the lock whatever its kind and moves it on as a release would;
 /// returns `[kind, removed tokens...]` (kind "" when nothing was held).
 pub(crate) async fn break_lock(conn: &Conn, keys: &LockKeys) -> Result<Vec<String>, Error> {
-    let base = &keys.writer;
+    let base = keys.writer();
     Call::new(&BREAK_LOCK)
         .key(base)
         .key(format!("{base}:waiters"))
-        .key(&keys.handoff)
-        .key(&keys.fence)
+        .key(keys.handoff())
+        .key(keys.fence())
         .key(format!("{base}:fifo"))
         .key(format!("{base}:fifo:expiry"))
-        .key(&keys.readers)
+        .key(keys.readers())
         .key(format!("{base}:rw"))
-        .arg(&keys.wake_prefix)
+        .arg(keys.wake_prefix())
         .arg(HANDOFF_MS)
         .arg(CLAIM_MS)
         .arg(keys.fence_ttl_ms)

@@ -209,11 +209,11 @@ fn parked(s: &mut String, r: &Report) {
          waits on. *Keys left*: after every lock was released and the waiter process exited; \
          only fence keys may stay.\n\n\
          *Client memory.* A parked task keeps its tokio task (the caller's: here the bench's \
-         future, which holds the `Mutex` handle and the `lock()` future), its owner token and \
-         queue member (one string each), its place in the client's hub (a `Notify` and a few \
-         flags behind an `Arc`, and a slot in the lock's map of local waiters) and, shared by \
-         every handle of one lock and kind in the client, the lock's keys (a dozen strings, \
-         ~1 KB, once per lock). A `lock()` future is as big as its biggest await point: the \
+         future, which holds the `Mutex` handle and the `lock()` future), its place in the \
+         client's hub (its owner token, a `Notify` and a few flags behind an `Arc`, and a slot \
+         in the lock's map of local waiters; its queue member is built only to be sent) and, \
+         shared by every handle of one lock and kind in the client, the lock's keys (one \
+         buffer of a few hundred bytes, once per lock). A `lock()` future is as big as its biggest await point: the \
          script call's state (~11 KB) is boxed for the call alone, so the parked future stays \
          small (`integration-tests/tests/parked_memory.rs` bounds it), and a client has at \
          most 256 attempts in flight, so a burst of waiters neither allocates all those calls \
