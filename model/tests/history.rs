@@ -54,6 +54,34 @@ fn old_breaks_today_holds(
     );
 }
 
+/// Checks the instance `cfg` builds with `old` bugs and with today's: the
+/// old behaviour must lose a wake-up, today's must keep every property.
+fn old_loses_today_holds(name: &str, cfg: impl Fn(Bugs) -> Config, old: Bugs, threads: usize) {
+    let found = check(cfg(old), threads);
+    let trace = found.found("no lost wake-up").unwrap_or_else(|| {
+        panic!(
+            "{name}: the old behaviour should lose a wake-up, but {} states held",
+            found.states
+        )
+    });
+    println!(
+        "{name}: old behaviour loses a wake-up ({} states, {:.2} s):\n{trace}",
+        found.states,
+        found.elapsed.as_secs_f64()
+    );
+    let today = check(cfg(Bugs::default()), threads);
+    for p in ["no lost wake-up", "exclusion", "fences increase"] {
+        if let Some(trace) = today.found(p) {
+            panic!("{name}: today's behaviour breaks {p:?}:\n{trace}");
+        }
+    }
+    println!(
+        "{name}: today's behaviour holds ({} states, {:.2} s)",
+        today.states,
+        today.elapsed.as_secs_f64()
+    );
+}
+
 #[test]
 fn a_frozen_woken_waiter_took_every_wake_up() {
     old_breaks_today_holds(
@@ -139,30 +167,11 @@ fn f_shortening_extend_of_the_other_kinds() {
             cfg.bugs = bugs;
             cfg
         };
-        let old = check(
-            cfg(Bugs {
-                short_extend_tells_mutex_only: true,
-                ..Bugs::default()
-            }),
-            1,
-        );
-        let trace = old.found("no lost wake-up").unwrap_or_else(|| {
-            panic!(
-                "{name}: the old behaviour should lose a wake-up, but {} states held",
-                old.states
-            )
-        });
-        println!(
-            "{name}: old behaviour loses a wake-up ({} states):\n{trace}",
-            old.states
-        );
-        let today = check(cfg(Bugs::default()), 1);
-        for p in ["no lost wake-up", "exclusion", "fences increase"] {
-            if let Some(trace) = today.found(p) {
-                panic!("{name}: today's behaviour breaks {p:?}:\n{trace}");
-            }
-        }
-        println!("{name}: today's behaviour holds ({} states)", today.states);
+        let old = Bugs {
+            short_extend_tells_mutex_only: true,
+            ..Bugs::default()
+        };
+        old_loses_today_holds(&name, cfg, old, 1);
     }
 }
 
@@ -190,35 +199,11 @@ fn g_two_standbys_behind_three_frozen_clients() {
         cfg.bugs = bugs;
         cfg
     };
-    let old = check(
-        cfg(Bugs {
-            two_standbys: true,
-            ..Bugs::default()
-        }),
-        2,
-    );
-    let trace = old.found("no lost wake-up").unwrap_or_else(|| {
-        panic!(
-            "{name}: the old behaviour should lose a wake-up, but {} states held",
-            old.states
-        )
-    });
-    println!(
-        "{name}: old behaviour loses a wake-up ({} states, {:.2} s):\n{trace}",
-        old.states,
-        old.elapsed.as_secs_f64()
-    );
-    let today = check(cfg(Bugs::default()), 2);
-    for p in ["no lost wake-up", "exclusion", "fences increase"] {
-        if let Some(trace) = today.found(p) {
-            panic!("{name}: today's behaviour breaks {p:?}:\n{trace}");
-        }
-    }
-    println!(
-        "{name}: today's behaviour holds ({} states, {:.2} s)",
-        today.states,
-        today.elapsed.as_secs_f64()
-    );
+    let old = Bugs {
+        two_standbys: true,
+        ..Bugs::default()
+    };
+    old_loses_today_holds(name, cfg, old, 2);
 }
 
 /// (h) Found by the model, not by a review: the instance of (g) with the
@@ -240,33 +225,9 @@ fn h_a_newcomer_during_a_reservation_behind_frozen_told_members() {
         cfg.bugs = bugs;
         cfg
     };
-    let old = check(
-        cfg(Bugs {
-            newcomer_parks_a_lease: true,
-            ..Bugs::default()
-        }),
-        2,
-    );
-    let trace = old.found("no lost wake-up").unwrap_or_else(|| {
-        panic!(
-            "{name}: the old behaviour should lose a wake-up, but {} states held",
-            old.states
-        )
-    });
-    println!(
-        "{name}: old behaviour loses a wake-up ({} states, {:.2} s):\n{trace}",
-        old.states,
-        old.elapsed.as_secs_f64()
-    );
-    let today = check(cfg(Bugs::default()), 2);
-    for p in ["no lost wake-up", "exclusion", "fences increase"] {
-        if let Some(trace) = today.found(p) {
-            panic!("{name}: today's behaviour breaks {p:?}:\n{trace}");
-        }
-    }
-    println!(
-        "{name}: today's behaviour holds ({} states, {:.2} s)",
-        today.states,
-        today.elapsed.as_secs_f64()
-    );
+    let old = Bugs {
+        newcomer_parks_a_lease: true,
+        ..Bugs::default()
+    };
+    old_loses_today_holds(name, cfg, old, 2);
 }
