@@ -481,43 +481,38 @@ async fn a_release_tells_the_next_seven_with_windows_by_rank() {
 async fn a_newcomer_behind_told_members_parks_its_rank_window() {
     let redis = PrivateRedis::start().await;
     let url = redis.url();
-    let mut conn = raw(&url).await;
-    let name = unique("lean-newcomer");
-    let lock = lock_key(&name);
-    let wake = format!("{lock}:wake:");
-    // Subscribed and silent: frozen clients, as the server sees them.
-    let frozen = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
-    let _stream = listen(&url, &wake, &frozen).await;
-    // Queued during the last hold: they expire before the newcomer's entry
-    // (the reservation's start + the lease + the grace), so it sorts last.
-    let later = server_ms(&mut conn).await + 10_000;
-    for (i, client) in frozen[..3].iter().enumerate() {
-        enqueue(
-            &mut conn,
-            &name,
-            (later + i as u64) as f64,
-            &format!("{client}:1"),
-        )
-        .await;
-    }
-    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
-    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
-    // Woken: a; told: b and c. The newcomer queues third after a.
-    let (status, park) = acquire(&mut conn, &name, "mlive", "live:1").await;
-    assert_eq!(status, 0, "the reservation ended before the attempt");
+    // Woken: the first; told: the next two. The newcomer queues third
+    // after the woken one.
     assert_eq!(
-        park,
+        newcomer_park(&url, 3).await,
         3 * 2 * HANDOFF_MS as i64,
         "a newcomer third in line during a reservation parks three windows"
     );
+    // Eight ahead after the woken one: beyond a release's reach, it parks
+    // the lease, and the next releases tell it.
+    assert_eq!(
+        newcomer_park(&url, 9).await,
+        (HANDOFF_MS + LEASE_MS) as i64,
+        "ninth after the woken one: the lease"
+    );
+}
 
-    // Seven or more ahead after the woken one: beyond a release's reach,
-    // it parks the lease and the next releases tell it.
-    let name = unique("lean-newcomer-far");
+/// `ahead` frozen clients (subscribed and silent, as the server sees
+/// frozen ones) queue on a fresh lock during a hold; the holder releases,
+/// waking the first and telling the next ones; a newcomer then attempts
+/// during the reservation. Returns the park it is given.
+async fn newcomer_park(url: &str, ahead: usize) -> i64 {
+    let mut conn = raw(url).await;
+    let name = unique("lean-newcomer");
     let lock = lock_key(&name);
     let wake = format!("{lock}:wake:");
-    let _stream = listen(&url, &wake, &frozen).await;
-    for (i, client) in frozen.iter().enumerate() {
+    let frozen: Vec<String> = (0..ahead).map(|i| format!("f{i}")).collect();
+    let clients: Vec<&str> = frozen.iter().map(String::as_str).collect();
+    let _stream = listen(url, &wake, &clients).await;
+    // Queued during the last hold: they expire before the newcomer's entry
+    // (the reservation's start + the lease + the grace), so it sorts last.
+    let later = server_ms(&mut conn).await + 10_000;
+    for (i, client) in clients.iter().enumerate() {
         enqueue(
             &mut conn,
             &name,
@@ -530,9 +525,5 @@ async fn a_newcomer_behind_told_members_parks_its_rank_window() {
     assert_eq!(release(&mut conn, &name, "mholder").await, 1);
     let (status, park) = acquire(&mut conn, &name, "mlive", "live:1").await;
     assert_eq!(status, 0, "the reservation ended before the attempt");
-    assert_eq!(
-        park,
-        (HANDOFF_MS + LEASE_MS) as i64,
-        "eighth in line: the lease"
-    );
+    park
 }
