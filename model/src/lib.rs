@@ -127,6 +127,23 @@ pub mod presets {
             reduce: true,
         }
     }
+
+    /// The history's frozen-head instance, cases (g) and (h): a Mutex with
+    /// 4 clients of tasks [1, 1, 1, 2], a 1 s lease (longer than the stall
+    /// bound of 6 ticks, three standby windows), only freezes (three, of
+    /// the first three clients; the fourth never faults). With
+    /// `ask_first`, every task asks before the first release.
+    pub fn frozen_heads(bugs: Bugs, ask_first: bool) -> Config {
+        let mut cfg = config(Kind::Mutex, &[1, 1, 1, 2], 8, 3);
+        cfg.lease_ms = 1000;
+        cfg.faults = Faults::NONE;
+        cfg.faults.freeze = true;
+        cfg.stall_bound = 6;
+        cfg.steady = Some(3);
+        cfg.ask_first = ask_first;
+        cfg.bugs = bugs;
+        cfg
+    }
 }
 
 /// What one check found.

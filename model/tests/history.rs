@@ -189,16 +189,7 @@ fn f_shortening_extend_of_the_other_kinds() {
 #[test]
 fn g_two_standbys_behind_three_frozen_clients() {
     let name = "(g) two standbys";
-    let cfg = |bugs: Bugs| {
-        let mut cfg = presets::config(Kind::Mutex, &[1, 1, 1, 2], 8, 3);
-        cfg.lease_ms = 1000;
-        cfg.faults = only(|f| f.freeze = true);
-        cfg.stall_bound = 6;
-        cfg.steady = Some(3);
-        cfg.ask_first = true;
-        cfg.bugs = bugs;
-        cfg
-    };
+    let cfg = |bugs: Bugs| presets::frozen_heads(bugs, true);
     let old = Bugs {
         two_standbys: true,
         ..Bugs::default()
@@ -216,15 +207,7 @@ fn g_two_standbys_behind_three_frozen_clients() {
 #[test]
 fn h_a_newcomer_during_a_reservation_behind_frozen_told_members() {
     let name = "(h) newcomer parks a lease";
-    let cfg = |bugs: Bugs| {
-        let mut cfg = presets::config(Kind::Mutex, &[1, 1, 1, 2], 8, 3);
-        cfg.lease_ms = 1000;
-        cfg.faults = only(|f| f.freeze = true);
-        cfg.stall_bound = 6;
-        cfg.steady = Some(3);
-        cfg.bugs = bugs;
-        cfg
-    };
+    let cfg = |bugs: Bugs| presets::frozen_heads(bugs, false);
     let old = Bugs {
         newcomer_parks_a_lease: true,
         ..Bugs::default()

@@ -97,13 +97,10 @@ fn every_historic_bug() {
     }
     // (g): three freezes of the first three clients.
     for on in [true, false] {
-        let mut cfg = presets::config(Kind::Mutex, &[1, 1, 1, 2], 8, 3);
-        cfg.lease_ms = 1000;
-        cfg.faults = only(|f| f.freeze = true);
-        cfg.stall_bound = 6;
-        cfg.steady = Some(3);
-        cfg.ask_first = true;
-        cfg.bugs.two_standbys = on;
-        same(&format!("(g) {on}"), cfg);
+        let bugs = Bugs {
+            two_standbys: on,
+            ..Bugs::default()
+        };
+        same(&format!("(g) {on}"), presets::frozen_heads(bugs, true));
     }
 }
