@@ -82,9 +82,9 @@ pub use node::{POLL, free_base, info_field, node_url, query, replication_field};
 pub use pool::PoolKind;
 pub use process::{Stoppable, signal};
 pub use raw::{
-    client_ids, client_list, commandstats, config_set, del, exists, fair_queue, get, hgetall, hset,
-    incr, kill_client, kill_clients_of_type, pttl, raw, reset_stats, scan, server_ms, set, set_px,
-    subscribers, subscriptions, zcard, zrange,
+    client_ids, client_list, commandstats, config_set, connections_received, del, exists,
+    fair_queue, get, hgetall, hset, incr, kill_client, kill_clients_of_type, pttl, raw,
+    reset_stats, scan, server_ms, set, set_px, subscribers, subscriptions, zcard, zrange,
 };
 pub use redbell_testkit::{
     Proxy, ServerOptions, TlsServers, redis_script, redis_server_bin, repo_root,

@@ -301,3 +301,17 @@ pub async fn scan(conn: &mut MultiplexedConnection, pattern: &str) -> Vec<String
         cursor = next;
     }
 }
+
+/// Connections the server accepted so far (`INFO stats`,
+/// `total_connections_received`).
+pub async fn connections_received(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}

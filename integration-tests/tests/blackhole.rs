@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use redbell::Client;
 use redbell_integration_tests::{
-    LONG, PrivateRedis, Proxy, client, get, lock_key, pttl, raw, unique, wait_for_members,
-    wait_for_subscribers, waiters_key, warm_up,
+    LONG, PrivateRedis, Proxy, client, connections_received, get, lock_key, pttl, raw, unique,
+    wait_for_members, wait_for_subscribers, waiters_key, warm_up,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -286,19 +286,6 @@ async fn a_parked_waiter_is_woken_after_the_recovery() {
         .unlock()
         .await
         .expect("unlock on the fresh connection");
-}
-
-/// Connections the server accepted so far (`INFO stats`).
-async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_connections_received")
 }
 
 /// (e) The other side of recovering for callers that give up before `T`:

@@ -7,25 +7,13 @@
 use std::time::Duration;
 
 use redbell_integration_tests::{
-    LONG, PrivateRedis, client, kill_clients_of_type, raw, unique, wait_for_subscribers,
+    LONG, PrivateRedis, client, connections_received, kill_clients_of_type, raw, unique,
+    wait_for_subscribers,
 };
 use tokio::time::{Instant, timeout};
 
 /// Clients in the storm.
 const CLIENTS: usize = 20;
-
-/// `total_connections_received` of `INFO stats`.
-async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
-        .and_then(|v| v.parse().ok())
-        .expect("total_connections_received")
-}
 
 /// Kills every pub/sub connection, then polls the server's accepted
 /// connections until all `CLIENTS` came back: the time from the first
