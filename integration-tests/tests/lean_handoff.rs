@@ -439,22 +439,9 @@ async fn a_release_tells_the_next_seven_with_windows_by_rank() {
     let url = redis.url();
     let mut conn = raw(&url).await;
     let name = unique("lean-seven");
-    let lock = lock_key(&name);
-    let wake = format!("{lock}:wake:");
+    let wake = format!("{}:wake:", lock_key(&name));
     let clients = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
-    let mut stream = listen(&url, &wake, &clients).await;
-    let later = server_ms(&mut conn).await + 60_000;
-    for (i, client) in clients.into_iter().enumerate() {
-        enqueue(
-            &mut conn,
-            &name,
-            (later + i as u64) as f64,
-            &format!("{client}:1"),
-        )
-        .await;
-    }
-    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
-    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
+    let mut stream = queue_then_release(&url, &mut conn, &name, &clients, 60_000).await;
     let got = published(&mut stream, &wake).await;
     let want: Vec<(&str, u64)> = clients[1..8]
         .iter()
@@ -504,26 +491,41 @@ async fn a_newcomer_behind_told_members_parks_its_rank_window() {
 async fn newcomer_park(url: &str, ahead: usize) -> i64 {
     let mut conn = raw(url).await;
     let name = unique("lean-newcomer");
-    let lock = lock_key(&name);
-    let wake = format!("{lock}:wake:");
     let frozen: Vec<String> = (0..ahead).map(|i| format!("f{i}")).collect();
     let clients: Vec<&str> = frozen.iter().map(String::as_str).collect();
-    let _stream = listen(url, &wake, &clients).await;
     // Queued during the last hold: they expire before the newcomer's entry
     // (the reservation's start + the lease + the grace), so it sorts last.
-    let later = server_ms(&mut conn).await + 10_000;
+    let _stream = queue_then_release(url, &mut conn, &name, &clients, 10_000).await;
+    let (status, park) = acquire(&mut conn, &name, "mlive", "live:1").await;
+    assert_eq!(status, 0, "the reservation ended before the attempt");
+    park
+}
+
+/// Subscribes each of `clients` to its wake channel of lock `name` (as a
+/// client that receives and never acts: a frozen one, as the server sees
+/// it), queues one member of each, in that order, to expire `expiry_ms`
+/// from now; then a holder takes the lock and releases it, waking the
+/// first. Returns the subscriptions' stream.
+async fn queue_then_release(
+    url: &str,
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    clients: &[&str],
+    expiry_ms: u64,
+) -> redis::aio::PubSubStream {
+    let lock = lock_key(name);
+    let stream = listen(url, &format!("{lock}:wake:"), clients).await;
+    let later = server_ms(conn).await + expiry_ms;
     for (i, client) in clients.iter().enumerate() {
         enqueue(
-            &mut conn,
-            &name,
+            conn,
+            name,
             (later + i as u64) as f64,
             &format!("{client}:1"),
         )
         .await;
     }
-    set_px(&mut conn, &lock, "mholder", LEASE_MS).await;
-    assert_eq!(release(&mut conn, &name, "mholder").await, 1);
-    let (status, park) = acquire(&mut conn, &name, "mlive", "live:1").await;
-    assert_eq!(status, 0, "the reservation ended before the attempt");
-    park
+    set_px(conn, &lock, "mholder", LEASE_MS).await;
+    assert_eq!(release(conn, name, "mholder").await, 1);
+    stream
 }
