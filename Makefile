@@ -113,8 +113,10 @@ bench-python: python-lua
 	$(WITH_REDIS) $(PY_VENV)/bin/python python/bench/handoff.py --report docs/performance.md
 
 # Cost at scale (bench/src/scale.rs): 100 to 100,000 parked waiters, 1 to
-# 100,000 lock names, and the capacity model; takes several minutes. The
-# report goes to docs/scale.md, generated whole (raw rows in
+# 100,000 lock names, and the capacity model; takes several minutes. Part 5
+# runs parts 2 and 4 again with the servers under Callgrind (instructions
+# per operation, which this machine's load does not move); it is skipped
+# when Valgrind is not installed. The report goes to docs/scale.md, generated whole (raw rows in
 # target/scale/results.json). The open-file limit is raised as far as the
 # hard limit allows, for runs with more waiter processes or a bigger server.
 bench-scale:

@@ -86,6 +86,11 @@ enum Command {
     #[command(name = "scale-client", hide = true)]
     ScaleClient(scale::ClientArgs),
 
+    /// The counted part of a scale run, its servers under Callgrind
+    /// (started by `scale` itself).
+    #[command(name = "scale-counted", hide = true)]
+    ScaleCounted(scale::CountedArgs),
+
     /// One process of a bench scenario (started by `bench` itself).
     #[command(name = "bench-worker", hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -141,6 +146,7 @@ fn main() -> ExitCode {
             Command::Scale(args) => scale::run(&cli.url, &args).await,
             Command::ScaleWaiters(args) => scale::waiters(&cli.url, args).await,
             Command::ScaleClient(args) => scale::client(&cli.url, args).await,
+            Command::ScaleCounted(args) => scale::counted(args).await,
             Command::Soak(args) => soak::run(&cli.url, &args).await,
             Command::SoakWorker(args) => soak::worker(&cli.url, args).await,
             Command::SoakStore(args) => soak::store(args).await,

@@ -19,9 +19,11 @@ use std::time::Duration;
 
 use crate::fail::{EX_FAILURE, Failure};
 
+mod callgrind;
 mod client;
 mod clients;
 mod cluster;
+mod counted;
 mod names;
 mod page;
 mod parked;
@@ -29,6 +31,7 @@ mod server;
 mod waiters;
 
 pub use client::ClientArgs;
+pub use counted::CountedArgs;
 pub use waiters::WaitersArgs;
 
 /// Options of `redbell-bench scale`.
@@ -63,8 +66,13 @@ pub struct ScaleArgs {
     /// Client processes of part 3 (0: skip the part).
     #[arg(long, default_value_t = 200)]
     pub clients: u32,
+    /// Skip the counted part (parts 2 and 4 again, the servers under
+    /// Valgrind's Callgrind: instructions per operation; skipped anyway
+    /// when Valgrind is not installed).
+    #[arg(long)]
+    pub no_counted: bool,
     /// Only one part.
-    #[arg(long, value_parser = ["parked", "names", "clients", "cluster"])]
+    #[arg(long, value_parser = ["parked", "names", "clients", "cluster", "counted"])]
     pub only: Option<String>,
     /// A smoke test in well under a minute: small N and K, few samples.
     #[arg(long)]
@@ -84,6 +92,11 @@ pub async fn waiters(url: &str, args: WaitersArgs) -> Result<(), Failure> {
 /// Runs a hidden `scale-client` process.
 pub async fn client(url: &str, args: ClientArgs) -> Result<(), Failure> {
     client::run(url, args).await
+}
+
+/// Runs a hidden `scale-counted` process.
+pub async fn counted(args: CountedArgs) -> Result<(), Failure> {
+    counted::child(args).await
 }
 
 /// Whether part `part` runs (`--only`).
@@ -163,6 +176,10 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         eprintln!("scale: {row:?}");
         cluster_row = Some(row);
     }
+    let mut counted_run = None;
+    if part(&a, "counted") && !a.no_counted {
+        counted_run = counted::run_child(&a.names, a.ops, a.no_cluster).await?;
+    }
     let dbsize = srv.dbsize().await?;
     let report = page::Report {
         date: page::today(),
@@ -182,6 +199,7 @@ pub async fn run(url: &str, args: &ScaleArgs) -> Result<(), Failure> {
         names: names_rows,
         clients: clients_row,
         cluster: cluster_row,
+        counted: counted_run,
         dbsize_after: dbsize,
     };
     if a.report.is_some() {

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use redbell_testkit::{Cluster, ServerOptions, node_url, slot_of};
 use serde::{Deserialize, Serialize};
 
+use super::callgrind;
 use super::names::{self, NamesRow};
 use super::server::{Server, script_time};
 use crate::fail::{EX_FAILURE, Failure};
@@ -100,6 +101,10 @@ pub struct Shard {
     pub waiter_connections: u64,
     pub waiter_subscribed_connections: u64,
     pub waiter_channels: u64,
+    /// Under Callgrind (the counted part only): instructions and simulated
+    /// last-level cache misses per acquisition, uncontended and contended.
+    #[serde(default)]
+    pub counted: Option<[[f64; 2]; 2]>,
 }
 
 /// Runs the part: starts a server with a replica and a cluster, measures
@@ -150,6 +155,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// A primary's work per second while no client sends anything (cluster
+/// bus, replication pings): CPU µs, and instructions and misses when
+/// counted. Taken out of each workload's figures.
+struct Idle {
+    cpu_us: f64,
+    counts: [f64; 2],
+}
+
 /// One cluster workload's figures, per primary.
 struct Workload {
     per_s: f64,
@@ -157,6 +170,7 @@ struct Workload {
     cpu_per_op: Vec<f64>,
     cmds_per_op: Vec<f64>,
     script_us: Vec<f64>,
+    counted: Vec<Option<[f64; 2]>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -164,7 +178,7 @@ async fn on_cluster(
     urls: &[String],
     nodes: &mut [Server],
     shard_of: &dyn Fn(&str) -> usize,
-    idle_us_per_s: &[f64],
+    idle: &[Idle],
     base: &str,
     contended: bool,
     ops: u64,
@@ -187,6 +201,9 @@ async fn on_cluster(
         node.reset_stats().await?;
     }
     let cpu0 = cpus(nodes).await?;
+    for node in nodes.iter_mut() {
+        let _ = callgrind::take(node).await;
+    }
     let started = Instant::now();
     let done = if contended {
         names::contend(&urls[0], &a, &b, base, NAMES, ops).await?
@@ -194,12 +211,17 @@ async fn on_cluster(
         names::uncontended(&urls[0], &a, base, NAMES, ops).await?
     };
     let secs = started.elapsed().as_secs_f64();
+    let mut counts = Vec::new();
+    for node in nodes.iter_mut() {
+        counts.push(callgrind::take(node).await);
+    }
     let cpu1 = cpus(nodes).await?;
     let mut w = Workload {
         per_s: done as f64 / secs,
         cpu_per_op: Vec::new(),
         cmds_per_op: Vec::new(),
         script_us: Vec::new(),
+        counted: Vec::new(),
         landed,
     };
     for (s, node) in nodes.iter_mut().enumerate() {
@@ -209,7 +231,14 @@ async fn on_cluster(
         let (calls, us) = script_time(&node.info("commandstats").await?);
         w.script_us.push(us / calls.max(1) as f64);
         w.cpu_per_op
-            .push((cpu1[s] - cpu0[s] - idle_us_per_s[s] * secs) / n);
+            .push((cpu1[s] - cpu0[s] - idle[s].cpu_us * secs) / n);
+        w.counted.push(counts[s].map(|c| {
+            let [i, m] = c.per_op(w.landed[s]);
+            [
+                i - idle[s].counts[0] * secs / n,
+                m - idle[s].counts[1] * secs / n,
+            ]
+        }));
     }
     let _ = a.shutdown().await;
     let _ = b.shutdown().await;
@@ -243,16 +272,31 @@ async fn measure(
             .await
             .map_err(|e| Failure::lock(&urls[0], "cannot connect to the cluster", &e))
     };
-    // 1. Idle CPU.
+    // 1. Idle CPU (and instructions, when counted).
     let idle = Duration::from_secs(3);
     let cpu0 = cpus(&mut nodes).await?;
+    for node in nodes.iter_mut() {
+        let _ = callgrind::take(node).await;
+    }
     tokio::time::sleep(idle).await;
+    let mut idle_counts = Vec::new();
+    for node in nodes.iter_mut() {
+        idle_counts.push(callgrind::take(node).await.unwrap_or_default());
+    }
     let cpu1 = cpus(&mut nodes).await?;
-    let idle_us_per_s: Vec<f64> = cpu0
+    let idle_per_s: Vec<Idle> = cpu0
         .iter()
         .zip(&cpu1)
-        .map(|(a, b)| (b - a) / idle.as_secs_f64())
+        .zip(&idle_counts)
+        .map(|((a, b), c)| Idle {
+            cpu_us: (b - a) / idle.as_secs_f64(),
+            counts: [
+                c.instructions as f64 / idle.as_secs_f64(),
+                c.ll_misses as f64 / idle.as_secs_f64(),
+            ],
+        })
         .collect();
+    let idle_us_per_s: Vec<f64> = idle_per_s.iter().map(|i| i.cpu_us).collect();
     // 2. The workloads, the three servers in turn, `rounds` times.
     let purl = pair.primary.url();
     let mut psrv = Server::connect(&purl).await?;
@@ -274,16 +318,7 @@ async fn measure(
             repl[w].push(on_server(&purl, &mut psrv, &tag, contended, n).await?);
             let b = base(round, contended);
             clu[w].push(
-                on_cluster(
-                    &urls,
-                    &mut nodes,
-                    &shard_of,
-                    &idle_us_per_s,
-                    &b,
-                    contended,
-                    n,
-                )
-                .await?,
+                on_cluster(&urls, &mut nodes, &shard_of, &idle_per_s, &b, contended, n).await?,
             );
         }
     }
@@ -394,6 +429,9 @@ async fn measure(
             waiter_connections: mine.len() as u64,
             waiter_subscribed_connections: mine.iter().filter(|c| c.channels > 0).count() as u64,
             waiter_channels: mine.iter().map(|c| c.channels).sum(),
+            counted: clu[0][0].counted[s]
+                .zip(clu[1][0].counted[s])
+                .map(|(u, c)| [u, c]),
         });
     }
     drop(guards);

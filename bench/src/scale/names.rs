@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Barrier;
 
+use super::callgrind;
 use super::server::{Server, script_calls};
 use crate::fail::{EX_FAILURE, Failure};
 
@@ -47,6 +48,10 @@ pub struct NamesRow {
     /// The run's keys left after it, and the fence keys among them.
     pub keys_left: u64,
     pub fence_keys_left: u64,
+    /// Under Callgrind (the counted part only): the server's instructions
+    /// and simulated last-level cache misses per acquisition.
+    #[serde(default)]
+    pub counted: Option<[f64; 2]>,
 }
 
 /// Runs one (kind, K).
@@ -68,6 +73,7 @@ pub async fn row(
     let b = connect().await?;
     srv.reset_stats().await?;
     let cpu0 = srv.cpu_us().await?;
+    let _ = callgrind::take(srv).await;
     let started = Instant::now();
     let done = if contended {
         contend(url, &a, &b, &base, names, ops).await?
@@ -75,6 +81,7 @@ pub async fn row(
         uncontended(url, &a, &base, names, ops).await?
     };
     let secs = started.elapsed().as_secs_f64();
+    let counts = callgrind::take(srv).await;
     let calls = srv.calls().await?;
     let cpu1 = srv.cpu_us().await?;
     let _ = a.shutdown().await;
@@ -104,6 +111,7 @@ pub async fn row(
         subs_per_op: subs as f64 / n,
         keys_left,
         fence_keys_left,
+        counted: counts.map(|c| c.per_op(done)),
     })
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::names::NamesRow;
 
+mod counted;
 mod more;
 use super::parked::ParkedRow;
 
@@ -30,6 +31,10 @@ pub struct Report {
     /// Part 4, absent from older runs.
     #[serde(default)]
     pub cluster: Option<super::cluster::ClusterRow>,
+    /// The counted part, absent from older runs and where Valgrind is not
+    /// installed.
+    #[serde(default)]
+    pub counted: Option<super::counted::CountedRun>,
     /// `DBSIZE` at the end, after the rows deleted their fence keys.
     pub dbsize_after: u64,
 }
@@ -125,6 +130,7 @@ pub fn render(r: &Report) -> String {
     }
     more::clients(&mut s, r);
     more::cluster(&mut s, r);
+    counted::counted(&mut s, r);
     capacity(&mut s, r);
     s
 }
@@ -449,14 +455,14 @@ fn capacity(s: &mut String, r: &Report) {
     }
     match &r.cluster {
         Some(c) => {
-            let med = |f: fn(&super::cluster::Shard) -> f64| {
+            let med = |f: &dyn Fn(&super::cluster::Shard) -> f64| {
                 let mut v: Vec<f64> = c.shards.iter().map(f).collect();
                 v.sort_by(f64::total_cmp);
                 v.get(v.len() / 2).copied().unwrap_or(0.0)
             };
             let (u, k) = (
-                med(|sh| sh.uncontended_cpu_us),
-                med(|sh| sh.contended_cpu_us),
+                med(&|sh| sh.uncontended_cpu_us),
+                med(&|sh| sh.contended_cpu_us),
             );
             let even = f64::from(c.names) / c.shards.len().max(1) as f64;
             let spread = c
@@ -464,17 +470,60 @@ fn capacity(s: &mut String, r: &Report) {
                 .iter()
                 .map(|sh| (f64::from(sh.names) / even - 1.0).abs() * 100.0)
                 .fold(0.0, f64::max);
+            // A shard's rate: one server's, divided by the counted ratio
+            // when part 5 ran (the CPU ratio on a shared machine is mostly
+            // scheduling), else by part 4's CPU ratio.
+            let counted = r.counted.as_ref().and_then(|x| x.cluster.as_ref());
+            for (w, what, cpu, single) in [
+                (
+                    0,
+                    "lock+unlock/s per cluster shard (one core each)",
+                    u,
+                    &c.single_uncontended,
+                ),
+                (1, "hand-offs/s per cluster shard", k, &c.single_contended),
+            ] {
+                let cpu_ratio = cpu / single.cpu_us_per_op.max(1e-9);
+                let base = max_k(w == 1).map_or(single.cpu_us_per_op, |k| {
+                    median(r, w == 1, k, |n| n.cpu_us_per_op)
+                });
+                let (ratio, from) = match counted {
+                    Some(cl) => {
+                        let one = |row: &NamesRow| row.counted.map_or(0.0, |c| c[0]);
+                        let single_i = if w == 0 {
+                            one(&cl.single_uncontended)
+                        } else {
+                            one(&cl.single_contended)
+                        };
+                        let ratio =
+                            med(&|sh| sh.counted.map_or(0.0, |c| c[w][0])) / single_i.max(1e-9);
+                        (
+                            ratio,
+                            format!(
+                                "one core's rate ÷ {ratio:.2}, a shard's instructions per \
+                                 acquisition over one server's (part 5); part 4's CPU ratio \
+                                 on this shared machine: {cpu_ratio:.2}"
+                            ),
+                        )
+                    }
+                    None => (
+                        cpu_ratio,
+                        format!(
+                            "{cpu:.2} µs per acquisition on a shard, {cpu_ratio:.2} × one \
+                             server's (part 4, median shard)"
+                        ),
+                    ),
+                };
+                let _ = writeln!(
+                    s,
+                    "| {what} | {} | {from} |",
+                    group((1e6 / (base * ratio).max(1e-9)) as u64),
+                );
+            }
             let _ = writeln!(
                 s,
-                "| lock+unlock/s per cluster shard (one core each) | {} | {u:.2} µs per acquisition on a shard, \
-                 {:.2} × one server's (part 4, median shard) |\n\
-                 | hand-offs/s per cluster shard | {} | {k:.2} µs, {:.2} × one server's |\n\
-                 | S-shard cluster | S × the per-shard rates | {} names within ±{spread:.1} % of even over {} shards; \
+                "| S-shard cluster | S × the per-shard rates | {} names within ±{spread:.1} % of even over {} shards; \
                  a waiter client holds one subscription connection per shard |",
-                group((1e6 / u.max(1e-9)) as u64),
-                u / c.single_uncontended.cpu_us_per_op.max(1e-9),
-                group((1e6 / k.max(1e-9)) as u64),
-                k / c.single_contended.cpu_us_per_op.max(1e-9),
                 group(c.names.into()),
                 c.shards.len()
             );

@@ -189,7 +189,8 @@ pub(super) fn cluster(s: &mut String, r: &Report) {
             "\nIn this run a shard (median) spent {:.2} × one server's CPU per uncontended \
              acquisition and {:.2} × per hand-off; a server with a replica, {:.2} × and {:.2} ×. \
              The commands are the same; the script calls themselves ran {:.2} × and {:.2} × \
-             longer on a shard: cluster mode itself, not the replica, makes the difference (not broken down further here).",
+             longer on a shard (wall time inside the server, which includes being descheduled). \
+             Part 5 counts the instructions instead, which this machine's load does not move.",
             med(|sh| sh.uncontended_cpu_us) / su.max(1e-9),
             med(|sh| sh.contended_cpu_us) / sc.max(1e-9),
             rep.uncontended.cpu_us_per_op / su.max(1e-9),
