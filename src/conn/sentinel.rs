@@ -522,4 +522,23 @@ mod tests {
         assert_eq!(field(&map, "role").map(Role::from), Some(Role::Master));
         assert_eq!(field(&map, "mode"), None);
     }
+
+    #[test]
+    fn a_look_is_decided_by_a_majority_or_by_all_but_the_silent() {
+        let silent = |flags: [bool; 3]| flags.map(AtomicBool::new);
+        let mut look = Look::new(3);
+        look.answered(0);
+        // One answer of three, two sentinels still asked and not known silent.
+        assert!(!look.decided(1, &silent([false, false, false])));
+        assert!(!look.decided(1, &silent([false, true, false])));
+        // Every sentinel still asked timed out at its last look.
+        assert!(look.decided(1, &silent([false, true, true])));
+        // Nothing named yet: wait, silent or not.
+        assert!(!look.decided(0, &silent([false, true, true])));
+        look.answered(2);
+        // A majority named a primary.
+        assert!(look.decided(2, &silent([false, false, false])));
+        // Two answered, one of them an error: the third is waited for.
+        assert!(!look.decided(1, &silent([false, false, false])));
+    }
 }
