@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use redbell::{Client, Error};
 use redbell_integration_tests::sentinel::{
-    MASTER, Topology, free_layout_base, replica_caught_up, sentinel_agrees, sentinel_client,
-    works_again,
+    MASTER, Topology, free_layout_base, on_old_primary_until_moved, replica_caught_up,
+    sentinel_agrees, sentinel_client, works_again,
 };
 use redbell_integration_tests::{
     Proxy, exists, get, join_waiters, lock_key, node_url, query, raw, replication_field,
@@ -150,46 +150,6 @@ async fn an_idle_client_moves_to_the_new_primary_when_a_sentinel_announces_it() 
         "SENTINEL FAILOVER: sentinels agreed after {failover:?}; the client's locks were on \
          the new primary {moved:?} after that ({on_old} granted on the old one first)"
     );
-}
-
-/// After a failover to the topology's replica: takes a lock on a fresh name
-/// every 100 ms until one lands on the new primary, and says how many
-/// landed on the old one first. Fails when they still land there
-/// `limit` after `since` (`what` says after what).
-async fn on_old_primary_until_moved(
-    client: &Client,
-    topo: &Topology,
-    name: &str,
-    (since, limit): (Instant, Duration),
-    what: &str,
-) -> u32 {
-    let (mut old, mut new) = (
-        raw(&topo.primary_url()).await,
-        raw(&topo.replica_url()).await,
-    );
-    let mut on_old = 0;
-    loop {
-        let probe = format!("{name}-{on_old}");
-        let g = client
-            .mutex(&probe)
-            .try_lock()
-            .await
-            .expect("try_lock after the failover")
-            .expect("a fresh name is free");
-        let there = get(&mut new, &lock_key(&probe)).await;
-        let stale = get(&mut old, &lock_key(&probe)).await;
-        drop(g);
-        if there.is_some() {
-            return on_old;
-        }
-        assert!(stale.is_some(), "the lock is on neither server");
-        on_old += 1;
-        assert!(
-            since.elapsed() < limit,
-            "{on_old} locks granted on the old primary in the {limit:?} {what}"
-        );
-        sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Before: a client that was not listening when a sentinel announced a

@@ -15,7 +15,13 @@ the :class:`Follower`:
   newest configuration epoch first (sentinels tell each other of a failover
   only every 2 s); a named node must answer ``ROLE`` as ``master`` (when
   ``ROLE`` and ``HELLO`` are both denied, the sentinel is trusted); it never
-  moves back to an older epoch than the one it is on;
+  moves back to an older epoch than the one it is on. It acts as soon as
+  the answers in hand decide it, not when the slowest sentinel has
+  answered (a frozen one would keep it on the old primary for a timeout
+  every look): an answer with a newer epoch whose node answers ``ROLE`` as
+  ``master`` moves it at once; otherwise a majority of answers decides, or
+  at least one answer when every sentinel still asked timed out at its
+  last look (a silent sentinel costs one timeout once);
 - **is told** of every command error that may mean the primary moved
   (refused, reset, timed out, ``READONLY``: :meth:`Follower.report`), and
   re-resolves, one at a time;
@@ -41,6 +47,10 @@ FAILOVER_WAIT = 5.0
 primary (a failover in progress)."""
 FOLLOW_TRIES = 20
 """Re-resolutions after an announcement, 0.1 s apart, until on its primary."""
+
+
+class _Silent(RedisError):
+    """A sentinel did not answer in time (frozen, or unreachable)."""
 
 
 def _text(v: Any) -> str:
@@ -76,6 +86,8 @@ class Follower:
             aioredis.Redis(host=h, port=p, protocol=2, socket_timeout=timeout,
                            socket_connect_timeout=timeout, **opts)
             for h, p, opts in sentinels]
+        self._silent = [False] * len(self._sentinels)
+        # Per sentinel: it timed out the last time it was waited for.
         self.address: Optional[Address] = None
         """Where the primary is; None until the first resolution."""
         self.epoch = -1
@@ -140,35 +152,86 @@ class Follower:
         """One resolution: (None, _) when on the primary (moved or not),
         else the error and whether a named node answered as not the primary."""
         async with self._lock:
-            answers = await asyncio.gather(*(self._ask(s) for s in self._sentinels),
-                                           return_exceptions=True)
-            named = [a for a in answers if isinstance(a, tuple)]
-            errors = [a for a in answers if not isinstance(a, tuple)]
-            last: Tuple[Optional[RedisError], bool] = (
-                RedisError(f"no sentinel answers for {self.master!r}: {errors[0]}")
-                if errors else RedisError("no sentinel given"), False)
-            named.sort(key=lambda n: -n[2])  # stable: equal epochs in the order given
+            asked = {asyncio.ensure_future(self._ask(s)): i
+                     for i, s in enumerate(self._sentinels)}
+            pending = set(asked)
+            answered = [False] * len(asked)
+            named: List[Tuple[str, int, int]] = []
+            errors: List[BaseException] = []
             tried: List[Address] = []
+            last: Optional[Tuple[RedisError, bool]] = None
+            try:
+                while pending:
+                    done, pending = await asyncio.wait(pending,
+                                                       return_when=asyncio.FIRST_COMPLETED)
+                    for task in sorted(done, key=asked.__getitem__):
+                        i = asked[task]
+                        answered[i] = True
+                        error = task.exception()
+                        self._silent[i] = isinstance(error, _Silent)
+                        if error is not None:
+                            errors.append(error)
+                            continue
+                        host, port, epoch = task.result()
+                        addr = (host, port)
+                        if self.address is not None and epoch > self.epoch \
+                                and addr != self.address and addr not in tried:
+                            # A newer configuration than the one followed:
+                            # its node answering as the primary decides it.
+                            tried.append(addr)
+                            refused = await self._refused(addr)
+                            if refused is None:
+                                self._move(addr, epoch)
+                                return None, False
+                            last = refused
+                        named.append((host, port, epoch))
+                    if self._decided(len(named), answered):
+                        break
+            finally:
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+            named.sort(key=lambda n: -n[2])  # stable: equal epochs in the order answered
             for host, port, epoch in named:
                 addr = (host, port)
                 if addr in tried:
                     continue
                 tried.append(addr)
-                try:
-                    role = await self._role(addr)
-                except Exception as e:
-                    if addr == self.address:
+                refused = await self._refused(addr)
+                if refused is not None:
+                    if addr == self.address and not refused[1]:
                         return None, False  # unreachable: the sentinels' to fail over
-                    last = (RedisError(f"{host}:{port}, named by a sentinel: {e}"), False)
-                    continue
-                if role not in ("master", None):
-                    last = (RedisError(f"{host}:{port}, named by a sentinel, is not the "
-                                       f"primary (ROLE {role})"), True)
+                    last = refused
                     continue
                 if addr != self.address and epoch >= self.epoch:
                     self._move(addr, epoch)
                 return None, False  # older epoch: only stale sentinels answered
-            return last
+            if last is not None:
+                return last
+            if errors:
+                return RedisError(f"no sentinel answers for {self.master!r}: {errors[0]}"), False
+            return RedisError("no sentinel given"), False
+
+    def _decided(self, named: int, answered: List[bool]) -> bool:
+        """Whether ``named`` answers decide a look: a majority of the
+        sentinels, or at least one while every sentinel not yet answered
+        timed out at its last look."""
+        if named > len(answered) // 2:
+            return True
+        return named > 0 and all(a or s for a, s in zip(answered, self._silent))
+
+    async def _refused(self, addr: Address) -> Optional[Tuple[RedisError, bool]]:
+        """None when the node at ``addr`` answers ``ROLE`` as the primary
+        (or cannot be asked: ACL), else why not and whether it answered as
+        not the primary."""
+        try:
+            role = await self._role(addr)
+        except Exception as e:
+            return RedisError(f"{addr[0]}:{addr[1]}, named by a sentinel: {e}"), False
+        if role not in ("master", None):
+            return RedisError(f"{addr[0]}:{addr[1]}, named by a sentinel, is not the "
+                              f"primary (ROLE {role})"), True
+        return None
 
     def _move(self, addr: Address, epoch: int) -> None:
         first = self.address is None
@@ -203,8 +266,8 @@ class Follower:
                 return await asked()
         try:
             return await asyncio.wait_for(asked_again(), self.timeout)
-        except asyncio.TimeoutError:
-            raise RedisError("a sentinel did not answer in time") from None
+        except (asyncio.TimeoutError, rexc.TimeoutError):
+            raise _Silent("a sentinel did not answer in time") from None
 
     async def _role(self, addr: Address) -> Optional[str]:
         """What the node at ``addr`` says it is: ``ROLE``, else ``HELLO``'s

@@ -519,7 +519,10 @@ impl Conn {
         let current = self.current();
         let timeouts = (self.0.connect_timeout, self.0.response_timeout);
         let Some(found) = sentinels
-            .moved((&current.addr, &current.manager), timeouts)
+            .moved(
+                (&current.addr, &current.manager, current.config_epoch),
+                timeouts,
+            )
             .await?
         else {
             return Ok(false);

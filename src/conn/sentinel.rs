@@ -1,6 +1,9 @@
 //! Finding the primary through Redis Sentinel.
 //!
-//! The sentinels are asked in the order given. A sentinel's answer is only
+//! The sentinels are asked all at once, and a look acts as soon as the
+//! answers in hand decide it (see [`Look`]): a frozen or black-holed
+//! sentinel must not hold the client on an old primary while it times out.
+//! A sentinel's answer is only
 //! a claim: one that is partitioned away, just restarted, or not yet told of
 //! a failover names a node that is now a replica. So the named node is
 //! connected to, with the primary's own settings (credentials, database,
@@ -17,7 +20,10 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::ConnectionLike;
 use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
 
@@ -36,8 +42,11 @@ const NOT_PRIMARY: &str = "the node a sentinel named is not the primary";
 /// The sentinels of one master, and how to connect to the primary they
 /// name.
 pub(crate) struct Sentinels {
-    /// One client per sentinel, asked in this order.
+    /// One client per sentinel.
     clients: Vec<redis::Client>,
+    /// Per sentinel: whether it timed out the last time it was waited for
+    /// (a look does not wait for it again while others have answered).
+    silent: Vec<AtomicBool>,
     /// The master name the sentinels monitor.
     master: String,
     /// The primary's connection settings; its address is replaced by the one
@@ -72,6 +81,7 @@ impl Sentinels {
         primary: ConnectionInfo,
     ) -> Self {
         Sentinels {
+            silent: clients.iter().map(|_| AtomicBool::new(false)).collect(),
             clients,
             master,
             primary,
@@ -102,45 +112,99 @@ impl Sentinels {
     }
 
     /// Where the primary is now, when it is no longer `current` (its
-    /// address and command connection); `None` when `current` still is.
+    /// address, command connection and the configuration epoch it was
+    /// found at); `None` when `current` still is.
     pub(crate) async fn moved(
         &self,
-        current: (&str, &Manager),
+        current: (&str, &Manager, u64),
         timeouts: (Duration, Duration),
     ) -> Result<Option<Found>, Error> {
         self.ask(Some(current), timeouts).await.map_err(|e| e.error)
     }
 
+    /// One look: asks every sentinel at once and acts as soon as the answers
+    /// in hand decide it (see [`Look`]), not when the slowest has answered.
     async fn ask(
         &self,
-        current: Option<(&str, &Manager)>,
+        current: Option<(&str, &Manager, u64)>,
         (connect, response): (Duration, Duration),
     ) -> Result<Option<Found>, NotFound> {
         // The last refusal, and whether it was a node saying it is not the
         // primary.
         let mut last: Option<(RedisError, bool)> = None;
+        let mut look = Look::new(self.clients.len());
+        let mut pending: FuturesUnordered<_> = self
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(i, s)| async move { (i, self.master_addr(s, connect).await) })
+            .collect();
+        let mut named = Vec::with_capacity(self.clients.len());
+        let mut tried: Vec<String> = Vec::with_capacity(self.clients.len());
+        while let Some((i, answer)) = pending.next().await {
+            look.answered(i);
+            self.silent[i].store(
+                matches!(&answer, Err(e) if e.is_timeout()),
+                Ordering::Relaxed,
+            );
+            let n = match answer {
+                Ok(n) => n,
+                Err(e) => {
+                    last = Some((e, false));
+                    if look.decided(named.len(), &self.silent) {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            // A configuration newer than the one followed: the failover
+            // it names happened, whatever the sentinels not yet heard
+            // from say. Its node answering `ROLE` as master decides it.
+            if let Some((current_addr, _, epoch)) = current {
+                let addr = n.addr();
+                if n.epoch > epoch && addr != current_addr && !tried.contains(&addr) {
+                    tried.push(addr.clone());
+                    match self
+                        .connect_to(n.host.clone(), n.port, (connect, response))
+                        .await
+                    {
+                        Ok((client, manager)) => {
+                            return Ok(Some(Found {
+                                addr,
+                                config_epoch: n.epoch,
+                                client,
+                                manager,
+                            }));
+                        }
+                        Err(Refused::Settings(error)) => {
+                            return Err(NotFound {
+                                error,
+                                not_primary: false,
+                            });
+                        }
+                        Err(Refused::Node(e)) => last = Some((e, false)),
+                        Err(Refused::NotPrimary(e)) => last = Some((e, true)),
+                    }
+                }
+            }
+            named.push(n);
+            if look.decided(named.len(), &self.silent) {
+                break;
+            }
+        }
+        drop(pending); // the sentinels not waited for
         // The newest configuration first: a sentinel that has not heard of
         // the last failover yet (they tell each other every 2 s) names the
         // old primary, which answers `master` until it is converted.
-        // All at once, so a frozen sentinel costs one timeout, not one each.
-        let asked = join_all(self.clients.iter().map(|s| self.master_addr(s, connect))).await;
-        let mut named = Vec::with_capacity(asked.len());
-        for answer in asked {
-            match answer {
-                Ok(n) => named.push(n),
-                Err(e) => last = Some((e, false)),
-            }
-        }
-        // Stable: among equal epochs the order the sentinels were given.
+        // Stable: among equal epochs the order the answers came in.
         named.sort_by_key(|n| std::cmp::Reverse(n.epoch));
-        let mut tried = Vec::with_capacity(named.len());
         for Named { host, port, epoch } in named {
             let addr = format!("{host}:{port}");
             if tried.contains(&addr) {
                 continue;
             }
             tried.push(addr.clone());
-            if let Some((current_addr, current_manager)) = current
+            if let Some((current_addr, current_manager, _)) = current
                 && addr == current_addr
             {
                 // Still named: keep it unless it says it was demoted (an
@@ -303,6 +367,50 @@ struct Named {
     epoch: u64,
 }
 
+impl Named {
+    fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Which sentinels of one look have answered (named a primary, failed or
+/// timed out), and whether the answers in hand decide the look. Besides an
+/// answer with a newer configuration epoch whose node answers `ROLE` as
+/// master (which decides at once, in [`Sentinels::ask`]), it is decided
+/// when a majority of the sentinels named a primary, or when at least one
+/// did and every sentinel still asked timed out the last time it was
+/// waited for: a frozen or black-holed sentinel costs one timeout once, not
+/// one every look, even with no majority left. Otherwise the look waits for
+/// every answer, each bounded by the connect timeout.
+struct Look {
+    answered: Vec<bool>,
+}
+
+impl Look {
+    fn new(sentinels: usize) -> Look {
+        Look {
+            answered: vec![false; sentinels],
+        }
+    }
+
+    fn answered(&mut self, sentinel: usize) {
+        self.answered[sentinel] = true;
+    }
+
+    /// Whether `named` answers (of the sentinels that have answered) decide
+    /// the look, with `silent` the sentinels that timed out last time.
+    fn decided(&self, named: usize, silent: &[AtomicBool]) -> bool {
+        let majority = self.answered.len() / 2 + 1;
+        named >= majority
+            || (named > 0
+                && self
+                    .answered
+                    .iter()
+                    .zip(silent)
+                    .all(|(answered, silent)| *answered || silent.load(Ordering::Relaxed)))
+    }
+}
+
 /// Why a named node was not connected to.
 enum Refused {
     /// The settings themselves (another node would refuse as well).
@@ -413,5 +521,24 @@ mod tests {
         let map = Value::Map(vec![(bulk("role"), bulk("master"))]);
         assert_eq!(field(&map, "role").map(Role::from), Some(Role::Master));
         assert_eq!(field(&map, "mode"), None);
+    }
+
+    #[test]
+    fn a_look_is_decided_by_a_majority_or_by_all_but_the_silent() {
+        let silent = |flags: [bool; 3]| flags.map(AtomicBool::new);
+        let mut look = Look::new(3);
+        look.answered(0);
+        // One answer of three, two sentinels still asked and not known silent.
+        assert!(!look.decided(1, &silent([false, false, false])));
+        assert!(!look.decided(1, &silent([false, true, false])));
+        // Every sentinel still asked timed out at its last look.
+        assert!(look.decided(1, &silent([false, true, true])));
+        // Nothing named yet: wait, silent or not.
+        assert!(!look.decided(0, &silent([false, true, true])));
+        look.answered(2);
+        // A majority named a primary.
+        assert!(look.decided(2, &silent([false, false, false])));
+        // Two answered, one of them an error: the third is waited for.
+        assert!(!look.decided(1, &silent([false, false, false])));
     }
 }

@@ -10,8 +10,9 @@
 //! client first asks for the primary, and every later one (after a lost
 //! connection to a sentinel) is followed by a re-resolution. Sentinels tell
 //! each other of a failover only every 2 s, so a re-resolution asks them
-//! all and takes the answer with the newest configuration epoch, and never
-//! goes back to an older one.
+//! all at once and takes the answer with the newest configuration epoch,
+//! never going back to an older one; it does not wait for a sentinel that
+//! is slow to answer once the answers in hand decide it (`sentinel.rs`).
 
 use std::pin::Pin;
 use std::sync::Weak;

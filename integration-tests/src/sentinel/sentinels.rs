@@ -81,3 +81,82 @@ pub async fn works_again(client: &Client, within: Duration) -> u32 {
     .await;
     failed
 }
+
+/// After a failover to the topology's replica: takes a lock on a fresh name
+/// every 100 ms until one lands on the new primary, and says how many
+/// landed on the old one first. Fails when they still land there
+/// `limit` after `since` (`what` says after what).
+///
+/// # Panics
+///
+/// As said, and when a lock lands on neither server.
+pub async fn on_old_primary_until_moved(
+    client: &Client,
+    topo: &Topology,
+    name: &str,
+    (since, limit): (Instant, Duration),
+    what: &str,
+) -> u32 {
+    let (mut old, mut new) = (
+        crate::raw(&topo.primary_url()).await,
+        crate::raw(&topo.replica_url()).await,
+    );
+    let mut on_old = 0;
+    loop {
+        let probe = format!("{name}-{on_old}");
+        let g = client
+            .mutex(&probe)
+            .try_lock()
+            .await
+            .expect("try_lock after the failover")
+            .expect("a fresh name is free");
+        let there = crate::get(&mut new, &crate::lock_key(&probe)).await;
+        let stale = crate::get(&mut old, &crate::lock_key(&probe)).await;
+        drop(g);
+        if there.is_some() {
+            return on_old;
+        }
+        assert!(stale.is_some(), "the lock is on neither server");
+        on_old += 1;
+        assert!(
+            since.elapsed() < limit,
+            "{on_old} locks granted on the old primary in the {limit:?} {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A sentinel of a [`Topology`] frozen with SIGSTOP: its sockets stay open
+/// and accept connections, but it reads and answers nothing, and hears of
+/// no failover. Continued (SIGCONT) on drop, so a failing test leaves none
+/// frozen.
+#[derive(Debug)]
+pub struct FrozenSentinel {
+    pid: u32,
+}
+
+impl Topology {
+    /// Freezes sentinel `index` (0..3), by the script's pid file.
+    ///
+    /// # Panics
+    ///
+    /// When the pid file cannot be read or the signal cannot be sent.
+    pub fn freeze_sentinel(&self, index: usize) -> FrozenSentinel {
+        let file = self.dir().join(format!("sentinel-{index}.pid"));
+        let pid: u32 = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("read {}: {e}", file.display()))
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("the pid in {}: {e}", file.display()));
+        crate::signal(pid, "STOP");
+        FrozenSentinel { pid }
+    }
+}
+
+impl Drop for FrozenSentinel {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.pid.to_string()])
+            .status();
+    }
+}
