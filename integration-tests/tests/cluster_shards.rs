@@ -12,10 +12,12 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use redbell_integration_tests::cluster::{
-    Cluster, cluster_client, cluster_client_with, monitor_node, must, queue_waiters,
+    Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, queue_waiters,
     shard_subscribers, zcard,
 };
-use redbell_integration_tests::{POLL, eventually_every, lock_key, script_sha, waiters_key};
+use redbell_integration_tests::{
+    POLL, client_list, eventually_every, kill_client, lock_key, script_sha, waiters_key,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 /// Lock A on shard 1 and lock B on shard 2 are held, and one client parks
@@ -122,4 +124,70 @@ async fn a_dead_shard_does_not_wake_the_waiters_of_the_others() {
     );
     waiter_b.abort();
     std::mem::forget(held_b); // its shard is gone: nothing to release
+}
+
+/// A shard's pub/sub socket is killed (`CLIENT KILL`): the subscription on
+/// it is really lost, so the hub wakes the waiter when its probe sees the
+/// new socket, and once more when the channel is resubscribed. It then
+/// re-checks the channel 2 s later (`CLUSTER_RECHECK`), which finds the
+/// resubscription on the same live socket of the same primary: nothing was
+/// missed since, so the re-check must not wake the waiter a third time.
+/// At most those two acquire attempts reach the shard in the 6 s after the
+/// kill, and at least one (the loss is noticed). A's release then still
+/// reaches the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_that_finds_the_same_socket_wakes_nobody() {
+    let cluster = Cluster::start().await;
+    let one = cluster.primaries().await[0].port;
+    let a = cluster.name_on(one, "recheck-a").await;
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
+    let waiting = cluster_client(&urls).await;
+    let held = holder.mutex(&a).lock().await.expect("hold A");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut waiter = queue_waiters(&[&waiting], &a, one, &inside, "A's waiter").await;
+    let subscribed = eventually_every(Duration::from_secs(10), POLL, || async {
+        shard_subscribers(&[one], &a).await >= 1
+    })
+    .await;
+    assert!(
+        subscribed,
+        "the waiting client never subscribed to A's shard"
+    );
+
+    // The waiting client's hub holds the node's one sharded subscription.
+    let mut admin = conn(one).await;
+    let sockets: Vec<u64> = client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("ssub="))
+                .is_some_and(|n| n != "0")
+        })
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(sockets.len(), 1, "one socket with sharded subscriptions");
+    let monitor = monitor_node(one).await;
+    kill_client(&mut admin, sockets[0]).await;
+    let window = Duration::from_secs(6);
+    sleep(window).await;
+    monitor.sync().await;
+    let attempts = monitor.count(&["evalsha", script_sha("acquire"), &lock_key(&a)]);
+    eprintln!("acquire attempts for A in {window:?} after its socket was killed: {attempts}");
+    assert!(attempts >= 1, "the lost subscription never woke A's waiter");
+    assert!(
+        attempts <= 2,
+        "A's waiter was woken {attempts} times in {window:?}: the re-check woke it again"
+    );
+    assert!(
+        shard_subscribers(&[one], &a).await >= 1,
+        "A's subscription was not restored"
+    );
+
+    held.unlock().await.expect("release A");
+    timeout(Duration::from_secs(10), waiter.remove(0))
+        .await
+        .expect("A's waiter did not get the lock within 10 s")
+        .expect("A's waiter");
 }

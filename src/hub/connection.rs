@@ -35,7 +35,9 @@
 //!   socket, which redis-rs does not name) triggers an immediate probe,
 //!   which finds the node by its new socket.
 //! - A channel resubscribed after a loss is re-checked once more when the
-//!   cluster has settled (see [`CLUSTER_RECHECK`](super::shards::CLUSTER_RECHECK)).
+//!   cluster has settled (see [`CLUSTER_RECHECK`](super::shards::CLUSTER_RECHECK)),
+//!   and its waiters woken again unless the subscription is still on the
+//!   connection it was made on.
 //! - Only when the whole connection goes (its push stream closes) does the
 //!   task reconnect it; the new connection subscribes channel by channel,
 //!   and one that fails goes to the retry list without failing the rest.

@@ -4,7 +4,7 @@
 //! On a cluster, subscriptions live on a dedicated cluster connection (one
 //! socket per node, RESP3, pushes delivered to a channel of ours) that also
 //! carries the hub's per-shard checks ([`slot_owners`], [`client_id`],
-//! [`check_owner`]), so they ask the very sockets that hold the
+//! [`check_owner`], [`socket_of`]), so they ask the very sockets that hold the
 //! subscriptions. redis-rs resubscribes after a node reconnect, but not
 //! reliably after a failover or a slot migration (the server then drops the
 //! subscription with an `sunsubscribe` push). The stream reports such a
@@ -206,6 +206,56 @@ pub(crate) async fn check_owner(
         .map(drop)
 }
 
+/// Which connection of ours serves `channel`'s slot, as the route of an
+/// SSUBSCRIBE sees it: `CLIENT INFO` routed to the slot's primary by the
+/// connection's slot map. Names the TCP connection by the server's id for
+/// it and the addresses of both its ends, so a reconnected socket (a new id,
+/// a new local port) or another node (another address) never compares
+/// equal. An error when the server does not answer, refuses (`CLIENT INFO`
+/// is Redis 6.2 or later, and an ACL may deny it) or answers something
+/// else: the caller then cannot tell.
+pub(crate) async fn socket_of(
+    connection: &mut ClusterConnection,
+    channel: &str,
+) -> redis::RedisResult<Socket> {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("INFO");
+    let reply = connection
+        .route_command(cmd, to_primary(crate::keys::hash_slot(channel)))
+        .await?;
+    let info = match &reply {
+        Value::VerbatimString { text, .. } => text.clone(),
+        other => text(other),
+    };
+    socket_in(&info).ok_or_else(|| {
+        redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "CLIENT INFO without id, addr and laddr",
+            info,
+        ))
+    })
+}
+
+/// The [`Socket`] a `CLIENT INFO` line describes; `None` without its
+/// `id`, `addr` and `laddr` fields.
+fn socket_in(info: &str) -> Option<Socket> {
+    let field = |name: &str| {
+        info.split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .filter(|v| !v.is_empty())
+    };
+    Some(Socket(format!(
+        "{} {} {}",
+        field("id")?,
+        field("addr")?,
+        field("laddr")?
+    )))
+}
+
+/// One TCP connection of ours to a node, as [`socket_of`] names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Socket(String);
+
 impl Stream {
     /// The next event; `None` once the connection is gone.
     pub(crate) async fn next(&mut self) -> Option<Event> {
@@ -250,4 +300,40 @@ fn bytes(value: &Value) -> Vec<u8> {
 
 fn text(value: &Value) -> String {
     String::from_utf8_lossy(&bytes(value)).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_is_named_by_its_id_and_both_ends() {
+        let line = "id=7 addr=127.0.0.1:50123 laddr=127.0.0.1:7001 fd=9 name= age=3 ssub=2";
+        let socket = socket_in(line).expect("a socket");
+        assert_eq!(
+            socket,
+            Socket("7 127.0.0.1:50123 127.0.0.1:7001".to_owned())
+        );
+        // Another node, another local port, another id: never the same.
+        for other in [
+            "id=7 addr=127.0.0.1:50123 laddr=127.0.0.1:7002",
+            "id=7 addr=127.0.0.1:50124 laddr=127.0.0.1:7001",
+            "id=8 addr=127.0.0.1:50123 laddr=127.0.0.1:7001",
+        ] {
+            assert_ne!(socket_in(other), Some(socket.clone()), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_line_without_the_three_fields_names_no_socket() {
+        for line in [
+            "",
+            "id=7 addr=127.0.0.1:50123",
+            "id=7 addr=127.0.0.1:50123 laddr=",
+            "ERR unknown subcommand",
+            "xid=7 xaddr=a xladdr=b",
+        ] {
+            assert_eq!(socket_in(line), None, "{line:?}");
+        }
+    }
 }

@@ -11,7 +11,7 @@
 //! - **a retry** with backoff (100 ms doubling to 1 s) for a channel whose
 //!   subscription failed or was lost;
 //! - **a re-check** [`CLUSTER_RECHECK`] after a subscription made to recover
-//!   from a loss.
+//!   from a loss, with the connection that subscription was made on.
 //!
 //! A failed or lost subscription costs only its own channel: it is marked
 //! unsubscribed, its waiters are woken (their attempts report the shard's
@@ -50,10 +50,39 @@
 //! channel resubscribed after a loss is re-checked once when the cluster
 //! has settled: a keyed read routed to its slot's primary (a demoted one
 //! answers `MOVED`, which refreshes redis-rs's slot map), SSUBSCRIBE again
-//! (harmless where still subscribed), and its waiters are woken, so those
+//! (harmless where still subscribed), and, unless the subscription is
+//! found where the recovery made it, its waiters are woken, so those
 //! dropped meanwhile re-queue. Only the affected channels.
+//!
+//! ## When the re-check wakes nobody
+//!
+//! A re-check that finds the recovery's subscription in place wakes
+//! nobody: waking every waiter of a healthy shard after each cluster change
+//! is a wasted attempt each (a thundering herd with many parked waiters),
+//! and the waiters were woken already when the recovery held. The recovery
+//! does the same keyed read first, then names the connection serving the
+//! slot's primary ([`pubsub::socket_of`]: the server's id for it and both
+//! its ends' addresses) just before and just after its SSUBSCRIBE; when the
+//! two agree, the SSUBSCRIBE went to that connection (the slot map did not
+//! change in between). The re-check names it again after its own keyed
+//! read and SSUBSCRIBE. The same connection then means no release since the
+//! recovery could have been missed:
+//!
+//! - the socket never closed (one that redis-rs reconnected has a new id
+//!   and a new local port), so no reconnect dropped the subscription on it;
+//! - it leads to the node that the refreshed slot map names as the slot's
+//!   primary now, as it did at the recovery; a primary that loses the slot
+//!   in between drops our subscription with an `sunsubscribe` push, which
+//!   loses the channel: its re-check is cancelled, or if already in flight
+//!   its result discarded (the channel is subscribed and woken anew);
+//!
+//! so every release published since reached that connection. In any other
+//! case the re-check wakes the waiters as before: another connection or
+//! node, a name missing at either end (no answer, a refusal, a server
+//! before 6.2, or the slot map changed during the recovery's SSUBSCRIBE),
+//! or a loss seen while the re-check was in flight.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,7 +94,7 @@ use crate::backoff::Backoff;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::pubsub;
+use super::pubsub::{self, Socket};
 use super::registry::Registry;
 use crate::keys::hash_slot;
 
@@ -91,8 +120,11 @@ pub(super) struct Shards {
     /// Channels with an SSUBSCRIBE (or a re-check) in flight, and the
     /// callers of [`Hub::subscribe`](super::Hub::subscribe) waiting for it.
     in_flight: HashMap<String, Vec<oneshot::Sender<Result<(), Error>>>>,
-    /// Channels to re-check, and when.
-    recheck: HashMap<String, Instant>,
+    /// Channels to re-check: when, and where their recovery subscribed.
+    recheck: HashMap<String, Recheck>,
+    /// Channels lost while a subscription task for them was in flight: its
+    /// result is stale (it may name the socket that was lost).
+    lost_in_flight: HashSet<String>,
     /// The subscriptions in flight.
     tasks: JoinSet<Done>,
     /// Per primary (its node id), the `CLIENT ID` of our socket to it as the
@@ -101,6 +133,13 @@ pub(super) struct Shards {
     /// Slot ranges and the node id of their primary, from the last
     /// `CLUSTER SLOTS` that was answered.
     owners: Vec<(u16, u16, String)>,
+}
+
+/// A re-check due (see the module docs).
+struct Recheck {
+    at: Instant,
+    /// The connection the recovery's SSUBSCRIBE went to, if it could tell.
+    socket: Option<Socket>,
 }
 
 struct Retry {
@@ -116,19 +155,22 @@ pub(super) struct Done {
     /// The connection it was made on.
     generation: u64,
     why: Why,
-    result: Result<(), String>,
+    /// Once subscribed: the connection that holds the subscription, when
+    /// the task could tell (a recovery or a re-check; see the module docs).
+    result: Result<Option<Socket>, String>,
 }
 
 /// Why a channel is being subscribed.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Why {
     /// A waiter asked: nothing was missed, nobody to wake.
     Asked,
     /// Its subscription failed or was lost (or the connection is new):
     /// wake its waiters once it holds, and re-check it later.
     Recover,
-    /// The re-check after a recovery: wake its waiters once it holds.
-    Recheck,
+    /// The re-check after a recovery, with the connection the recovery
+    /// subscribed on: wake its waiters once it holds, unless it finds that
+    /// same connection.
+    Recheck(Option<Socket>),
 }
 
 impl Shards {
@@ -140,6 +182,7 @@ impl Shards {
             retry: HashMap::new(),
             in_flight: HashMap::new(),
             recheck: HashMap::new(),
+            lost_in_flight: HashSet::new(),
             tasks: JoinSet::new(),
             sockets: HashMap::new(),
             owners: Vec::new(),
@@ -169,6 +212,7 @@ impl Shards {
         }
         self.retry.clear();
         self.recheck.clear();
+        self.lost_in_flight.clear();
         self.sockets.clear();
     }
 
@@ -224,21 +268,11 @@ impl Shards {
         waiting: Vec<oneshot::Sender<Result<(), Error>>>,
     ) {
         self.in_flight.insert(channel.to_owned(), waiting);
-        let mut conn = conn.clone();
+        let conn = conn.clone();
         let channel = channel.to_owned();
         let timeout = self.connect_timeout;
         self.tasks.spawn(async move {
-            let work = async {
-                if why == Why::Recheck {
-                    pubsub::check_owner(&mut conn, &channel).await?;
-                }
-                conn.ssubscribe(&channel).await
-            };
-            let result = match tokio::time::timeout(timeout, work).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err("timed out".to_owned()),
-            };
+            let result = subscribe(&conn, &channel, &why, timeout).await;
             Done {
                 channel,
                 generation,
@@ -254,12 +288,22 @@ impl Shards {
         for waiting in self.in_flight.remove(&done.channel).unwrap_or_default() {
             let _ = waiting.send(Ok(()));
         }
+        let lost = self.lost_in_flight.remove(&done.channel);
         if done.generation != generation {
             return None; // made on a connection since replaced
         }
         let channel = done.channel;
         match done.result {
-            Ok(()) => {
+            Ok(_) if lost => {
+                // Lost while this was in flight: it may have subscribed on
+                // the very socket that was lost. The retry that `lose` set
+                // up subscribes it again and wakes its waiters; unless they
+                // all left: then this subscription goes.
+                tracing::debug!(%channel, "sharded subscription lost while being made; retrying");
+                let wanted = self.shared.lock().get(channel.as_str()).is_some();
+                (!wanted).then_some(channel)
+            }
+            Ok(socket) => {
                 let kept = match self.shared.lock().get_mut(channel.as_str()) {
                     Some(entry) => {
                         entry.subscribed = true;
@@ -271,13 +315,23 @@ impl Shards {
                 if !kept {
                     return Some(channel);
                 }
-                if done.why == Why::Recover {
-                    self.recheck
-                        .insert(channel.clone(), Instant::now() + CLUSTER_RECHECK);
-                }
-                if done.why != Why::Asked {
-                    tracing::debug!(%channel, "sharded subscription restored; waking its waiters");
-                    self.shared.wake_channel(&channel);
+                match done.why {
+                    Why::Asked => {}
+                    Why::Recover => {
+                        let at = Instant::now() + CLUSTER_RECHECK;
+                        self.recheck.insert(channel.clone(), Recheck { at, socket });
+                        tracing::debug!(%channel, "sharded subscription restored; waking its waiters");
+                        self.shared.wake_channel(&channel);
+                    }
+                    // The module docs argue why the same connection means
+                    // nothing was missed since the recovery woke them.
+                    Why::Recheck(made_on) if socket.is_some() && socket == made_on => {
+                        tracing::debug!(%channel, "re-check found the subscription where it was made; waking nobody");
+                    }
+                    Why::Recheck(_) => {
+                        tracing::debug!(%channel, "re-check moved the subscription; waking its waiters");
+                        self.shared.wake_channel(&channel);
+                    }
                 }
                 None
             }
@@ -315,6 +369,9 @@ impl Shards {
         }
         for channel in channels {
             self.recheck.remove(channel);
+            if self.in_flight.contains_key(channel) {
+                self.lost_in_flight.insert(channel.clone());
+            }
             self.retry.entry(channel.clone()).or_insert_with(|| Retry {
                 at: now,
                 backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
@@ -356,14 +413,16 @@ impl Shards {
         let rechecks: Vec<String> = self
             .recheck
             .iter()
-            .filter(|(c, at)| **at <= now && !self.in_flight.contains_key(*c))
+            .filter(|(c, r)| r.at <= now && !self.in_flight.contains_key(*c))
             .map(|(c, _)| c.clone())
             .collect();
         for channel in rechecks {
-            self.recheck.remove(&channel);
+            let Some(Recheck { socket, .. }) = self.recheck.remove(&channel) else {
+                continue;
+            };
             if self.shared.wants(&channel) {
                 tracing::debug!(%channel, "re-checking a sharded subscription after a cluster change");
-                self.start(conn, generation, &channel, Why::Recheck, Vec::new());
+                self.start(conn, generation, &channel, Why::Recheck(socket), Vec::new());
             }
         }
     }
@@ -442,5 +501,71 @@ impl Shards {
         if !lost.is_empty() {
             self.lose(&lost);
         }
+    }
+}
+
+/// The work of one subscription task: SSUBSCRIBE `channel`, with the checks
+/// that `why` asks for (see the module docs), each bounded by `timeout`.
+/// Once subscribed, the connection that holds the subscription, when it
+/// can tell. A recovery's checks are not needed for its subscription: one
+/// that fails or is late only leaves the connection unknown.
+async fn subscribe(
+    conn: &ClusterConnection,
+    channel: &str,
+    why: &Why,
+    timeout: Duration,
+) -> Result<Option<Socket>, String> {
+    match why {
+        Why::Asked => {
+            within(timeout, conn.clone().ssubscribe(channel)).await?;
+            Ok(None)
+        }
+        Why::Recover => {
+            // The slot map checked first, so that a demoted primary does
+            // not count as the slot's; then the connection just before and
+            // just after: when they agree, the SSUBSCRIBE went to it.
+            let mut before_conn = conn.clone();
+            let before = within(timeout / 2, async move {
+                pubsub::check_owner(&mut before_conn, channel).await?;
+                pubsub::socket_of(&mut before_conn, channel).await
+            })
+            .await
+            .ok();
+            within(timeout, conn.clone().ssubscribe(channel)).await?;
+            let after = socket_within(conn.clone(), channel, timeout / 2).await;
+            Ok(after.filter(|after| before.as_ref() == Some(after)))
+        }
+        Why::Recheck(_) => {
+            let mut checked = conn.clone();
+            within(timeout, async move {
+                pubsub::check_owner(&mut checked, channel).await?;
+                checked.ssubscribe(channel).await
+            })
+            .await?;
+            Ok(socket_within(conn.clone(), channel, timeout / 2).await)
+        }
+    }
+}
+
+/// [`pubsub::socket_of`], `None` when it fails or takes longer than `timeout`.
+async fn socket_within(
+    mut conn: ClusterConnection,
+    channel: &str,
+    timeout: Duration,
+) -> Option<Socket> {
+    within(timeout, pubsub::socket_of(&mut conn, channel))
+        .await
+        .ok()
+}
+
+/// `work`, failed as "timed out" when it takes longer than `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    work: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".to_owned()),
     }
 }
