@@ -27,7 +27,11 @@ while (($#)); do
         shift
     fi
 done
-cmd=(valgrind --tool=callgrind --cache-sim=yes --dump-instr=no --dump-line=no
+# The simulated last-level cache is 8 MiB, 16-way (smaller than most
+# servers' shared caches, so a growing keyspace shows early; Valgrind would
+# otherwise take the host's, which a VM may report oddly).
+cmd=(valgrind --tool=callgrind --cache-sim=yes --LL=8388608,16,64
+    --dump-instr=no --dump-line=no
     --callgrind-out-file="$dir/redis.%p"
     "${REDBELL_REDIS_REAL:-redis-server}" "${args[@]}" --daemonize no)
 if ((background)); then

@@ -68,7 +68,9 @@ const METHOD: &str = "\
 - **2. Cost flat in the number of locks.** K distinct names. *Uncontended*: one task, one \
   client, sequential `lock()` + `unlock()` on name `i % K`. *Contended*: two tasks on two \
   clients meet at a barrier on name `step % K`, both call `lock()`, each takes it twice (hold \
-  100 µs), and move on: the same two-way contention on every name whatever K. Redis CPU and \
+  100 µs), and move on: the same two-way contention on every name whatever K. Before each \
+  run the K names' fence keys are set, as earlier locks of them would have left them: the \
+  server holds K names' keys even where a run takes fewer locks than K. Redis CPU and \
   commands (those inside scripts included) per acquisition, K values interleaved over the \
   rounds, medians. After each run the run's keys are counted: lock keys and queues must be \
   gone; fence keys stay by design, one per name, each expiring after the fence TTL (7 days \
