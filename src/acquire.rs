@@ -315,7 +315,7 @@ impl Acquirer {
                 drop(slot);
                 let pttl = match outcome? {
                     Ok(held) => {
-                        registration.acquired();
+                        registration.acquired(&held.lease);
                         return Ok(held);
                     }
                     Err((pttl, server_us)) => {

@@ -89,9 +89,12 @@ async fn stale_members_after_a_failover_do_not_hold_the_lock_free() {
         waiting.push(tokio::spawn(async move {
             // As the soak's workers do: a lock() that met the dead primary
             // fails, and the worker asks again.
-            let (g, _) = recovering("a waiter's lock across the failover", LONG, || fair.lock()).await;
+            let (g, _) =
+                recovering("a waiter's lock across the failover", LONG, || fair.lock()).await;
             let at = Instant::now();
-            g.unlock().await.expect("a waiter's unlock after the failover");
+            g.unlock()
+                .await
+                .expect("a waiter's unlock after the failover");
             at
         }));
         wait_for_members(&primary, &fifo, i as i64 + 1, POLL_QUEUE).await;
@@ -127,7 +130,9 @@ async fn stale_members_after_a_failover_do_not_hold_the_lock_free() {
             .expect("a waiter failed after the failover");
         first = Some(first.map_or(at, |f| f.min(at)));
     }
-    let late = first.expect("four waiters").saturating_duration_since(free_at);
+    let late = first
+        .expect("four waiters")
+        .saturating_duration_since(free_at);
     eprintln!(
         "failover {failover:?}; the first waiter got the lock {late:?} after the stale lease \
          ended ({STALE} stale members)"
