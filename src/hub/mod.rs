@@ -10,6 +10,7 @@ pub(crate) mod pubsub;
 mod registry;
 mod shards;
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
@@ -26,7 +27,6 @@ use crate::Error;
 use crate::background::{self, Work};
 use crate::conn::Conn;
 use crate::keys::{Kind, LockKeys, Token};
-use crate::lease::Lease;
 use crate::stats::Counters;
 use crate::task::AbortOnDrop;
 
@@ -54,7 +54,7 @@ pub(crate) struct Registration {
     acquired: AtomicBool,
     /// The lease of what it got, as [`acquired`](Registration::acquired)
     /// was told (a fair grant read late must not release it).
-    lease: OnceLock<Weak<Lease>>,
+    lease: OnceLock<Weak<dyn Any + Send + Sync>>,
 }
 
 impl Registration {
@@ -142,11 +142,13 @@ impl Registration {
 
     /// Marks the waiter as done with the lock: the acquire that succeeded
     /// also took it out of the queue, so there is nothing to pass on.
-    /// `lease` is the acquisition's: while its guard lives, a fair grant
-    /// naming this waiter that arrives after it left is not passed on.
-    pub(crate) fn acquired(&self, lease: &Arc<Lease>) {
+    /// `lease` is the acquisition's (what its guard alone keeps alive):
+    /// while it lives, a fair grant naming this waiter that arrives after it
+    /// left is not passed on.
+    pub(crate) fn acquired<L: Any + Send + Sync>(&self, lease: &Arc<L>) {
         self.acquired.store(true, Ordering::Relaxed);
-        let _ = self.lease.set(Arc::downgrade(lease));
+        let lease: Weak<L> = Arc::downgrade(lease);
+        let _ = self.lease.set(lease);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The waiter registry: per wake channel, the local waiters parked on it,
 //! and the routing of each message to the one waiter it names.
 
+use std::any::Any;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -15,7 +16,6 @@ use tokio::time::Instant;
 use super::message::{self, Notice, WakeMessage};
 use crate::background::{self, Work};
 use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS, Token};
-use crate::lease::Lease;
 use crate::stats::{Counters, Wakeup};
 
 /// The waiter registry: per wake channel, the local waiters; shared by the
@@ -59,19 +59,20 @@ pub(super) struct Registry {
 /// members that were served on the old primary, and their grants would
 /// otherwise each hold the lock for a claim while nobody takes it.
 ///
-/// Weak: a hold whose guard is gone (released, or dropped and released in
-/// the background) reads as not held. Dead entries are swept whenever the
+/// Each hold is a weak reference to its lease (anything the guard alone
+/// keeps alive): a hold whose guard is gone (released, or dropped and
+/// released in the background) reads as not held. Dead entries are swept whenever the
 /// map has doubled since the last sweep.
 #[derive(Default)]
 pub(super) struct FairHolds {
-    leases: HashMap<u64, Weak<Lease>>,
+    leases: HashMap<u64, Weak<dyn Any + Send + Sync>>,
     /// The size at which the next insert sweeps first.
     sweep_at: usize,
 }
 
 impl FairHolds {
     /// Notes that waiter `id` left holding `lease`.
-    pub(super) fn insert(&mut self, id: u64, lease: Weak<Lease>) {
+    pub(super) fn insert(&mut self, id: u64, lease: Weak<dyn Any + Send + Sync>) {
         if self.leases.len() >= self.sweep_at {
             self.leases.retain(|_, l| l.strong_count() > 0);
             self.sweep_at = (2 * self.leases.len()).max(64);
