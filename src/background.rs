@@ -21,8 +21,10 @@
 //!   on a task of its own (one multiplexed connection pipelines them all).
 //!   A failed attempt does not sleep in line: the item is put aside with
 //!   the time of its next try ([`RETRY_AFTER`]: 50 ms, 250 ms, 1 s, 2 s,
-//!   then it is given up). First attempts and retries have separate
-//!   budgets: up to [`MAX_FRESH`] first attempts in flight, and up to
+//!   then it is given up), or sooner: when the client follows a failover
+//!   to a new primary, every retry is due at once. First attempts and
+//!   retries have separate budgets: up to [`MAX_FRESH`] first attempts in
+//!   flight, and up to
 //!   [`MAX_RETRYING`] retries, so work that keeps failing (a shard that
 //!   does not answer, each attempt timing out) can never take the place
 //!   of a new release. A new item waits only behind `MAX_FRESH` *first*
