@@ -24,12 +24,11 @@
 //!   then it is given up), or sooner: when the client follows a failover
 //!   to a new primary, every retry is due at once. First attempts and
 //!   retries have separate budgets: up to [`MAX_FRESH`] first attempts in
-//!   flight, and up to
-//!   [`MAX_RETRYING`] retries, so work that keeps failing (a shard that
-//!   does not answer, each attempt timing out) can never take the place
-//!   of a new release. A new item waits only behind `MAX_FRESH` *first*
-//!   attempts still in flight: when Redis is slower than guards are
-//!   dropped, and then it would be as slow itself.
+//!   flight, and up to [`MAX_RETRYING`] retries, so work that keeps failing
+//!   (a shard that does not answer, each attempt timing out) can never take
+//!   the place of a new release. A new item waits only behind `MAX_FRESH`
+//!   *first* attempts still in flight: when Redis is slower than guards
+//!   are dropped, and then it would be as slow itself.
 //! - **Lifetime.** The worker runs until every [`Sender`] is gone (the
 //!   client and everything made from it) *and* the queue is empty, so the
 //!   release queued by the last guard's `Drop` still runs, as long as the
