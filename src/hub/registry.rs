@@ -61,8 +61,8 @@ pub(super) struct Registry {
 ///
 /// Each hold is a weak reference to its lease (anything the guard alone
 /// keeps alive): a hold whose guard is gone (released, or dropped and
-/// released in the background) reads as not held. Dead entries are swept whenever the
-/// map has doubled since the last sweep.
+/// released in the background) reads as not held. Dead entries are swept
+/// whenever the map has doubled since the last sweep.
 #[derive(Default)]
 pub(super) struct FairHolds {
     leases: HashMap<u64, Weak<dyn Any + Send + Sync>>,
