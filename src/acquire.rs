@@ -315,7 +315,7 @@ impl Acquirer {
                 drop(slot);
                 let pttl = match outcome? {
                     Ok(held) => {
-                        registration.acquired();
+                        registration.acquired(&held.lease);
                         return Ok(held);
                     }
                     Err((pttl, server_us)) => {
@@ -461,6 +461,12 @@ impl Acquirer {
         };
         let mut result =
             scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
+        // Refused at connect: the call never left this process (on one
+        // server or the sentinels' primary, a call written to a connection
+        // that then failed reports that failure, never a refusal; redis-rs's
+        // cluster connection retries a sent call on a new connection, whose
+        // refusal would hide the first). Every send refused: nothing ran.
+        let mut never_sent = !inner.conn.is_cluster() && refused(&result);
         if let Err(Error::Redis(e)) = &result
             && (e.is_timeout() || e.is_connection_dropped())
             && inner.conn.recover(sent).await
@@ -478,6 +484,7 @@ impl Acquirer {
             // future being the same as for one call.
             result =
                 scripts::acquire(&inner.conn, keys, token, lease_ms, queue, self.replication).await;
+            never_sent &= refused(&result);
         }
         match result {
             Ok((Attempt::Acquired { .. }, Some(acked)))
@@ -519,6 +526,14 @@ impl Acquirer {
                 | Error::Protocol { .. }),
             ) => {
                 in_flight.token = None; // the script wrote nothing
+                Err(e)
+            }
+            // Nothing to release: no attempt reached a server. (`redbell
+            // run` waits for the background work before it exits, and a
+            // release retried against a dead primary held it there for
+            // seconds after a failover.)
+            Err(e) if never_sent => {
+                in_flight.token = None;
                 Err(e)
             }
             // The script may have run before the connection failed: the
@@ -571,4 +586,9 @@ impl Acquirer {
         }
         Ok(keys)
     }
+}
+
+/// Whether an acquire call failed at connect (refused): it was never sent.
+fn refused<T>(result: &Result<T, Error>) -> bool {
+    matches!(result, Err(Error::Redis(e)) if e.is_connection_refusal())
 }

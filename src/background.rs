@@ -21,13 +21,14 @@
 //!   on a task of its own (one multiplexed connection pipelines them all).
 //!   A failed attempt does not sleep in line: the item is put aside with
 //!   the time of its next try ([`RETRY_AFTER`]: 50 ms, 250 ms, 1 s, 2 s,
-//!   then it is given up). First attempts and retries have separate
-//!   budgets: up to [`MAX_FRESH`] first attempts in flight, and up to
-//!   [`MAX_RETRYING`] retries, so work that keeps failing (a shard that
-//!   does not answer, each attempt timing out) can never take the place
-//!   of a new release. A new item waits only behind `MAX_FRESH` *first*
-//!   attempts still in flight: when Redis is slower than guards are
-//!   dropped, and then it would be as slow itself.
+//!   then it is given up), or sooner: when the client follows a failover
+//!   to a new primary, every retry is due at once. First attempts and
+//!   retries have separate budgets: up to [`MAX_FRESH`] first attempts in
+//!   flight, and up to [`MAX_RETRYING`] retries, so work that keeps failing
+//!   (a shard that does not answer, each attempt timing out) can never take
+//!   the place of a new release. A new item waits only behind `MAX_FRESH`
+//!   *first* attempts still in flight: when Redis is slower than guards
+//!   are dropped, and then it would be as slow itself.
 //! - **Lifetime.** The worker runs until every [`Sender`] is gone (the
 //!   client and everything made from it) *and* the queue is empty, so the
 //!   release queued by the last guard's `Drop` still runs, as long as the
@@ -260,7 +261,8 @@ pub(crate) async fn release(
 
 /// Starts the worker for the client whose command connection is `conn`.
 pub(crate) fn start(conn: Conn, counters: Arc<Counters>, on_released: OnReleased) -> Sender {
-    start_with(CAPACITY, move |work| {
+    let switches = Some(conn.switches());
+    start_with(CAPACITY, switches, move |work| {
         let conn = conn.clone();
         let counters = counters.clone();
         let on_released = on_released.clone();
@@ -291,8 +293,10 @@ pub(crate) fn start(conn: Conn, counters: Arc<Counters>, on_released: OnReleased
     })
 }
 
-/// Starts a worker that runs each attempt with `attempt`.
-fn start_with<F, Fut>(capacity: usize, attempt: F) -> Sender
+/// Starts a worker that runs each attempt with `attempt`; a notification
+/// on `switches` (the connection moved to a new primary) makes every retry
+/// due at once.
+fn start_with<F, Fut>(capacity: usize, switches: Option<Arc<Notify>>, attempt: F) -> Sender
 where
     F: Fn(Work) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
@@ -306,13 +310,13 @@ where
         idle: Notify::new(),
         capacity,
     });
-    tokio::spawn(run(shared.clone(), attempt));
+    tokio::spawn(run(shared.clone(), switches, attempt));
     Sender(shared)
 }
 
 /// The worker: start what may start, then wait for an attempt to finish,
 /// new work, or the next retry time.
-async fn run<F, Fut>(shared: Arc<WorkQueue>, attempt: F)
+async fn run<F, Fut>(shared: Arc<WorkQueue>, switches: Option<Arc<Notify>>, attempt: F)
 where
     F: Fn(Work) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
@@ -383,8 +387,31 @@ where
             }
             _ = shared.wake.notified() => {}
             _ = sleep_until_some(next_retry) => {}
+            () = switched(switches.as_deref()) => retry_now(&shared),
         }
     }
+}
+
+/// Waits for a switch to a new primary, or forever without `switches`.
+async fn switched(switches: Option<&Notify>) {
+    match switches {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Makes every retry due now (in their order): the work that failed while
+/// the primary was down or demoted runs as soon as the client has moved to
+/// the new one, not up to [`RETRY_AFTER`]'s 2 s later (a `redbell run` that
+/// failed during a failover waits for its background work before exiting).
+fn retry_now(shared: &WorkQueue) {
+    let mut state = shared.lock();
+    let now = Instant::now();
+    let retry = std::mem::take(&mut state.retry);
+    state.retry = retry
+        .into_iter()
+        .map(|((at, seq), item)| ((at.min(now), seq), item))
+        .collect();
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -471,7 +498,7 @@ mod tests {
     /// token and when it finished.
     fn worker(capacity: usize) -> (Sender, Log) {
         let log = Arc::new(StdMutex::new(Vec::new()));
-        let sender = start_with(capacity, {
+        let sender = start_with(capacity, None, {
             let log = log.clone();
             move |work| {
                 let log = log.clone();

@@ -159,6 +159,53 @@ async fn sentinel_run_and_status() {
     assert_eq!(code(&out), 75, "the broken holder learns of it");
 }
 
+/// `redbell run` waiting through a primary SIGKILL, its park ending before
+/// the failover: its lock attempt is refused and it exits 69 (Redis could
+/// not be reached), once its background work is done, within a second of
+/// the sentinels naming the new primary. A caller that retries then gets the
+/// lock there at once.
+///
+/// Before, it exited about 2 s after the failover: a release of the refused
+/// attempt (which never reached Redis) and the pass-on of its queue entry
+/// were retried on their timer (1 s, then 2 s apart), not when the client
+/// moved to the new primary. In a Sentinel soak the lock sat free 5.4 s
+/// across a holder's SIGKILL followed by a primary SIGKILL (bound 4.9 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_run_waiting_through_a_primary_kill_exits_with_the_failover() {
+    let topo = Topology::start().await;
+    let sentinels = topo.sentinel_urls().join(",");
+    let global = ["--sentinel", sentinels.as_str(), "--master", MASTER];
+    let name = unique("sentinel-kill");
+    // A crashed holder's key: the waiter parks on its PTTL, which ends
+    // after the kill and before the failover (down-after 1 s).
+    let _: () = redis::cmd("SET")
+        .arg(lock_key(&name))
+        .arg("m0123456789abcdef0123456789abcdef")
+        .arg("PX")
+        .arg(1500)
+        .query(&mut connection(&topo.primary_url()))
+        .expect("SET the crashed holder's key");
+    let set = std::time::Instant::now();
+    let waiter = spawn(&[&global[..], &["run", "--ttl", "1500ms", &name, "true"]].concat());
+    thread::sleep(Duration::from_millis(1000).saturating_sub(set.elapsed()));
+    topo.kill_primary().await;
+    let failover = topo.wait_for_failover().await;
+    let named = std::time::Instant::now();
+    let out = finish(waiter, Duration::from_secs(30), "waiter through the kill");
+    let after = named.elapsed();
+    eprintln!(
+        "sentinels named the new primary {failover:?} after the kill; the waiter exited {after:?} later"
+    );
+    assert_eq!(code(&out), 69, "the waiter's attempt met the dead primary");
+    assert!(
+        after < Duration::from_secs(1),
+        "the waiter exited {after:?} after the failover: its background work waited for its \
+         retry timer"
+    );
+    let out = run(&[&global[..], &["run", "-n", &name, "true"]].concat());
+    assert_eq!(code(&out), 0, "the lock on the new primary");
+}
+
 #[test]
 fn prefix_names_other_keys() {
     let name = unique("prefix");

@@ -19,8 +19,8 @@ use redbell_integration_tests::sentinel::{
     sentinel_agrees, sentinel_client, works_again,
 };
 use redbell_integration_tests::{
-    Proxy, exists, get, join_waiters, lock_key, node_url, query, raw, replication_field,
-    spawn_waiter, spread, unique, wait_for_subscribers, waiter_errors,
+    Monitor, Proxy, exists, get, join_waiters, lock_key, node_url, query, raw, replication_field,
+    script_sha, set_px, spawn_waiter, spread, unique, wait_for_subscribers, waiter_errors,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -269,6 +269,69 @@ async fn a_client_connecting_mid_failover_waits_for_the_primary() {
         .expect("a lock on the primary")
         .expect("free");
     guard.unlock().await.unwrap();
+}
+
+/// A waiter parked across a primary SIGKILL, whose park ends before the
+/// failover: its attempt is refused at connect (it never reached Redis), and
+/// `lock()` fails at once with that error. Nothing is left to release:
+/// `Client::shutdown` has no background work to wait for, and the new
+/// primary runs no release of its token. `redbell run` waits for that work
+/// before it exits: in a Sentinel soak its waiters exited with 69 two
+/// seconds after the new primary was up (4 s after the kill), the lock free
+/// meanwhile.
+///
+/// Before: the release was queued as for an attempt of unknown outcome and
+/// retried (50 ms, 250 ms, 1 s, 2 s apart) until the new primary ran it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_refused_during_a_failover_leaves_no_release_behind() {
+    let topo = Topology::start().await;
+    let name = unique("refused-attempt");
+    // A crashed holder's key: the waiter parks on its PTTL, which ends
+    // after the kill and before the failover (down-after 1 s).
+    let foreign = "m0123456789abcdef0123456789abcdef";
+    set_px(
+        &mut raw(&topo.primary_url()).await,
+        &lock_key(&name),
+        foreign,
+        1500,
+    )
+    .await;
+    let set = Instant::now();
+    let c = sentinel_client(&topo).await;
+    let mutex = c.mutex(&name);
+    let waiter = tokio::spawn(async move { mutex.lock().await });
+    wait_for_subscribers(&topo.primary_url(), &name, 1).await;
+    assert!(replica_caught_up(&topo.primary_url()).await);
+    sleep(Duration::from_millis(1000).saturating_sub(set.elapsed())).await;
+    topo.kill_primary().await;
+    let e = timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter hung")
+        .expect("the waiter panicked")
+        .expect_err("the waiter got the lock before the failover");
+    assert!(
+        matches!(&e, Error::Redis(r) if r.is_connection_refusal()),
+        "the attempt was not refused at connect: {e:?}"
+    );
+    // (The sentinels kill the clients of the node they promote: watch it
+    // from then on.)
+    topo.wait_for_failover().await;
+    let monitor = Monitor::start(&topo.replica_url()).await;
+    let drained = timeout(Duration::from_secs(10), c.shutdown())
+        .await
+        .expect("shutdown hung");
+    // `shutdown` returned once the background work was done: a release, had
+    // one been queued, ran on the new primary (its retry 3.3 s after the
+    // refusal), unless the failover took longer than that. The waiter's
+    // pass-on of its member runs there too: that one is due.
+    let release = format!("\"evalsha\" \"{}\"", script_sha("release"));
+    monitor.sync().await;
+    let ran = monitor.count(&[&release]);
+    assert!(
+        ran == 0 && drained.is_ok(),
+        "a release was queued for an attempt that never reached Redis: the new primary ran it \
+         {ran} times; shutdown: {drained:?}"
+    );
 }
 
 /// A semaphore and an election through a failover (the primary

@@ -267,11 +267,26 @@ class Client:
                 timer.cancel()
             w.event.clear()
 
-    def _orphan(self, ch: Channel, wid: int) -> None:
-        """Duty 9: a wake-up for a waiter this client no longer has is passed on."""
-        if ch.kind in ("mutex", "election", "semaphore") and not self._closed:
-            k = _Keys(self.prefix, ch.base[len(self.prefix) + 2:-1])
-            self._spawn(self._quiet(self._pass(ch.kind, k, f"{self.id}:{wid}", ch.permits)))
+    def _orphan(self, ch: Channel, wid: int, token: Optional[str]) -> None:
+        """Duty 9: a wake-up for a waiter this client no longer has is passed
+        on; so is a fair grant (``token``: the acquisition it names) unless
+        this client holds that acquisition (the waiter's attempt found the
+        grant before the message came: passing it on would release a lock in
+        use). A grant to a waiter that left without the lock, or was served
+        and let go, comes from a queue that still holds its member: one the
+        pass of its leaving has not reached yet, or a promoted replica's,
+        which lacks the old primary's last changes."""
+        if self._closed:
+            return
+        if token is None and ch.kind in ("mutex", "election", "semaphore"):
+            member = f"{self.id}:{wid}"
+        elif token is not None and ch.kind == "fair" \
+                and not any(g.token == token for g in self._holds):
+            member = f"{self.id}:{wid}:{token}"
+        else:
+            return
+        k = _Keys(self.prefix, ch.base[len(self.prefix) + 2:-1])
+        self._spawn(self._quiet(self._pass(ch.kind, k, member, ch.permits)))
 
     # -- acquiring -----------------------------------------------------------
 

@@ -84,7 +84,8 @@ class ClusterHub:
     """The hub of a cluster client: one :class:`Hub` per primary that owns
     a slot some waiter listens in, channels routed by slot."""
 
-    def __init__(self, cluster: RedisCluster, on_orphan: Callable[[Channel, int], None],
+    def __init__(self, cluster: RedisCluster,
+                 on_orphan: Callable[[Channel, int, Optional[str]], None],
                  conn_kwargs: Dict[str, Any]) -> None:
         self._cluster = cluster
         self._on_orphan = on_orphan

@@ -12,7 +12,8 @@ needs a subscription, so an uncontended lock costs no ``SUBSCRIBE``:
 - **Linger.** A channel whose last waiter left stays subscribed for
   ``LINGER`` seconds, so a hot lock does not SUBSCRIBE/UNSUBSCRIBE per
   acquisition; a wake-up arriving meanwhile for a waiter that is gone is
-  passed on (duty 9) by the client.
+  passed on (duty 9) by the client, and so is a fair grant unless the
+  client still holds the acquisition it names.
 - **One place per client per lock** (duty 6): the channel's ``queuer`` is
   the only local waiter that passes a member; when it leaves, the oldest
   remaining waiter gets the place (``turn``) and attempts at once.
@@ -88,7 +89,8 @@ class Channel:
 class Hub:
     """One client's pub/sub connection and waiter registry."""
 
-    def __init__(self, url: Optional[str], on_orphan: Callable[[Channel, int], None],
+    def __init__(self, url: Optional[str],
+                 on_orphan: Callable[[Channel, int, Optional[str]], None],
                  pool: Optional[ConnectionPool] = None, **kwargs) -> None:
         # RESP2: pushed messages come back from read_response as plain arrays
         # (redis-py 8 defaults to RESP3, whose pushes go to a handler instead).
@@ -280,7 +282,7 @@ class Hub:
                 w.woken = True
                 w.event.set()
             else:
-                self._on_orphan(ch, wid)
+                self._on_orphan(ch, wid, None)
         elif len(parts) == 3 and parts[2][:1] == "s":  # standby
             try:
                 ms = int(parts[2][1:])
@@ -295,6 +297,8 @@ class Hub:
             if w is not None and parts[1] == w.token:
                 w.woken = True
                 w.event.set()
+            elif w is None and parts[1]:
+                self._on_orphan(ch, wid, parts[1])
         # "W:?" (a fair probe) and anything else: ignored
 
     def reconnect(self) -> None:

@@ -86,7 +86,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
-use tokio::sync::{Mutex as AsyncMutex, OnceCell};
+use tokio::sync::{Mutex as AsyncMutex, Notify, OnceCell};
 use tokio::time::Instant;
 
 pub(crate) use sentinel::Sentinels;
@@ -142,6 +142,8 @@ struct Inner {
     recovering: AsyncMutex<Option<Instant>>,
     /// Counts switches to a new primary (see [`Conn::epoch`]).
     epoch: AtomicU64,
+    /// Notified (`notify_waiters`) at each switch to a new primary.
+    switched: Arc<Notify>,
     /// In sentinel mode, the tasks following `+switch-master` (see
     /// [`follow_switches`]); they end with the last clone of the `Conn`.
     watchers: StdMutex<Vec<AbortOnDrop>>,
@@ -234,6 +236,7 @@ impl Conn {
                 resolving: AtomicBool::new(false),
                 recovering: AsyncMutex::new(None),
                 epoch: AtomicU64::new(0),
+                switched: Arc::default(),
                 watchers: StdMutex::new(Vec::new()),
             }
         }))
@@ -343,6 +346,12 @@ impl Conn {
     /// the hub moves its pub/sub connection when this changes.
     pub(crate) fn epoch(&self) -> u64 {
         self.0.epoch.load(Ordering::Acquire)
+    }
+
+    /// Notified at each switch to a new primary: the background worker
+    /// retries its failed work then, rather than at its next retry time.
+    pub(crate) fn switches(&self) -> Arc<Notify> {
+        self.0.switched.clone()
     }
 
     /// Whether this is a Redis Cluster (sharded pub/sub, per-slot batches).
@@ -550,6 +559,7 @@ impl Conn {
         };
         drop(slot);
         self.0.epoch.fetch_add(1, Ordering::AcqRel);
+        self.0.switched.notify_waiters();
         Ok(true)
     }
 }

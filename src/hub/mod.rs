@@ -10,9 +10,10 @@ pub(crate) mod pubsub;
 mod registry;
 mod shards;
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -51,6 +52,9 @@ pub(crate) struct Registration {
     queued: AtomicBool,
     /// Set when the waiter got the lock: its acquire left the queue.
     acquired: AtomicBool,
+    /// The lease of what it got, as [`acquired`](Registration::acquired)
+    /// was told (a fair grant read late must not release it).
+    lease: OnceLock<Weak<dyn Any + Send + Sync>>,
 }
 
 impl Registration {
@@ -138,8 +142,13 @@ impl Registration {
 
     /// Marks the waiter as done with the lock: the acquire that succeeded
     /// also took it out of the queue, so there is nothing to pass on.
-    pub(crate) fn acquired(&self) {
+    /// `lease` is the acquisition's (what its guard alone keeps alive):
+    /// while it lives, a fair grant naming this waiter that arrives after it
+    /// left is not passed on.
+    pub(crate) fn acquired<L: Any + Send + Sync>(&self, lease: &Arc<L>) {
         self.acquired.store(true, Ordering::Relaxed);
+        let lease: Weak<L> = Arc::downgrade(lease);
+        let _ = self.lease.set(lease);
     }
 }
 
@@ -148,6 +157,15 @@ impl Drop for Registration {
         let acquired = *self.acquired.get_mut();
         {
             let mut channels = self.shared.lock();
+            if acquired
+                && self.keys.kind == Kind::Fair
+                && *self.queued.get_mut()
+                && let Some(lease) = self.lease.take()
+            {
+                // Before it leaves `waiters`, under the same lock: a grant
+                // read meanwhile finds it in one or the other.
+                self.shared.fair_holds().insert(self.id, lease);
+            }
             if let Some(entry) = channels.get_mut(self.keys.channel()) {
                 if acquired
                     && let Some((released, _)) =
@@ -233,6 +251,7 @@ impl Hub {
             next_waiter: AtomicU64::new(1),
             own_unsubscribes: StdMutex::new(HashMap::new()),
             lingering: StdMutex::new(Vec::new()),
+            fair_holds: StdMutex::default(),
         });
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let control = Control::new(
@@ -296,6 +315,7 @@ impl Hub {
             waiter,
             queued: AtomicBool::new(false),
             acquired: AtomicBool::new(false),
+            lease: OnceLock::new(),
         };
         (registration, subscribed)
     }

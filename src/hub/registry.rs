@@ -1,12 +1,13 @@
 //! The waiter registry: per wake channel, the local waiters parked on it,
 //! and the routing of each message to the one waiter it names.
 
+use std::any::Any;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -43,6 +44,46 @@ pub(super) struct Registry {
     /// that grew with the channels waited on. Taken after `channels`,
     /// never before it.
     pub(super) lingering: StdMutex<Vec<String>>,
+    /// The fair acquisitions of this client's queued waiters that left with
+    /// the lock. Taken after `channels`, never before it.
+    pub(super) fair_holds: StdMutex<FairHolds>,
+}
+
+/// This client's fair acquisitions that may still be held, by the id of
+/// the waiter that made them (one that had queued: only those can be named
+/// by a grant). A grant naming such a waiter, read after its attempt
+/// confirmed an earlier grant, must not be passed on: that would release a
+/// lock in use. A grant naming a gone waiter whose acquisition is not held
+/// any more (released, or never made) is passed on: after a failover that
+/// lost the queue's last changes, the promoted replica still queues
+/// members that were served on the old primary, and their grants would
+/// otherwise each hold the lock for a claim while nobody takes it.
+///
+/// Each hold is a weak reference to its lease (anything the guard alone
+/// keeps alive): a hold whose guard is gone (released, or dropped and
+/// released in the background) reads as not held. Dead entries are swept
+/// whenever the map has doubled since the last sweep.
+#[derive(Default)]
+pub(super) struct FairHolds {
+    leases: HashMap<u64, Weak<dyn Any + Send + Sync>>,
+    /// The size at which the next insert sweeps first.
+    sweep_at: usize,
+}
+
+impl FairHolds {
+    /// Notes that waiter `id` left holding `lease`.
+    pub(super) fn insert(&mut self, id: u64, lease: Weak<dyn Any + Send + Sync>) {
+        if self.leases.len() >= self.sweep_at {
+            self.leases.retain(|_, l| l.strong_count() > 0);
+            self.sweep_at = (2 * self.leases.len()).max(64);
+        }
+        self.leases.insert(id, lease);
+    }
+
+    /// Whether waiter `id` left with a hold whose guard still lives.
+    pub(super) fn held(&self, id: u64) -> bool {
+        self.leases.get(&id).is_some_and(|l| l.strong_count() > 0)
+    }
 }
 
 /// A key of the registry's map: the keys of the lock whose wake channel
@@ -261,6 +302,11 @@ impl Registry {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The fair acquisitions that may still be held (see [`FairHolds`]).
+    pub(super) fn fair_holds(&self) -> StdMutexGuard<'_, FairHolds> {
+        self.fair_holds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The list of lingering channels.
     pub(super) fn lingering(&self) -> StdMutexGuard<'_, Vec<String>> {
         self.lingering.lock().unwrap_or_else(|p| p.into_inner())
@@ -342,7 +388,7 @@ impl Registry {
     /// Routes a wake-up on `channel` whose payload is the woken member
     /// without its client id (`"<waiter id>"`, or `"<waiter id>:<token>"`
     /// for a fair grant); one for a waiter this client no longer has is
-    /// passed on.
+    /// passed on (a fair grant unless that waiter's acquisition is held).
     pub(super) fn deliver(&self, channel: &str, payload: &[u8]) {
         let channels = self.lock();
         let Some((Channel(keys), entry)) = channels.get_key_value(channel) else {
@@ -390,13 +436,37 @@ impl Registry {
                 }
             }
             None if standby.is_some() => {} // nothing was granted to the gone waiter
-            // A fair grant to a waiter this client no longer has: either it
-            // left without the lock, and its registration's own pass-on
-            // moves the grant on, or it has the lock (its attempt found the
-            // grant first, and this message came late): passing on would
-            // release a lock in use. A grant made after the pass-on ran
-            // cannot name it (the pass took it out of the queue).
-            None if keys.kind == Kind::Fair => {}
+            // A fair grant to a waiter this client no longer has. If it
+            // holds the lock (its attempt found the grant first, and this
+            // message came late), passing on would release a lock in use.
+            // Otherwise the grant is passed on: the waiter left without the
+            // lock (its registration's pass-on did the same; the second
+            // finds nothing), or it was served and let go, and this grant
+            // comes from a promoted replica that still queues its member
+            // (see `FairHolds`).
+            None if keys.kind == Kind::Fair => {
+                let held = id.is_some_and(|id| self.fair_holds().held(id));
+                // `<waiter id>:<token>`, the member without the client id.
+                let named = payload
+                    .splitn(3, |b| *b == b':')
+                    .take(2)
+                    .collect::<Vec<_>>();
+                if held || id.is_none() || named.len() < 2 || named[1].is_empty() {
+                    return;
+                }
+                self.counters.wakeup(Wakeup::Skipped);
+                self.counters.passed_on();
+                let member = format!(
+                    "{}:{}:{}",
+                    self.client_id,
+                    String::from_utf8_lossy(named[0]),
+                    String::from_utf8_lossy(named[1])
+                );
+                self.background.send(Work::PassOn {
+                    keys: keys.clone(),
+                    member,
+                });
+            }
             None => {
                 self.counters.wakeup(Wakeup::Skipped);
                 self.counters.passed_on();
