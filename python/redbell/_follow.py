@@ -19,9 +19,10 @@ the :class:`Follower`:
   the answers in hand decide it, not when the slowest sentinel has
   answered (a frozen one would keep it on the old primary for a timeout
   every look): an answer with a newer epoch whose node answers ``ROLE`` as
-  ``master`` moves it at once; otherwise a majority of answers decides, or
-  at least one answer when every sentinel still asked timed out at its
-  last look (a silent sentinel costs one timeout once);
+  ``master`` moves it at once; otherwise every answer decides but those
+  of sentinels that timed out at their last look (a silent sentinel costs
+  one timeout once); a majority does not (right after a failover only its
+  leader may know the new epoch);
 - **is told** of every command error that may mean the primary moved
   (refused, reset, timed out, ``READONLY``: :meth:`Follower.report`), and
   re-resolves, one at a time;
@@ -213,11 +214,11 @@ class Follower:
             return RedisError("no sentinel given"), False
 
     def _decided(self, named: int, answered: List[bool]) -> bool:
-        """Whether ``named`` answers decide a look: a majority of the
-        sentinels, or at least one while every sentinel not yet answered
-        timed out at its last look."""
-        if named > len(answered) // 2:
-            return True
+        """Whether ``named`` answers decide a look: at least one, while
+        every sentinel not yet answered timed out at its last look. Not a
+        majority: right after a failover only its leader may know the new
+        epoch, and two stale answers that come first would keep the client
+        on the old primary."""
         return named > 0 and all(a or s for a, s in zip(answered, self._silent))
 
     async def _refused(self, addr: Address) -> Optional[Tuple[RedisError, bool]]:

@@ -377,11 +377,13 @@ impl Named {
 /// timed out), and whether the answers in hand decide the look. Besides an
 /// answer with a newer configuration epoch whose node answers `ROLE` as
 /// master (which decides at once, in [`Sentinels::ask`]), it is decided
-/// when a majority of the sentinels named a primary, or when at least one
-/// did and every sentinel still asked timed out the last time it was
-/// waited for: a frozen or black-holed sentinel costs one timeout once, not
-/// one every look, even with no majority left. Otherwise the look waits for
-/// every answer, each bounded by the connect timeout.
+/// when at least one sentinel named a primary and every sentinel still
+/// asked timed out the last time it was waited for: a frozen or
+/// black-holed sentinel costs one timeout once, not one every look.
+/// Otherwise the look waits for every answer, each bounded by the connect
+/// timeout. A majority does not decide: right after a failover only its
+/// leader may know the new epoch, and two stale answers that come first
+/// would keep the client on the old primary.
 struct Look {
     answered: Vec<bool>,
 }
@@ -400,14 +402,12 @@ impl Look {
     /// Whether `named` answers (of the sentinels that have answered) decide
     /// the look, with `silent` the sentinels that timed out last time.
     fn decided(&self, named: usize, silent: &[AtomicBool]) -> bool {
-        let majority = self.answered.len() / 2 + 1;
-        named >= majority
-            || (named > 0
-                && self
-                    .answered
-                    .iter()
-                    .zip(silent)
-                    .all(|(answered, silent)| *answered || silent.load(Ordering::Relaxed)))
+        named > 0
+            && self
+                .answered
+                .iter()
+                .zip(silent)
+                .all(|(answered, silent)| *answered || silent.load(Ordering::Relaxed))
     }
 }
 
@@ -524,7 +524,7 @@ mod tests {
     }
 
     #[test]
-    fn a_look_is_decided_by_a_majority_or_by_all_but_the_silent() {
+    fn a_look_is_decided_by_every_answer_but_the_silent_ones() {
         let silent = |flags: [bool; 3]| flags.map(AtomicBool::new);
         let mut look = Look::new(3);
         look.answered(0);
@@ -536,9 +536,12 @@ mod tests {
         // Nothing named yet: wait, silent or not.
         assert!(!look.decided(0, &silent([false, true, true])));
         look.answered(2);
-        // A majority named a primary.
-        assert!(look.decided(2, &silent([false, false, false])));
+        // Two stale answers of three are no decision: the third may be the
+        // failover's leader, the only one that knows the new epoch yet.
+        assert!(!look.decided(2, &silent([false, false, false])));
         // Two answered, one of them an error: the third is waited for.
         assert!(!look.decided(1, &silent([false, false, false])));
+        look.answered(1);
+        assert!(look.decided(3, &silent([false, false, false])));
     }
 }
