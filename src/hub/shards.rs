@@ -42,6 +42,17 @@
 //! for at most one probe period (the push, or failing that the next
 //! periodic probe, reveals the new socket), never for a lease.
 //!
+//! ## A connection that answers nothing
+//!
+//! The probe also runs while channels only wait for a retry, and reports a
+//! connection on which no node answered: neither `CLUSTER SLOTS` (which any
+//! primary may answer) nor a `CLIENT ID`. Two such probes in a row and the
+//! control task replaces the whole connection, as if it had closed. One
+//! dead shard never does this (the other primaries answer); a redis-rs
+//! connection stuck in a slot map rebuild does (seen after a failover: it
+//! answered nothing for as long as it was watched, so every SSUBSCRIBE
+//! timed out and the waiters were woken only by those failures).
+//!
 //! ## After a failover or migration
 //!
 //! A subscription made while the cluster changes may land on a demoted
@@ -429,7 +440,9 @@ impl Shards {
 
     /// The probe of the module docs. `after_push`: a node connection was
     /// just lost, so a node whose socket id is unknown counts as changed.
-    pub(super) async fn probe(&mut self, conn: &ClusterConnection, after_push: bool) {
+    /// Whether the connection answered: `false` when it has channels to
+    /// serve (subscribed, or waiting for a retry) and no node answered.
+    pub(super) async fn probe(&mut self, conn: &ClusterConnection, after_push: bool) -> bool {
         let subscribed: Vec<String> = self
             .shared
             .lock()
@@ -437,13 +450,18 @@ impl Shards {
             .filter(|(_, e)| e.subscribed)
             .map(|(name, _)| name.0.channel().to_owned())
             .collect();
-        if subscribed.is_empty() {
-            return;
+        if subscribed.is_empty() && self.retry.is_empty() {
+            return true;
         }
         let half = self.probe / 2;
-        match tokio::time::timeout(half, pubsub::slot_owners(&mut conn.clone())).await {
-            Ok(Ok(owners)) if !owners.is_empty() => self.owners = owners,
-            _ => {} // keep the last map; without one, each slot is its own group
+        let mut answered = false;
+        if let Ok(Ok(owners)) =
+            tokio::time::timeout(half, pubsub::slot_owners(&mut conn.clone())).await
+        {
+            answered = true;
+            if !owners.is_empty() {
+                self.owners = owners;
+            } // else keep the last map; without one, each slot is its own group
         }
         // Per primary: one slot of it to route by, and its channels.
         let mut groups: HashMap<String, (u16, Vec<String>)> = HashMap::new();
@@ -475,6 +493,7 @@ impl Shards {
         let mut lost = Vec::new();
         while let Some(asked) = asks.join_next().await {
             let Ok((node, id)) = asked else { continue };
+            answered |= id.is_some();
             let Some((_, channels)) = groups.remove(&node) else {
                 continue;
             };
@@ -501,6 +520,7 @@ impl Shards {
         if !lost.is_empty() {
             self.lose(&lost);
         }
+        answered
     }
 }
 
