@@ -12,8 +12,12 @@
 use std::time::Duration;
 
 use redbell::Client;
-use redbell_integration_tests::cluster::{Cluster, cluster_client_with, shard_subscribers};
-use redbell_integration_tests::{POLL, eventually_every, retryable};
+use redbell_integration_tests::cluster::{
+    Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, shard_subscribers,
+};
+use redbell_integration_tests::{
+    POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha, unique,
+};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -155,4 +159,82 @@ async fn every_waiter_of_a_failed_over_shard_is_served_after_its_release() {
         "waiters served later than {SERVED_WITHIN:?} after their release \
          (lock, released after the promotion, wait): {late:?}"
     );
+}
+
+/// The guide's cluster ACL without `+client|info`: the hub cannot name its
+/// sockets, so a re-check can never tell that the subscription stayed in
+/// place and must wake the waiters. The waiting client connects as that
+/// user; its pub/sub socket to the lock's shard is killed (`CLIENT KILL`).
+/// In the 6 s after, the waiter attempts once for the loss, once for the
+/// recovery and once more for the re-check 2 s later; then the holder's
+/// release reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_client_info_the_recheck_still_wakes() {
+    const RULES: &str = "resetchannels ~redbell:* &redbell:* -@all +evalsha +eval +type +ping \
+        +subscribe +unsubscribe +publish +get +mget +set +del +exists +pttl +pexpire +time \
+        +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zmscore \
+        +zrank +zpopmin +spublish +ssubscribe +sunsubscribe +cluster|slots +client|id";
+    let cluster = Cluster::start().await;
+    let password = unique("pw");
+    for port in cluster.ports() {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(format!(">{password}"));
+        for rule in RULES.split_whitespace() {
+            cmd.arg(rule);
+        }
+        let _: () = must(port, &cmd).await;
+    }
+    let one = cluster.primaries().await[0].port;
+    let a = cluster.name_on(one, "noinfo").await;
+    let urls = cluster.urls();
+    let as_locker: Vec<String> = urls
+        .iter()
+        .map(|u| u.replacen("redis://", &format!("redis://locker:{password}@"), 1))
+        .collect();
+    let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
+    let waiting = cluster_client(&as_locker).await;
+    let held = holder.mutex(&a).lock().await.expect("hold A");
+    let waiter = waiter(&waiting, &a);
+    let subscribed = eventually_every(Duration::from_secs(10), POLL, || async {
+        shard_subscribers(&[one], &a).await >= 1 && waiting.stats().waiters >= 1
+    })
+    .await;
+    assert!(
+        subscribed,
+        "the waiting client never subscribed to A's shard"
+    );
+
+    let mut admin = conn(one).await;
+    let sockets: Vec<u64> = client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| line.contains(" user=locker ") && !line.contains(" ssub=0 "))
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(
+        sockets.len(),
+        1,
+        "one socket of locker with sharded subscriptions"
+    );
+    let monitor = monitor_node(one).await;
+    kill_client(&mut admin, sockets[0]).await;
+    let window = Duration::from_secs(6);
+    sleep(window).await;
+    monitor.sync().await;
+    let attempts = monitor.count(&["evalsha", script_sha("acquire"), &lock_key(&a)]);
+    eprintln!("acquire attempts for A in {window:?} after its socket was killed: {attempts}");
+    assert!(
+        attempts >= 3,
+        "A's waiter attempted {attempts} times in {window:?}: the re-check, which cannot name \
+         the socket without +client|info, did not wake it"
+    );
+
+    held.unlock().await.expect("release A");
+    timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("A's waiter did not get the lock within 10 s")
+        .expect("A's waiter");
 }
