@@ -49,17 +49,18 @@
 //! primary may answer) nor a `CLIENT ID`. Two such probes in a row and the
 //! control task replaces the whole connection, as if it had closed. One
 //! dead shard never does this (the other primaries answer); a redis-rs
-//! connection stuck in a slot map rebuild does (seen after a failover: it
-//! answered nothing for as long as it was watched, so every SSUBSCRIBE
-//! timed out and the waiters were woken only by those failures).
+//! connection stuck in a slot map rebuild does: it answers nothing, every
+//! SSUBSCRIBE times out, and the waiters would be woken only by those
+//! failures, seconds after each release, for as long as it lasts.
 //!
-//! What got it stuck: many keyed reads at once (each recovery's, see
-//! below) answered `MOVED` to the new primary, to which redis-rs had no
-//! socket yet, each redirect connecting to it while the first `MOVED`
-//! rebuilt the slot map. So the subscription tasks make their keyed reads
-//! one at a time per primary (as the last `CLUSTER SLOTS` named it): the
-//! first `MOVED` refreshes the map and connects, and the next reads go
-//! straight to the new primary. A dead shard's reads hold up only its own.
+//! What gets it stuck after a failover: many keyed reads at once (each
+//! recovery's, see below) answered `MOVED` to the new primary, to which
+//! redis-rs has no socket yet, each redirect connecting to it while the
+//! first `MOVED` rebuilds the slot map. So the subscription tasks make
+//! their keyed reads one at a time per primary (as the last `CLUSTER
+//! SLOTS` named it): the first `MOVED` refreshes the map and connects, and
+//! the next reads go straight to the new primary. A dead shard's reads
+//! hold up only its own.
 //!
 //! ## After a failover or migration
 //!
