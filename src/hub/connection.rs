@@ -38,9 +38,10 @@
 //!   cluster has settled (see [`CLUSTER_RECHECK`](super::shards::CLUSTER_RECHECK)),
 //!   and its waiters woken again unless the subscription is still on the
 //!   connection it was made on.
-//! - Only when the whole connection goes (its push stream closes) does the
-//!   task reconnect it; the new connection subscribes channel by channel,
-//!   and one that fails goes to the retry list without failing the rest.
+//! - Only when the whole connection goes (its push stream closes, or two
+//!   probes in a row find no node answering it) does the task reconnect
+//!   it; the new connection subscribes channel by channel, and one that
+//!   fails goes to the retry list without failing the rest.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -77,6 +78,11 @@ const STORM: usize = 5;
 
 /// The window in which [`STORM`] reconnects are counted.
 const STORM_WINDOW: Duration = Duration::from_secs(10);
+
+/// Cluster: probes in a row that no node answered before the connection
+/// is replaced (see [`shards`](super::shards), "A connection that answers
+/// nothing").
+const SILENT_PROBES: u32 = 2;
 
 /// The pub/sub reconnect's backoff: the first delay at least this, ...
 const RECONNECT_BASE: Duration = Duration::from_millis(50);
@@ -118,6 +124,8 @@ pub(super) struct Control {
     shards: Shards,
     /// Cluster only: a node's socket was lost; probe at the next tick.
     probe_now: bool,
+    /// Cluster only: probes in a row that no node answered.
+    silent_probes: u32,
 }
 
 impl Control {
@@ -132,6 +140,7 @@ impl Control {
         Control {
             shards: Shards::new(shared.clone(), connect_timeout, probe),
             probe_now: false,
+            silent_probes: 0,
             epoch: primary.epoch(),
             primary,
             shared,
@@ -208,7 +217,20 @@ impl Control {
                         if self.probe_now || Instant::now() >= self.next_probe {
                             self.next_probe = Instant::now() + self.probe;
                             let after_push = std::mem::take(&mut self.probe_now);
-                            self.shards.probe(&conn, after_push).await;
+                            if self.shards.probe(&conn, after_push).await {
+                                self.silent_probes = 0;
+                            } else {
+                                self.silent_probes += 1;
+                            }
+                            if self.silent_probes >= SILENT_PROBES {
+                                tracing::warn!(
+                                    probes = self.silent_probes,
+                                    "no node answered the cluster pub/sub connection; replacing it"
+                                );
+                                self.disconnected();
+                                backoff.reset();
+                                next_reconnect = Instant::now() + backoff.first_delay();
+                            }
                         } else {
                             self.unsubscribe_idle().await;
                         }
@@ -283,6 +305,7 @@ impl Control {
         }
         self.shards.reset();
         self.probe_now = false;
+        self.silent_probes = 0;
     }
 
     /// Subscribes `channel` if a waiter still wants it. An error only for

@@ -42,6 +42,26 @@
 //! for at most one probe period (the push, or failing that the next
 //! periodic probe, reveals the new socket), never for a lease.
 //!
+//! ## A connection that answers nothing
+//!
+//! The probe also runs while channels only wait for a retry, and reports a
+//! connection on which no node answered: neither `CLUSTER SLOTS` (which any
+//! primary may answer) nor a `CLIENT ID`. Two such probes in a row and the
+//! control task replaces the whole connection, as if it had closed. One
+//! dead shard never does this (the other primaries answer); a redis-rs
+//! connection stuck in a slot map rebuild does: it answers nothing, every
+//! SSUBSCRIBE times out, and the waiters would be woken only by those
+//! failures, seconds after each release, for as long as it lasts.
+//!
+//! What gets it stuck after a failover: many keyed reads at once (each
+//! recovery's, see below) answered `MOVED` to the new primary, to which
+//! redis-rs has no socket yet, each redirect connecting to it while the
+//! first `MOVED` rebuilds the slot map. So the subscription tasks make
+//! their keyed reads one at a time per primary (as the last `CLUSTER
+//! SLOTS` named it): the first `MOVED` refreshes the map and connects, and
+//! the next reads go straight to the new primary. A dead shard's reads
+//! hold up only its own.
+//!
 //! ## After a failover or migration
 //!
 //! A subscription made while the cluster changes may land on a demoted
@@ -97,6 +117,9 @@ use tokio::time::Instant;
 use super::pubsub::{self, Socket};
 use super::registry::Registry;
 use crate::keys::hash_slot;
+use task::subscribe;
+
+mod task;
 
 /// How long after a subscription made to recover from a loss it is checked
 /// again (see the module docs): by then the cluster has settled.
@@ -133,6 +156,9 @@ pub(super) struct Shards {
     /// Slot ranges and the node id of their primary, from the last
     /// `CLUSTER SLOTS` that was answered.
     owners: Vec<(u16, u16, String)>,
+    /// Per primary (as [`owners`](Self::owners) names it), what a
+    /// subscription task holds for its keyed read (see the module docs).
+    keyed: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// A re-check due (see the module docs).
@@ -186,6 +212,7 @@ impl Shards {
             tasks: JoinSet::new(),
             sockets: HashMap::new(),
             owners: Vec::new(),
+            keyed: HashMap::new(),
         }
     }
 
@@ -214,6 +241,7 @@ impl Shards {
         self.recheck.clear();
         self.lost_in_flight.clear();
         self.sockets.clear();
+        self.keyed.clear();
     }
 
     /// Whether a subscription task for `channel` is in flight.
@@ -271,8 +299,10 @@ impl Shards {
         let conn = conn.clone();
         let channel = channel.to_owned();
         let timeout = self.connect_timeout;
+        let owner = self.owner_of(hash_slot(&channel));
+        let keyed = self.keyed.entry(owner).or_default().clone();
         self.tasks.spawn(async move {
-            let result = subscribe(&conn, &channel, &why, timeout).await;
+            let result = subscribe(&conn, &channel, &why, timeout, &keyed).await;
             Done {
                 channel,
                 generation,
@@ -427,9 +457,20 @@ impl Shards {
         }
     }
 
+    /// The node id of `slot`'s primary as the last `CLUSTER SLOTS` named
+    /// it; `slot N` without one.
+    fn owner_of(&self, slot: u16) -> String {
+        self.owners
+            .iter()
+            .find(|(start, end, _)| *start <= slot && slot <= *end)
+            .map_or_else(|| format!("slot {slot}"), |(_, _, node)| node.clone())
+    }
+
     /// The probe of the module docs. `after_push`: a node connection was
     /// just lost, so a node whose socket id is unknown counts as changed.
-    pub(super) async fn probe(&mut self, conn: &ClusterConnection, after_push: bool) {
+    /// Whether the connection answered: `false` when it has channels to
+    /// serve (subscribed, or waiting for a retry) and no node answered.
+    pub(super) async fn probe(&mut self, conn: &ClusterConnection, after_push: bool) -> bool {
         let subscribed: Vec<String> = self
             .shared
             .lock()
@@ -437,23 +478,24 @@ impl Shards {
             .filter(|(_, e)| e.subscribed)
             .map(|(name, _)| name.0.channel().to_owned())
             .collect();
-        if subscribed.is_empty() {
-            return;
+        if subscribed.is_empty() && self.retry.is_empty() {
+            return true;
         }
         let half = self.probe / 2;
-        match tokio::time::timeout(half, pubsub::slot_owners(&mut conn.clone())).await {
-            Ok(Ok(owners)) if !owners.is_empty() => self.owners = owners,
-            _ => {} // keep the last map; without one, each slot is its own group
+        let mut answered = false;
+        if let Ok(Ok(owners)) =
+            tokio::time::timeout(half, pubsub::slot_owners(&mut conn.clone())).await
+        {
+            answered = true;
+            if !owners.is_empty() {
+                self.owners = owners;
+            } // else keep the last map; without one, each slot is its own group
         }
         // Per primary: one slot of it to route by, and its channels.
         let mut groups: HashMap<String, (u16, Vec<String>)> = HashMap::new();
         for channel in subscribed {
             let slot = hash_slot(&channel);
-            let node = self
-                .owners
-                .iter()
-                .find(|(start, end, _)| *start <= slot && slot <= *end)
-                .map_or_else(|| format!("slot {slot}"), |(_, _, node)| node.clone());
+            let node = self.owner_of(slot);
             groups
                 .entry(node)
                 .or_insert((slot, Vec::new()))
@@ -475,6 +517,7 @@ impl Shards {
         let mut lost = Vec::new();
         while let Some(asked) = asks.join_next().await {
             let Ok((node, id)) = asked else { continue };
+            answered |= id.is_some();
             let Some((_, channels)) = groups.remove(&node) else {
                 continue;
             };
@@ -501,71 +544,6 @@ impl Shards {
         if !lost.is_empty() {
             self.lose(&lost);
         }
-    }
-}
-
-/// The work of one subscription task: SSUBSCRIBE `channel`, with the checks
-/// that `why` asks for (see the module docs), each bounded by `timeout`.
-/// Once subscribed, the connection that holds the subscription, when it
-/// can tell. A recovery's checks are not needed for its subscription: one
-/// that fails or is late only leaves the connection unknown.
-async fn subscribe(
-    conn: &ClusterConnection,
-    channel: &str,
-    why: &Why,
-    timeout: Duration,
-) -> Result<Option<Socket>, String> {
-    match why {
-        Why::Asked => {
-            within(timeout, conn.clone().ssubscribe(channel)).await?;
-            Ok(None)
-        }
-        Why::Recover => {
-            // The slot map checked first, so that a demoted primary does
-            // not count as the slot's; then the connection just before and
-            // just after: when they agree, the SSUBSCRIBE went to it.
-            let mut before_conn = conn.clone();
-            let before = within(timeout / 2, async move {
-                pubsub::check_owner(&mut before_conn, channel).await?;
-                pubsub::socket_of(&mut before_conn, channel).await
-            })
-            .await
-            .ok();
-            within(timeout, conn.clone().ssubscribe(channel)).await?;
-            let after = socket_within(conn.clone(), channel, timeout / 2).await;
-            Ok(after.filter(|after| before.as_ref() == Some(after)))
-        }
-        Why::Recheck(_) => {
-            let mut checked = conn.clone();
-            within(timeout, async move {
-                pubsub::check_owner(&mut checked, channel).await?;
-                checked.ssubscribe(channel).await
-            })
-            .await?;
-            Ok(socket_within(conn.clone(), channel, timeout / 2).await)
-        }
-    }
-}
-
-/// [`pubsub::socket_of`], `None` when it fails or takes longer than `timeout`.
-async fn socket_within(
-    mut conn: ClusterConnection,
-    channel: &str,
-    timeout: Duration,
-) -> Option<Socket> {
-    within(timeout, pubsub::socket_of(&mut conn, channel))
-        .await
-        .ok()
-}
-
-/// `work`, failed as "timed out" when it takes longer than `timeout`.
-async fn within<T>(
-    timeout: Duration,
-    work: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("timed out".to_owned()),
+        answered
     }
 }

@@ -1,0 +1,240 @@
+//! Redis Cluster: the hub's re-check of a recovered sharded subscription
+//! (`CLUSTER_RECHECK`, 2 s after the recovery) may skip its wake-up when it
+//! finds the subscription on the connection it was made on. These tests
+//! try to lose a wake-up around it: releases published while the shards'
+//! subscriptions are being recovered and re-checked must each reach their
+//! waiter promptly, far sooner than the 30 s lease a lost one would cost.
+//!
+//! Each test starts a fresh cluster of its own ([`Cluster`], in the helper
+//! crate's `cluster` module). The figures are printed to stderr:
+//! `cargo test --test cluster_recheck -- --nocapture`.
+
+use std::time::Duration;
+
+use redbell::Client;
+use redbell_integration_tests::cluster::{
+    Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, shard_subscribers,
+};
+use redbell_integration_tests::{
+    POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha, unique,
+};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout};
+
+/// How long a waiter may take to get its lock after the holder released
+/// it: generous for a loaded machine, and far below the holder's 30 s
+/// lease, which is what a lost wake-up costs.
+const SERVED_WITHIN: Duration = Duration::from_secs(3);
+
+/// A waiter for `name` on `client` that retries retryable errors (a
+/// failover causes some) and unlocks at once; when it got the lock.
+fn waiter(client: &Client, name: &str) -> JoinHandle<Instant> {
+    let mutex = client.mutex(name);
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let guard = loop {
+            match mutex.lock().await {
+                Ok(g) => break g,
+                Err(e) if retryable(&e) => sleep(Duration::from_millis(50)).await,
+                Err(e) => panic!("waiter for {name}: {e}"),
+            }
+        };
+        let at = Instant::now();
+        let _ = guard.unlock().await;
+        at
+    })
+}
+
+/// Many waiters parked on one shard (one lock each, all in one client, so
+/// its hub holds that many sharded subscriptions on the shard), then a
+/// `CLUSTER FAILOVER` of the shard. The holder releases the locks one by
+/// one, 40 ms apart, from the moment the replica reports the master role:
+/// the releases fall before, during and after the hub's recovery of the
+/// subscriptions and their re-checks 2 s later. Within 8 s of the
+/// promotion the waiting client's subscriptions are on the new primary,
+/// and every waiter has its lock within [`SERVED_WITHIN`] of its release.
+///
+/// The hub's recovery after a failover can leave its redis-rs connection
+/// answering nothing (stuck rebuilding its slot map): every subscription
+/// attempt then times out after the connect timeout (10 s here) and the
+/// waiters are woken only by those failures. The hub must replace such a
+/// connection instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_waiter_of_a_failed_over_shard_is_served_after_its_release() {
+    const LOCKS: usize = 120;
+    let cluster = Cluster::start().await;
+    let home = cluster.primaries().await[0].port;
+    let replica = cluster.replica_of(home).await;
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
+    // A long connect timeout bounds each subscription attempt: a hub that
+    // cannot subscribe shows as waits of several seconds.
+    let waiting = Client::cluster_builder(urls.iter().map(String::as_str).collect::<Vec<_>>())
+        .connect_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("the waiting client");
+    let mut names = Vec::new();
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        let name = cluster.name_on(home, &format!("herd-{i}")).await;
+        guards.push(holder.mutex(&name).lock().await.expect("hold a lock"));
+        names.push(name);
+    }
+    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let parked = eventually_every(Duration::from_secs(20), POLL, || async {
+        waiting.stats().waiters >= i64::try_from(LOCKS).expect("a few locks")
+    })
+    .await;
+    assert!(parked, "the {LOCKS} waiters never all parked");
+    sleep(Duration::from_secs(1)).await; // every subscription made
+
+    let promoted = cluster.promote(replica).await;
+    eprintln!("replica {replica} promoted after {promoted:?}");
+    let start = Instant::now();
+    // The last lock is held until its waiter's subscription is on the new
+    // primary: a hub that never gets it there fails here, whatever wakes
+    // its waiters.
+    let last = guards.pop().expect("a lock");
+    let mut released = Vec::new();
+    for (i, guard) in guards.into_iter().enumerate() {
+        let due = start + Duration::from_millis(40) * u32::try_from(i).expect("a few locks");
+        tokio::time::sleep_until(due).await;
+        // A release that fails leaves the lock to its lease: not a lost
+        // wake-up, so that waiter is not timed.
+        match guard.unlock().await {
+            Ok(()) => released.push(Some(Instant::now())),
+            Err(e) if retryable(&e) => {
+                eprintln!("release of {} failed: {e}", names[i]);
+                released.push(None);
+            }
+            Err(e) => panic!("release of {}: {e}", names[i]),
+        }
+    }
+    let moved = eventually_every(
+        (start + Duration::from_secs(8)).saturating_duration_since(Instant::now()),
+        POLL,
+        || async { shard_subscribers(&[replica], &names[LOCKS - 1]).await >= 1 },
+    )
+    .await;
+    assert!(
+        moved,
+        "8 s after the promotion, the waiting client still has no subscription on the new primary"
+    );
+    match last.unlock().await {
+        Ok(()) => released.push(Some(Instant::now())),
+        Err(e) => panic!("release of the last lock: {e}"),
+    }
+    let timed = released.iter().flatten().count();
+    assert!(
+        timed >= LOCKS * 9 / 10,
+        "only {timed} of the {LOCKS} releases went through"
+    );
+    let mut worst = (Duration::ZERO, 0);
+    let mut late = Vec::new();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let Some(released) = released[i] else {
+            w.abort();
+            continue;
+        };
+        let left = (released + Duration::from_secs(40)).saturating_duration_since(Instant::now());
+        let got = timeout(left, w)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} never got its lock"))
+            .expect("waiter task");
+        let wait = got.saturating_duration_since(released);
+        if wait > worst.0 {
+            worst = (wait, i);
+        }
+        if wait > SERVED_WITHIN {
+            late.push((i, released - start, wait));
+        }
+    }
+    eprintln!(
+        "{LOCKS} waiters: worst wait after the release {:?} (lock {})",
+        worst.0, worst.1
+    );
+    assert!(
+        late.is_empty(),
+        "waiters served later than {SERVED_WITHIN:?} after their release \
+         (lock, released after the promotion, wait): {late:?}"
+    );
+}
+
+/// The guide's cluster ACL without `+client|info`: the hub cannot name its
+/// sockets, so a re-check can never tell that the subscription stayed in
+/// place and must wake the waiters. The waiting client connects as that
+/// user; its pub/sub socket to the lock's shard is killed (`CLIENT KILL`).
+/// In the 6 s after, the waiter attempts once for the loss, once for the
+/// recovery and once more for the re-check 2 s later; then the holder's
+/// release reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_client_info_the_recheck_still_wakes() {
+    const RULES: &str = "resetchannels ~redbell:* &redbell:* -@all +evalsha +eval +type +ping \
+        +subscribe +unsubscribe +publish +get +mget +set +del +exists +pttl +pexpire +time \
+        +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcount +zcard +zscore +zmscore \
+        +zrank +zpopmin +spublish +ssubscribe +sunsubscribe +cluster|slots +client|id";
+    let cluster = Cluster::start().await;
+    let password = unique("pw");
+    for port in cluster.ports() {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(format!(">{password}"));
+        for rule in RULES.split_whitespace() {
+            cmd.arg(rule);
+        }
+        let _: () = must(port, &cmd).await;
+    }
+    let one = cluster.primaries().await[0].port;
+    let a = cluster.name_on(one, "noinfo").await;
+    let urls = cluster.urls();
+    let as_locker: Vec<String> = urls
+        .iter()
+        .map(|u| u.replacen("redis://", &format!("redis://locker:{password}@"), 1))
+        .collect();
+    let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
+    let waiting = cluster_client(&as_locker).await;
+    let held = holder.mutex(&a).lock().await.expect("hold A");
+    let waiter = waiter(&waiting, &a);
+    let subscribed = eventually_every(Duration::from_secs(10), POLL, || async {
+        shard_subscribers(&[one], &a).await >= 1 && waiting.stats().waiters >= 1
+    })
+    .await;
+    assert!(
+        subscribed,
+        "the waiting client never subscribed to A's shard"
+    );
+
+    let mut admin = conn(one).await;
+    let sockets: Vec<u64> = client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| line.contains(" user=locker ") && !line.contains(" ssub=0 "))
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(
+        sockets.len(),
+        1,
+        "one socket of locker with sharded subscriptions"
+    );
+    let monitor = monitor_node(one).await;
+    kill_client(&mut admin, sockets[0]).await;
+    let window = Duration::from_secs(6);
+    sleep(window).await;
+    monitor.sync().await;
+    let attempts = monitor.count(&["evalsha", script_sha("acquire"), &lock_key(&a)]);
+    eprintln!("acquire attempts for A in {window:?} after its socket was killed: {attempts}");
+    assert!(
+        attempts >= 3,
+        "A's waiter attempted {attempts} times in {window:?}: the re-check, which cannot name \
+         the socket without +client|info, did not wake it"
+    );
+
+    held.unlock().await.expect("release A");
+    timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("A's waiter did not get the lock within 10 s")
+        .expect("A's waiter");
+}
