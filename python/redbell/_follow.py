@@ -87,7 +87,14 @@ class Follower:
                            socket_connect_timeout=timeout, **opts)
             for h, p, opts in sentinels]
         self._silent = [False] * len(self._sentinels)
-        # Per sentinel: it timed out the last time it was waited for.
+        # Per sentinel: it timed out the last time it was asked (an ask a
+        # look did not wait for still sets it, when it ends: _look).
+        self._asks = [0] * len(self._sentinels)
+        # Per sentinel: how many asks were started; only the latest one's
+        # outcome sets its silent mark.
+        self._unfinished: set = set()
+        # Asks a look did not wait for, left to end (each bounded by the
+        # timeout); cancelled by aclose.
         self.address: Optional[Address] = None
         """Where the primary is; None until the first resolution."""
         self.epoch = -1
@@ -152,8 +159,8 @@ class Follower:
         """One resolution: (None, _) when on the primary (moved or not),
         else the error and whether a named node answered as not the primary."""
         async with self._lock:
-            asked = {asyncio.ensure_future(self._ask(s)): i
-                     for i, s in enumerate(self._sentinels)}
+            asked = {asyncio.ensure_future(self._look(i)): i
+                     for i in range(len(self._sentinels))}
             pending = set(asked)
             answered = [False] * len(asked)
             named: List[Tuple[str, int, int]] = []
@@ -168,7 +175,6 @@ class Follower:
                         i = asked[task]
                         answered[i] = True
                         error = task.exception()
-                        self._silent[i] = isinstance(error, _Silent)
                         if error is not None:
                             errors.append(error)
                             continue
@@ -188,9 +194,13 @@ class Follower:
                     if self._decided(len(named), answered):
                         break
             finally:
+                # Not waited for, but not cancelled: a sentinel back from a
+                # partition must lose its silent mark when it answers, or
+                # every later look is decided by whichever sentinel answers
+                # first, however stale.
                 for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+                    self._unfinished.add(task)
+                    task.add_done_callback(self._settled)
             named.sort(key=lambda n: -n[2])  # stable: equal epochs in the order answered
             for host, port, epoch in named:
                 addr = (host, port)
@@ -211,6 +221,27 @@ class Follower:
             if errors:
                 return RedisError(f"no sentinel answers for {self.master!r}: {errors[0]}"), False
             return RedisError("no sentinel given"), False
+
+    async def _look(self, i: int) -> Tuple[str, int, int]:
+        """Sentinel ``i``'s answer (:meth:`_ask`), which sets its silent
+        mark (unless a later ask of it was started meanwhile)."""
+        self._asks[i] += 1
+        ask = self._asks[i]
+        try:
+            named = await self._ask(self._sentinels[i])
+        except Exception as e:
+            if self._asks[i] == ask:
+                self._silent[i] = isinstance(e, _Silent)
+            raise
+        if self._asks[i] == ask:
+            self._silent[i] = False
+        return named
+
+    def _settled(self, task: "asyncio.Future[Any]") -> None:
+        """An ask no look waited for has ended (its mark is set)."""
+        self._unfinished.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: not logged as never retrieved
 
     def _decided(self, named: int, answered: List[bool]) -> bool:
         """Whether ``named`` answers decide a look: a majority of the
@@ -356,7 +387,7 @@ class Follower:
     async def aclose(self) -> None:
         """Stop listening and close the connections to the sentinels."""
         self._closed = True
-        tasks = list(self._listeners)
+        tasks = list(self._listeners) + list(self._unfinished)
         if self._reported is not None:
             tasks.append(self._reported)
         for t in tasks:
