@@ -18,9 +18,10 @@
 //! not yet announced) asks again, with backoff, for up to
 //! [`FAILOVER_WAIT`], rather than failing at once.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -44,9 +45,15 @@ const NOT_PRIMARY: &str = "the node a sentinel named is not the primary";
 pub(crate) struct Sentinels {
     /// One client per sentinel.
     clients: Vec<redis::Client>,
-    /// Per sentinel: whether it timed out the last time it was waited for
-    /// (a look does not wait for it again while others have answered).
-    silent: Vec<AtomicBool>,
+    /// Per sentinel: whether it timed out the last time it was asked (a
+    /// look does not wait for it again while others have answered). Set
+    /// when an ask ends, also one that the look did not wait for
+    /// ([`Unwaited`]): a sentinel back from a partition loses its mark as
+    /// soon as it answers again.
+    silent: Arc<[AtomicBool]>,
+    /// Per sentinel: how many asks were started; only the latest one's
+    /// outcome sets its `silent` mark.
+    asks: Arc<[AtomicU64]>,
     /// The master name the sentinels monitor.
     master: String,
     /// The primary's connection settings; its address is replaced by the one
@@ -82,6 +89,7 @@ impl Sentinels {
     ) -> Self {
         Sentinels {
             silent: clients.iter().map(|_| AtomicBool::new(false)).collect(),
+            asks: clients.iter().map(|_| AtomicU64::new(0)).collect(),
             clients,
             master,
             primary,
@@ -133,20 +141,15 @@ impl Sentinels {
         // primary.
         let mut last: Option<(RedisError, bool)> = None;
         let mut look = Look::new(self.clients.len());
-        let mut pending: FuturesUnordered<_> = self
-            .clients
-            .iter()
-            .enumerate()
-            .map(|(i, s)| async move { (i, self.master_addr(s, connect).await) })
-            .collect();
+        let mut pending = Unwaited(
+            (0..self.clients.len())
+                .map(|i| self.ask_one(i, connect))
+                .collect(),
+        );
         let mut named = Vec::with_capacity(self.clients.len());
         let mut tried: Vec<String> = Vec::with_capacity(self.clients.len());
-        while let Some((i, answer)) = pending.next().await {
+        while let Some((i, answer)) = pending.0.next().await {
             look.answered(i);
-            self.silent[i].store(
-                matches!(&answer, Err(e) if e.is_timeout()),
-                Ordering::Relaxed,
-            );
             let n = match answer {
                 Ok(n) => n,
                 Err(e) => {
@@ -192,7 +195,7 @@ impl Sentinels {
                 break;
             }
         }
-        drop(pending); // the sentinels not waited for
+        drop(pending); // the sentinels not waited for: their asks end on their own
         // The newest configuration first: a sentinel that has not heard of
         // the last failover yet (they tell each other every 2 s) names the
         // old primary, which answers `master` until it is converted.
@@ -305,57 +308,105 @@ impl Sentinels {
         self.primary.clone().set_addr(addr)
     }
 
-    /// Where one sentinel says the primary is, and the configuration epoch
-    /// of that answer: `SENTINEL MASTER` (whose `config-epoch` counts the
-    /// failovers), else `SENTINEL get-master-addr-by-name` (epoch 0).
-    async fn master_addr(
+    /// Asks sentinel `i` where the primary is ([`master_addr`]), and sets
+    /// its `silent` mark from the outcome (unless a later ask of it was
+    /// started meanwhile). Owns what it needs: a look may leave it to end
+    /// on its own ([`Unwaited`]).
+    fn ask_one(
         &self,
-        sentinel: &redis::Client,
+        i: usize,
         timeout: Duration,
-    ) -> Result<Named, RedisError> {
-        let asked = tokio::time::timeout(timeout, async {
-            let mut conn = sentinel.get_multiplexed_async_connection().await?;
-            let master: RedisResult<Value> = redis::cmd("SENTINEL")
-                .arg("MASTER")
-                .arg(&self.master)
-                .query_async(&mut conn)
-                .await;
-            if let Ok(reply) = &master {
-                let port = field(reply, "port").and_then(|p| p.parse().ok());
-                if let (Some(host), Some(port)) = (field(reply, "ip"), port) {
-                    let epoch = field(reply, "config-epoch")
-                        .and_then(|e| e.parse().ok())
-                        .unwrap_or(0);
-                    return Ok(Some(Named { host, port, epoch }));
-                }
+    ) -> impl Future<Output = (usize, Result<Named, RedisError>)> + Send + 'static {
+        let (sentinel, master) = (self.clients[i].clone(), self.master.clone());
+        let (silent, asks) = (self.silent.clone(), self.asks.clone());
+        let ask = asks[i].fetch_add(1, Ordering::AcqRel) + 1;
+        async move {
+            let answer = master_addr(&sentinel, &master, timeout).await;
+            if asks[i].load(Ordering::Acquire) == ask {
+                let timed_out = matches!(&answer, Err(e) if e.is_timeout());
+                silent[i].store(timed_out, Ordering::Release);
             }
-            // Denied by the sentinel's ACL, or an answer without the fields.
-            redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(&self.master)
-                .query_async::<Option<(String, u16)>>(&mut conn)
-                .await
-                .map(|addr| {
-                    addr.map(|(host, port)| Named {
-                        host,
-                        port,
-                        epoch: 0,
-                    })
+            (i, answer)
+        }
+    }
+}
+
+/// Where one sentinel says the primary of `master` is, and the
+/// configuration epoch of that answer: `SENTINEL MASTER` (whose
+/// `config-epoch` counts the failovers), else `SENTINEL
+/// get-master-addr-by-name` (epoch 0).
+async fn master_addr(
+    sentinel: &redis::Client,
+    master: &str,
+    timeout: Duration,
+) -> Result<Named, RedisError> {
+    let asked = tokio::time::timeout(timeout, async {
+        let mut conn = sentinel.get_multiplexed_async_connection().await?;
+        let reply: RedisResult<Value> = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(master)
+            .query_async(&mut conn)
+            .await;
+        if let Ok(reply) = &reply {
+            let port = field(reply, "port").and_then(|p| p.parse().ok());
+            if let (Some(host), Some(port)) = (field(reply, "ip"), port) {
+                let epoch = field(reply, "config-epoch")
+                    .and_then(|e| e.parse().ok())
+                    .unwrap_or(0);
+                return Ok(Some(Named { host, port, epoch }));
+            }
+        }
+        // Denied by the sentinel's ACL, or an answer without the fields.
+        redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(master)
+            .query_async::<Option<(String, u16)>>(&mut conn)
+            .await
+            .map(|addr| {
+                addr.map(|(host, port)| Named {
+                    host,
+                    port,
+                    epoch: 0,
                 })
-        })
-        .await;
-        match asked {
-            Ok(Ok(Some(named))) => Ok(named),
-            Ok(Ok(None)) => Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "the sentinels do not know this master",
-                self.master.clone(),
-            ))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "a sentinel did not answer in time",
-            ))),
+            })
+    })
+    .await;
+    match asked {
+        Ok(Ok(Some(named))) => Ok(named),
+        Ok(Ok(None)) => Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the sentinels do not know this master",
+            master.to_owned(),
+        ))),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "a sentinel did not answer in time",
+        ))),
+    }
+}
+
+/// The asks of one look that are still under way. What the look did not
+/// wait for is left to end on its own (each is bounded by the connect
+/// timeout), so that it still sets its sentinel's silent mark: dropped,
+/// a sentinel marked silent once would keep the mark after it came back,
+/// and every later look would be decided by whichever sentinel answers
+/// first, however stale.
+struct Unwaited<F: Future + Send + 'static>(FuturesUnordered<F>)
+where
+    F::Output: Send;
+
+impl<F: Future + Send + 'static> Drop for Unwaited<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let mut rest = std::mem::take(&mut self.0);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { while rest.next().await.is_some() {} });
         }
     }
 }
