@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use redis::AsyncConnectionConfig;
 use redis::aio::ConnectionLike;
 use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
 
@@ -340,8 +341,15 @@ async fn master_addr(
     master: &str,
     timeout: Duration,
 ) -> Result<Named, RedisError> {
+    // redis-rs's own bounds (1 s to connect, 500 ms per reply) would cut a
+    // slow sentinel off well within `timeout`: the caller's bound is ours.
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
     let asked = tokio::time::timeout(timeout, async {
-        let mut conn = sentinel.get_multiplexed_async_connection().await?;
+        let mut conn = sentinel
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
         let reply: RedisResult<Value> = redis::cmd("SENTINEL")
             .arg("MASTER")
             .arg(master)
