@@ -1,8 +1,9 @@
-//! Sentinels the client reaches over a slow link: each behind a proxy that
-//! delivers every reply late ([`Proxy::lag_replies`]). A look at the
-//! sentinels is bounded by the client's connect timeout, so a sentinel
-//! that answers within it is heard, however slowly. Each test on a real
-//! topology of its own ([`Topology`]).
+//! What a look at the sentinels hears, with the client's sentinels behind
+//! proxies that partition, hold back or delay ([`Proxy::lag_replies`])
+//! what they relay. A look is bounded by the client's connect timeout, so
+//! a sentinel that answers within it is heard, however slowly; one that
+//! timed out is not waited for again until it answers again. Each test on
+//! a real topology of its own ([`Topology`]).
 
 use std::time::Duration;
 
@@ -10,7 +11,9 @@ use redbell::Client;
 use redbell_integration_tests::sentinel::{
     MASTER, Topology, master_port, on_old_primary_until_moved,
 };
-use redbell_integration_tests::{Proxy, eventually_every, unique};
+use redbell_integration_tests::{
+    PrivateRedis, Proxy, eventually_every, query, replication_field, unique,
+};
 use tokio::time::Instant;
 
 /// How late each proxy delivers what a sentinel sends: more than redis-rs
@@ -68,5 +71,132 @@ async fn sentinels_on_a_slow_link_are_heard_within_the_connect_timeout() {
         "sentinels {LAG:?} away: the client's locks were on the new primary {:?} after \
          sentinel 0 named it ({on_old} granted on the old one first)",
         switched.elapsed()
+    );
+}
+
+/// The connect timeout of [`a_sentinel_back_from_a_partition_is_waited_for_again`]'s
+/// client, which bounds each sentinel's answer: long enough for a look to
+/// outlast a failover.
+const LONG_CONNECT: Duration = Duration::from_secs(8);
+
+/// How late the stale sentinel's proxy delivers what it relays (one lag
+/// for its connection's handshake, one for its answer).
+const STALE_LAG: Duration = Duration::from_millis(600);
+
+/// Kills the client's subscription on `trigger` (a plain Redis server the
+/// client takes for a sentinel): the client subscribes again and looks at
+/// the sentinels once. Waits until that look asked `watched` (its proxy
+/// accepted a new connection); when it did.
+async fn look(trigger: &PrivateRedis, watched: &Proxy) -> Instant {
+    let before = watched.accepted();
+    let killed: Option<i64> = query(
+        trigger.port(),
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
+    )
+    .await;
+    assert_eq!(killed, Some(1), "the client's subscription on the trigger");
+    let asked = eventually_every(Duration::from_secs(10), Duration::from_millis(5), || {
+        let accepted = watched.accepted();
+        async move { accepted > before }
+    })
+    .await;
+    assert!(asked, "no look asked the sentinel within 10 s");
+    Instant::now()
+}
+
+/// Sentinels 1 and 2 are partitioned from the client for one look (it
+/// waits for them one timeout, then marks them silent), then come back. A
+/// look in which sentinel 0 answers first is decided by it alone (the two
+/// were silent at their last look), but their answers, a moment later,
+/// must clear their marks. So in the next look, when sentinel 0's answer is
+/// stale (given before a failover, delivered after it: a slow link), the
+/// client waits for the two others, which name the new primary, and moves.
+/// It used to drop the asks it did not wait for, so the marks stayed set
+/// and every later look was decided by whichever sentinel answered first,
+/// here the stale one: the client stayed on the old primary, which still
+/// answers as a primary (`SENTINEL FAILOVER` leaves it up until it is
+/// converted, about 10 s later), and granted locks there.
+///
+/// The looks are started by hand: the client's fourth "sentinel" is a
+/// plain Redis server (it answers `SENTINEL` with an error), where killing
+/// the client's subscription makes it subscribe again and look once; the
+/// subscriptions to the real sentinels are black-holed, so no announcement
+/// moves the client behind the test's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_back_from_a_partition_is_waited_for_again() {
+    let topo = Topology::start().await;
+    let mut proxies = Vec::new();
+    for port in topo.sentinel_ports() {
+        proxies.push(Proxy::start(0, port).await.expect("a proxy"));
+    }
+    let trigger = PrivateRedis::start().await;
+    let mut urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    urls.push(trigger.url());
+    let client = Client::sentinel_builder(&urls, MASTER)
+        .connect_timeout(LONG_CONNECT)
+        .connect()
+        .await
+        .expect("a sentinel client");
+    for p in &proxies {
+        p.half_open(0).await; // the subscription, made before the first look
+    }
+    let name = unique("sentinel-back");
+    let g = client.mutex(&name).lock().await.expect("lock before");
+    g.unlock().await.expect("unlock before");
+
+    // Sentinels 1 and 2 partitioned: a look waits for them and marks them
+    // silent.
+    proxies[1].partition().await;
+    proxies[2].partition().await;
+    look(&trigger, &proxies[1]).await;
+    tokio::time::sleep(LONG_CONNECT + Duration::from_secs(1)).await;
+
+    // Back, but their answers come after sentinel 0's: it decides alone,
+    // and their answers arrive a moment later.
+    proxies[1].pause().await;
+    proxies[2].pause().await;
+    look(&trigger, &proxies[1]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxies[1].resume();
+    proxies[2].resume();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Sentinel 0 answers before the failover (held back from then on), and
+    // the answer arrives after it; sentinels 1 and 2 are asked only after.
+    proxies[1].partition().await;
+    proxies[2].partition().await;
+    proxies[0].lag_replies(STALE_LAG);
+    let started = look(&trigger, &proxies[1]).await;
+    tokio::time::sleep_until(started + STALE_LAG + STALE_LAG / 2).await;
+    proxies[0].pause().await;
+    topo.ask_failover(1).await.expect("SENTINEL FAILOVER");
+    let (new, old) = (topo.replica_port(), topo.primary_port());
+    assert!(
+        topo.wait_for_primary(new, Duration::from_secs(20)).await,
+        "the sentinels did not agree on the new primary within 20 s"
+    );
+    assert_eq!(
+        replication_field(old, "role").await.as_deref(),
+        Some("master"),
+        "the old primary was converted already"
+    );
+    proxies[0].lag_replies(Duration::ZERO);
+    proxies[0].resume();
+    tokio::time::sleep(Duration::from_millis(500)).await; // the stale answer is in
+    proxies[1].resume();
+    proxies[2].resume();
+    let since = Instant::now();
+    let on_old = on_old_primary_until_moved(
+        &client,
+        &topo,
+        &name,
+        (since, Duration::from_secs(3)),
+        "after the sentinels that name the new primary answered",
+    )
+    .await;
+    eprintln!(
+        "{on_old} locks on the old primary after the two sentinels answered, {:?} after \
+         the look began",
+        started.elapsed()
     );
 }
