@@ -19,8 +19,8 @@
 //! [`FAILOVER_WAIT`], rather than failing at once.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -28,6 +28,7 @@ use futures_util::stream::FuturesUnordered;
 use redis::AsyncConnectionConfig;
 use redis::aio::ConnectionLike;
 use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
+use tokio::task::JoinSet;
 
 use super::{Manager, manager};
 use crate::Error;
@@ -55,6 +56,10 @@ pub(crate) struct Sentinels {
     /// Per sentinel: how many asks were started; only the latest one's
     /// outcome sets its `silent` mark.
     asks: Arc<[AtomicU64]>,
+    /// The asks looks did not wait for, running to their end (each bounded
+    /// by the connect timeout); aborted when the sentinels are dropped
+    /// (the client, or a connect future), so nothing outlives them.
+    unwaited: StdMutex<JoinSet<()>>,
     /// The master name the sentinels monitor.
     master: String,
     /// The primary's connection settings; its address is replaced by the one
@@ -91,6 +96,7 @@ impl Sentinels {
         Sentinels {
             silent: clients.iter().map(|_| AtomicBool::new(false)).collect(),
             asks: clients.iter().map(|_| AtomicU64::new(0)).collect(),
+            unwaited: StdMutex::new(JoinSet::new()),
             clients,
             master,
             primary,
@@ -142,14 +148,15 @@ impl Sentinels {
         // primary.
         let mut last: Option<(RedisError, bool)> = None;
         let mut look = Look::new(self.clients.len());
-        let mut pending = Unwaited(
-            (0..self.clients.len())
+        let mut pending = Unwaited {
+            asks: (0..self.clients.len())
                 .map(|i| self.ask_one(i, connect))
                 .collect(),
-        );
+            left_to: &self.unwaited,
+        };
         let mut named = Vec::with_capacity(self.clients.len());
         let mut tried: Vec<String> = Vec::with_capacity(self.clients.len());
-        while let Some((i, answer)) = pending.0.next().await {
+        while let Some((i, answer)) = pending.asks.next().await {
             look.answered(i);
             let n = match answer {
                 Ok(n) => n,
@@ -395,27 +402,35 @@ async fn master_addr(
 }
 
 /// The asks of one look that are still under way. What the look did not
-/// wait for is left to end on its own (each is bounded by the connect
-/// timeout), so that it still sets its sentinel's silent mark: dropped,
-/// a sentinel marked silent once would keep the mark after it came back,
-/// and every later look would be decided by whichever sentinel answers
-/// first, however stale.
-struct Unwaited<F: Future + Send + 'static>(FuturesUnordered<F>)
+/// wait for (it was decided, it failed, or it was dropped) is left to end
+/// on its own in `left_to` (each is bounded by the connect timeout), so
+/// that it still sets its sentinel's silent mark: dropped, a sentinel
+/// marked silent once would keep the mark after it came back, and every
+/// later look would be decided by whichever sentinel answers first,
+/// however stale.
+struct Unwaited<'a, F: Future + Send + 'static>
 where
-    F::Output: Send;
+    F::Output: Send,
+{
+    asks: FuturesUnordered<F>,
+    left_to: &'a StdMutex<JoinSet<()>>,
+}
 
-impl<F: Future + Send + 'static> Drop for Unwaited<F>
+impl<F: Future + Send + 'static> Drop for Unwaited<'_, F>
 where
     F::Output: Send,
 {
     fn drop(&mut self) {
-        if self.0.is_empty() {
+        if self.asks.is_empty() {
             return;
         }
-        let mut rest = std::mem::take(&mut self.0);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { while rest.next().await.is_some() {} });
-        }
+        let mut rest = std::mem::take(&mut self.asks);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime left to run them on
+        };
+        let mut set = self.left_to.lock().unwrap_or_else(|p| p.into_inner());
+        while set.try_join_next().is_some() {} // those that ended
+        set.spawn_on(async move { while rest.next().await.is_some() {} }, &runtime);
     }
 }
 
