@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use redbell::Client;
 use redbell_integration_tests::sentinel::{
-    MASTER, Topology, master_port, on_old_primary_until_moved,
+    MASTER, Topology, master_port, on_old_primary_until_moved, sentinel_agrees,
 };
 use redbell_integration_tests::{
-    PrivateRedis, Proxy, eventually_every, query, replication_field, unique,
+    PrivateRedis, Proxy, eventually_every, get, lock_key, node_url, query, raw, replication_field,
+    unique,
 };
 use tokio::time::Instant;
 
@@ -198,5 +199,154 @@ async fn a_sentinel_back_from_a_partition_is_waited_for_again() {
         "{on_old} locks on the old primary after the two sentinels answered, {:?} after \
          the look began",
         started.elapsed()
+    );
+}
+
+/// Waits (up to 40 s) until `replica` replicates from `primary` with its
+/// link up and every sentinel sees `primary` healthy with one replica:
+/// a failover back to `replica` can be asked for.
+async fn settled(topo: &Topology, primary: u16, replica: u16) {
+    let sentinels = topo.sentinel_ports();
+    let done = eventually_every(
+        Duration::from_secs(40),
+        Duration::from_millis(100),
+        || async move {
+            if replication_field(replica, "master_link_status")
+                .await
+                .as_deref()
+                != Some("up")
+            {
+                return false;
+            }
+            for s in sentinels {
+                if !sentinel_agrees(s, primary).await {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    assert!(
+        done,
+        "{replica} did not settle as a replica of {primary} within 40 s"
+    );
+}
+
+/// The client missed a failover and the one back (its sentinels' links
+/// dropped everything, and it asked nothing of the primary): it is on the
+/// old primary again, which the sentinels now name at configuration epoch
+/// 2, while it found it at epoch 0. In a look, sentinel 0 names it at
+/// epoch 2, then sentinel 2's answer arrives, stale: given before the
+/// failover back, it names the other node at epoch 1, which still answers
+/// as a primary (until the sentinels convert it, about 10 s later). That
+/// answer is older than what the look already heard, and the look must
+/// keep the client where it is. The client took it for news (newer than
+/// the epoch 0 it found its primary at) and moved to the demoted node: its
+/// locks were granted there while the sentinels' primary granted them to
+/// others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news() {
+    let topo = Topology::start().await;
+    let (p, q) = (topo.primary_port(), topo.replica_port());
+    let mut proxies = Vec::new();
+    for port in topo.sentinel_ports() {
+        proxies.push(Proxy::start(0, port).await.expect("a proxy"));
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let client = Client::sentinel_builder(&urls, MASTER)
+        .connect_timeout(LONG_CONNECT)
+        .connect()
+        .await
+        .expect("a sentinel client");
+    // Only sentinel 1 is listened to (for the test to start a look).
+    proxies[0].half_open(0).await;
+    proxies[2].half_open(0).await;
+    let name = unique("sentinel-epoch");
+    let g = client.mutex(&name).lock().await.expect("lock before");
+    g.unlock().await.expect("unlock before");
+
+    // A failover the client does not hear of.
+    for proxy in &proxies {
+        proxy.drop_all().await;
+    }
+    topo.ask_failover(0).await.expect("SENTINEL FAILOVER");
+    assert!(
+        topo.wait_for_primary(q, Duration::from_secs(20)).await,
+        "no failover to {q}"
+    );
+    settled(&topo, q, p).await;
+    for proxy in &proxies {
+        proxy.resume();
+    }
+
+    // A look (started by the client subscribing to sentinel 1 again) in
+    // which sentinel 0 is asked only after the failover back, sentinel 1
+    // never answers, and sentinel 2 answers before it, held back.
+    proxies[0].partition().await;
+    proxies[1].half_open(proxies[1].accepted() + 1).await; // after the subscription
+    proxies[2].lag_replies(STALE_LAG);
+    let before = proxies[2].accepted();
+    let killed: Option<i64> = query(
+        topo.sentinel_ports()[1],
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
+    )
+    .await;
+    assert_eq!(killed, Some(1), "the client's subscription on sentinel 1");
+    let asked = eventually_every(Duration::from_secs(10), Duration::from_millis(5), || {
+        let accepted = proxies[2].accepted();
+        async move { accepted > before }
+    })
+    .await;
+    assert!(asked, "no look asked sentinel 2 within 10 s");
+    let look = Instant::now();
+    tokio::time::sleep(STALE_LAG + STALE_LAG / 2).await;
+    proxies[2].pause().await;
+
+    // The failover back, not heard of either.
+    proxies[1].drop_all().await;
+    let asked = eventually_every(Duration::from_secs(20), Duration::from_millis(100), || {
+        let topo = &topo;
+        async move { topo.ask_failover(0).await.is_ok() }
+    })
+    .await;
+    assert!(asked, "the sentinels refused the failover back for 20 s");
+    assert!(
+        topo.wait_for_primary(p, Duration::from_secs(20)).await,
+        "no failover back to {p}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxies[1].resume();
+
+    // Sentinel 0 answers (the primary, epoch 2), then sentinel 2's stale
+    // answer arrives, within the look's bound.
+    proxies[0].resume();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    eprintln!(
+        "the stale answer is let through {:?} into the look",
+        look.elapsed()
+    );
+    proxies[2].lag_replies(Duration::ZERO);
+    proxies[2].resume();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let probe = format!("{name}-after");
+    let g = client
+        .mutex(&probe)
+        .try_lock()
+        .await
+        .expect("try_lock after the failover back")
+        .expect("a fresh name is free");
+    let (mut primary, mut demoted) = (raw(&node_url(p)).await, raw(&node_url(q)).await);
+    let on_primary = get(&mut primary, &lock_key(&probe)).await.is_some();
+    let on_demoted = get(&mut demoted, &lock_key(&probe)).await.is_some();
+    drop(g);
+    assert_eq!(
+        replication_field(q, "role").await.as_deref(),
+        Some("master"),
+        "{q} was converted already: the stale answer could not be taken"
+    );
+    assert!(
+        on_primary && !on_demoted,
+        "the lock went to the demoted {q} (on it: {on_demoted}), not to the primary {p}"
     );
 }

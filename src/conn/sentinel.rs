@@ -77,6 +77,17 @@ pub(crate) struct Found {
     pub(crate) manager: Manager,
 }
 
+/// What one look found.
+pub(crate) enum Looked {
+    /// The primary is elsewhere now: found and connected to.
+    Moved(Found),
+    /// The current primary still is, named at configuration `epoch`: newer
+    /// than the one it was found at when the client missed a failover and
+    /// one back (a stale sentinel's answer of the configuration in between
+    /// must then not be taken for news).
+    Stays { epoch: u64 },
+}
+
 /// What a node says it is.
 #[derive(Debug, PartialEq, Eq)]
 enum Role {
@@ -111,8 +122,8 @@ impl Sentinels {
         let mut pause = backoff.next_delay();
         loop {
             match self.ask(None, timeouts).await {
-                Ok(Some(found)) => return Ok(found),
-                Ok(None) => return Err(Error::Closed), // not reached: no current primary given
+                Ok(Looked::Moved(found)) => return Ok(found),
+                Ok(Looked::Stays { .. }) => return Err(Error::Closed), // not reached: no current primary given
                 Err(NotFound {
                     error,
                     not_primary: true,
@@ -128,12 +139,12 @@ impl Sentinels {
 
     /// Where the primary is now, when it is no longer `current` (its
     /// address, command connection and the configuration epoch it was
-    /// found at); `None` when `current` still is.
+    /// found at); [`Looked::Stays`] when `current` still is.
     pub(crate) async fn moved(
         &self,
         current: (&str, &Manager, u64),
         timeouts: (Duration, Duration),
-    ) -> Result<Option<Found>, Error> {
+    ) -> Result<Looked, Error> {
         self.ask(Some(current), timeouts).await.map_err(|e| e.error)
     }
 
@@ -143,7 +154,7 @@ impl Sentinels {
         &self,
         current: Option<(&str, &Manager, u64)>,
         (connect, response): (Duration, Duration),
-    ) -> Result<Option<Found>, NotFound> {
+    ) -> Result<Looked, NotFound> {
         // The last refusal, and whether it was a node saying it is not the
         // primary.
         let mut last: Option<(RedisError, bool)> = None;
@@ -156,6 +167,7 @@ impl Sentinels {
         };
         let mut named = Vec::with_capacity(self.clients.len());
         let mut tried: Vec<String> = Vec::with_capacity(self.clients.len());
+        let mut followed = current.map_or(0, |(_, _, epoch)| epoch);
         while let Some((i, answer)) = pending.asks.next().await {
             look.answered(i);
             let n = match answer {
@@ -171,16 +183,23 @@ impl Sentinels {
             // A configuration newer than the one followed: the failover
             // it names happened, whatever the sentinels not yet heard
             // from say. Its node answering `ROLE` as master decides it.
-            if let Some((current_addr, _, epoch)) = current {
+            // Newer than the current primary is named at in this look,
+            // too: a client that missed a failover and the one back
+            // followed an older epoch than its primary's, and a stale
+            // answer of the epoch in between names a demoted node that
+            // answers `master` until it is converted.
+            if let Some((current_addr, _, _)) = current {
                 let addr = n.addr();
-                if n.epoch > epoch && addr != current_addr && !tried.contains(&addr) {
+                if addr == current_addr {
+                    followed = followed.max(n.epoch);
+                } else if n.epoch > followed && !tried.contains(&addr) {
                     tried.push(addr.clone());
                     match self
                         .connect_to(n.host.clone(), n.port, (connect, response))
                         .await
                     {
                         Ok((client, manager)) => {
-                            return Ok(Some(Found {
+                            return Ok(Looked::Moved(Found {
                                 addr,
                                 config_epoch: n.epoch,
                                 client,
@@ -219,16 +238,19 @@ impl Sentinels {
                 && addr == current_addr
             {
                 // Still named: keep it unless it says it was demoted (an
-                // unreachable primary is the sentinels' to fail over).
+                // unreachable primary is the sentinels' to fail over), at
+                // the newest epoch it is named at (the first here).
                 match role(&mut current_manager.clone(), response).await {
                     Ok(Role::Other(role)) => last = Some((not_primary(&addr, &role), true)),
-                    Ok(Role::Master | Role::Unknown) | Err(_) => return Ok(None),
+                    Ok(Role::Master | Role::Unknown) | Err(_) => {
+                        return Ok(Looked::Stays { epoch });
+                    }
                 }
                 continue;
             }
             match self.connect_to(host, port, (connect, response)).await {
                 Ok((client, manager)) => {
-                    return Ok(Some(Found {
+                    return Ok(Looked::Moved(Found {
                         addr,
                         config_epoch: epoch,
                         client,
@@ -430,7 +452,10 @@ where
         };
         let mut set = self.left_to.lock().unwrap_or_else(|p| p.into_inner());
         while set.try_join_next().is_some() {} // those that ended
-        set.spawn_on(async move { while rest.next().await.is_some() {} }, &runtime);
+        set.spawn_on(
+            async move { while rest.next().await.is_some() {} },
+            &runtime,
+        );
     }
 }
 
