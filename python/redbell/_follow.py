@@ -167,6 +167,13 @@ class Follower:
             errors: List[BaseException] = []
             tried: List[Address] = []
             last: Optional[Tuple[RedisError, bool]] = None
+            # The epoch followed: the one the current primary was found at,
+            # or a newer one it is named at in this look (a client that
+            # missed a failover and the one back is on its old primary at
+            # a newer epoch, and a stale answer of the epoch in between
+            # names a demoted node, which answers as a primary until it is
+            # converted).
+            followed = self.epoch
             try:
                 while pending:
                     done, pending = await asyncio.wait(pending,
@@ -180,8 +187,10 @@ class Follower:
                             continue
                         host, port, epoch = task.result()
                         addr = (host, port)
-                        if self.address is not None and epoch > self.epoch \
-                                and addr != self.address and addr not in tried:
+                        if addr == self.address:
+                            followed = max(followed, epoch)
+                        elif self.address is not None and epoch > followed \
+                                and addr not in tried:
                             # A newer configuration than the one followed:
                             # its node answering as the primary decides it.
                             tried.append(addr)
@@ -210,10 +219,14 @@ class Follower:
                 refused = await self._refused(addr)
                 if refused is not None:
                     if addr == self.address and not refused[1]:
-                        return None, False  # unreachable: the sentinels' to fail over
+                        # Unreachable: the sentinels' to fail over.
+                        self.epoch = max(self.epoch, epoch)
+                        return None, False
                     last = refused
                     continue
-                if addr != self.address and epoch >= self.epoch:
+                if addr == self.address:
+                    self.epoch = max(self.epoch, epoch)  # named at a newer one
+                elif epoch >= self.epoch:
                     self._move(addr, epoch)
                 return None, False  # older epoch: only stale sentinels answered
             if last is not None:
