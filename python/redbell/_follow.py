@@ -21,7 +21,11 @@ the :class:`Follower`:
   every look): an answer with a newer epoch whose node answers ``ROLE`` as
   ``master`` moves it at once; otherwise a majority of answers decides, or
   at least one answer when every sentinel still asked timed out at its
-  last look (a silent sentinel costs one timeout once);
+  last look (a silent sentinel costs one timeout once; the asks a look
+  does not wait for still run to their end, so one that answers again is
+  waited for again). The epoch followed is the newest the primary it is on
+  is named at (a client that missed a failover and the one back must not
+  take a stale answer of the epoch in between for news);
 - **is told** of every command error that may mean the primary moved
   (refused, reset, timed out, ``READONLY``: :meth:`Follower.report`), and
   re-resolves, one at a time;
@@ -208,6 +212,8 @@ class Follower:
                 # every later look is decided by whichever sentinel answers
                 # first, however stale.
                 for task in pending:
+                    if self._closed:
+                        task.cancel()
                     self._unfinished.add(task)
                     task.add_done_callback(self._settled)
             named.sort(key=lambda n: -n[2])  # stable: equal epochs in the order answered
@@ -410,6 +416,10 @@ class Follower:
                 await t
             except BaseException:
                 pass
+        left = list(self._unfinished)  # left by a look cancelled just now
+        for t in left:
+            t.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
         for s in self._sentinels:
             await s.aclose()
 
