@@ -526,7 +526,7 @@ impl Conn {
             )
             .await?
         {
-            Looked::Moved(found) => found,
+            Looked::Moved(found) => *found,
             Looked::Stays { epoch } => {
                 let mut slot = self.0.current.write().unwrap_or_else(|p| p.into_inner());
                 // Named at a newer configuration (a failover and one back

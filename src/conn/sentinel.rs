@@ -80,7 +80,7 @@ pub(crate) struct Found {
 /// What one look found.
 pub(crate) enum Looked {
     /// The primary is elsewhere now: found and connected to.
-    Moved(Found),
+    Moved(Box<Found>),
     /// The current primary still is, named at configuration `epoch`: newer
     /// than the one it was found at when the client missed a failover and
     /// one back (a stale sentinel's answer of the configuration in between
@@ -122,7 +122,7 @@ impl Sentinels {
         let mut pause = backoff.next_delay();
         loop {
             match self.ask(None, timeouts).await {
-                Ok(Looked::Moved(found)) => return Ok(found),
+                Ok(Looked::Moved(found)) => return Ok(*found),
                 Ok(Looked::Stays { .. }) => return Err(Error::Closed), // not reached: no current primary given
                 Err(NotFound {
                     error,
@@ -199,12 +199,12 @@ impl Sentinels {
                         .await
                     {
                         Ok((client, manager)) => {
-                            return Ok(Looked::Moved(Found {
+                            return Ok(Looked::Moved(Box::new(Found {
                                 addr,
                                 config_epoch: n.epoch,
                                 client,
                                 manager,
-                            }));
+                            })));
                         }
                         Err(Refused::Settings(error)) => {
                             return Err(NotFound {
@@ -250,12 +250,12 @@ impl Sentinels {
             }
             match self.connect_to(host, port, (connect, response)).await {
                 Ok((client, manager)) => {
-                    return Ok(Looked::Moved(Found {
+                    return Ok(Looked::Moved(Box::new(Found {
                         addr,
                         config_epoch: epoch,
                         client,
                         manager,
-                    }));
+                    })));
                 }
                 Err(Refused::Settings(error)) => {
                     return Err(NotFound {
