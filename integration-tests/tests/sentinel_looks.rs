@@ -350,3 +350,40 @@ async fn a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news
         "the lock went to the demoted {q} (on it: {on_demoted}), not to the primary {p}"
     );
 }
+
+/// Every sentinel frozen (SIGSTOP: connections accepted, nothing
+/// answered): a client that connects fails, within a bound (each sentinel
+/// is asked once, for the connect timeout; 30 s here is a hang), while a
+/// client connected before keeps working on its primary; once they are
+/// thawed, a client connects again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_sentinel_frozen_a_connect_fails_in_bounded_time() {
+    let topo = Topology::start().await;
+    let connected = redbell_integration_tests::sentinel::sentinel_client(&topo).await;
+    let name = unique("sentinel-all-frozen");
+    let frozen: Vec<_> = (0..3).map(|i| topo.freeze_sentinel(i)).collect();
+    let connect = Client::sentinel_builder(topo.sentinel_urls(), MASTER)
+        .connect_timeout(Duration::from_secs(1))
+        .connect();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), connect).await;
+    let Ok(outcome) = outcome else {
+        panic!("a connect with every sentinel frozen hung for 30 s");
+    };
+    assert!(outcome.is_err(), "connected with every sentinel frozen");
+    let g = connected
+        .mutex(&name)
+        .lock()
+        .await
+        .expect("lock, sentinels frozen");
+    g.unlock().await.expect("unlock, sentinels frozen");
+    drop(frozen); // SIGCONT
+    let again = Client::sentinel(topo.sentinel_urls(), MASTER)
+        .await
+        .expect("a client once the sentinels are thawed");
+    let g = again
+        .mutex(&name)
+        .lock()
+        .await
+        .expect("lock, sentinels thawed");
+    g.unlock().await.expect("unlock, sentinels thawed");
+}
