@@ -21,8 +21,12 @@ the :class:`Follower`:
   every look): an answer with a newer epoch whose node answers ``ROLE`` as
   ``master`` moves it at once; otherwise every answer decides but those
   of sentinels that timed out at their last look (a silent sentinel costs
-  one timeout once); a majority does not (right after a failover only its
-  leader may know the new epoch);
+  one timeout once; the asks a look does not wait for still run to their
+  end, so one that answers again is waited for again); a majority does
+  not (right after a failover only its leader may know the new epoch).
+  The epoch followed is the newest the primary it is on is named at (a
+  client that missed a failover and the one back must not take a stale
+  answer of the epoch in between for news);
 - **is told** of every command error that may mean the primary moved
   (refused, reset, timed out, ``READONLY``: :meth:`Follower.report`), and
   re-resolves, one at a time;
@@ -88,7 +92,14 @@ class Follower:
                            socket_connect_timeout=timeout, **opts)
             for h, p, opts in sentinels]
         self._silent = [False] * len(self._sentinels)
-        # Per sentinel: it timed out the last time it was waited for.
+        # Per sentinel: it timed out the last time it was asked (an ask a
+        # look did not wait for still sets it, when it ends: _look).
+        self._asks = [0] * len(self._sentinels)
+        # Per sentinel: how many asks were started; only the latest one's
+        # outcome sets its silent mark.
+        self._unfinished: set = set()
+        # Asks a look did not wait for, left to end (each bounded by the
+        # timeout); cancelled by aclose.
         self.address: Optional[Address] = None
         """Where the primary is; None until the first resolution."""
         self.epoch = -1
@@ -153,14 +164,21 @@ class Follower:
         """One resolution: (None, _) when on the primary (moved or not),
         else the error and whether a named node answered as not the primary."""
         async with self._lock:
-            asked = {asyncio.ensure_future(self._ask(s)): i
-                     for i, s in enumerate(self._sentinels)}
+            asked = {asyncio.ensure_future(self._look(i)): i
+                     for i in range(len(self._sentinels))}
             pending = set(asked)
             answered = [False] * len(asked)
             named: List[Tuple[str, int, int]] = []
             errors: List[BaseException] = []
             tried: List[Address] = []
             last: Optional[Tuple[RedisError, bool]] = None
+            # The epoch followed: the one the current primary was found at,
+            # or a newer one it is named at in this look (a client that
+            # missed a failover and the one back is on its old primary at
+            # a newer epoch, and a stale answer of the epoch in between
+            # names a demoted node, which answers as a primary until it is
+            # converted).
+            followed = self.epoch
             try:
                 while pending:
                     done, pending = await asyncio.wait(pending,
@@ -169,14 +187,15 @@ class Follower:
                         i = asked[task]
                         answered[i] = True
                         error = task.exception()
-                        self._silent[i] = isinstance(error, _Silent)
                         if error is not None:
                             errors.append(error)
                             continue
                         host, port, epoch = task.result()
                         addr = (host, port)
-                        if self.address is not None and epoch > self.epoch \
-                                and addr != self.address and addr not in tried:
+                        if addr == self.address:
+                            followed = max(followed, epoch)
+                        elif self.address is not None and epoch > followed \
+                                and addr not in tried:
                             # A newer configuration than the one followed:
                             # its node answering as the primary decides it.
                             tried.append(addr)
@@ -189,9 +208,15 @@ class Follower:
                     if self._decided(len(named), answered):
                         break
             finally:
+                # Not waited for, but not cancelled: a sentinel back from a
+                # partition must lose its silent mark when it answers, or
+                # every later look is decided by whichever sentinel answers
+                # first, however stale.
                 for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+                    if self._closed:
+                        task.cancel()
+                    self._unfinished.add(task)
+                    task.add_done_callback(self._settled)
             named.sort(key=lambda n: -n[2])  # stable: equal epochs in the order answered
             for host, port, epoch in named:
                 addr = (host, port)
@@ -201,10 +226,14 @@ class Follower:
                 refused = await self._refused(addr)
                 if refused is not None:
                     if addr == self.address and not refused[1]:
-                        return None, False  # unreachable: the sentinels' to fail over
+                        # Unreachable: the sentinels' to fail over.
+                        self.epoch = max(self.epoch, epoch)
+                        return None, False
                     last = refused
                     continue
-                if addr != self.address and epoch >= self.epoch:
+                if addr == self.address:
+                    self.epoch = max(self.epoch, epoch)  # named at a newer one
+                elif epoch >= self.epoch:
                     self._move(addr, epoch)
                 return None, False  # older epoch: only stale sentinels answered
             if last is not None:
@@ -212,6 +241,27 @@ class Follower:
             if errors:
                 return RedisError(f"no sentinel answers for {self.master!r}: {errors[0]}"), False
             return RedisError("no sentinel given"), False
+
+    async def _look(self, i: int) -> Tuple[str, int, int]:
+        """Sentinel ``i``'s answer (:meth:`_ask`), which sets its silent
+        mark (unless a later ask of it was started meanwhile)."""
+        self._asks[i] += 1
+        ask = self._asks[i]
+        try:
+            named = await self._ask(self._sentinels[i])
+        except Exception as e:
+            if self._asks[i] == ask:
+                self._silent[i] = isinstance(e, _Silent)
+            raise
+        if self._asks[i] == ask:
+            self._silent[i] = False
+        return named
+
+    def _settled(self, task: "asyncio.Future[Any]") -> None:
+        """An ask no look waited for has ended (its mark is set)."""
+        self._unfinished.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: not logged as never retrieved
 
     def _decided(self, named: int, answered: List[bool]) -> bool:
         """Whether ``named`` answers decide a look: at least one, while
@@ -357,7 +407,7 @@ class Follower:
     async def aclose(self) -> None:
         """Stop listening and close the connections to the sentinels."""
         self._closed = True
-        tasks = list(self._listeners)
+        tasks = list(self._listeners) + list(self._unfinished)
         if self._reported is not None:
             tasks.append(self._reported)
         for t in tasks:
@@ -367,6 +417,10 @@ class Follower:
                 await t
             except BaseException:
                 pass
+        left = list(self._unfinished)  # left by a look cancelled just now
+        for t in left:
+            t.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
         for s in self._sentinels:
             await s.aclose()
 

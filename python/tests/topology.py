@@ -118,13 +118,20 @@ class Proxy:
     Faults without a reset: while ``black_hole`` is set, bytes are read and
     dropped in both directions (a partition: connections, new ones too, stay
     open and silent); ``drop_reply`` set drops the next bytes the server
-    sends and aborts that connection (a reply lost after the command ran)."""
+    sends and aborts that connection (a reply lost after the command ran).
+
+    Delays: while ``hold_up`` is set, what clients send is held in the proxy
+    (the server sees the command only once it is cleared: its answer is
+    fresh then); while ``hold_down`` is set, what the server sends is held
+    (an answer given now reaches the client once it is cleared: stale)."""
 
     def __init__(self, target: int, port: int = 0) -> None:
         self.target = target
         self.port = port
         self.black_hole = False
         self.drop_reply = False
+        self.hold_up = False
+        self.hold_down = False
         self._server = None
         self._transports: list = []
         self._pipes: list = []
@@ -148,6 +155,8 @@ class Proxy:
                     data = await src.read(65536)
                     if not data:
                         break
+                    while self.hold_down if down else self.hold_up:
+                        await asyncio.sleep(0.01)
                     if self.black_hole:
                         continue
                     if down and self.drop_reply:

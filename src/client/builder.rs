@@ -226,7 +226,8 @@ impl ClientBuilder {
     /// that stopped answering (see
     /// [`response_timeout`](Self::response_timeout)). A call whose fresh
     /// connection cannot be opened in time fails with
-    /// [`Error::Redis`].
+    /// [`Error::Redis`]. In sentinel mode it also bounds each question to a
+    /// sentinel, its connection and its answer together.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

@@ -89,6 +89,7 @@ use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OnceCell};
 use tokio::time::Instant;
 
+use sentinel::Looked;
 pub(crate) use sentinel::Sentinels;
 use switches::{follow_switches, subscribe_switches, subscribe_timeout};
 use watched::Watch;
@@ -527,14 +528,24 @@ impl Conn {
         };
         let current = self.current();
         let timeouts = (self.0.connect_timeout, self.0.response_timeout);
-        let Some(found) = sentinels
+        let found = match sentinels
             .moved(
                 (&current.addr, &current.manager, current.config_epoch),
                 timeouts,
             )
             .await?
-        else {
-            return Ok(false);
+        {
+            Looked::Moved(found) => *found,
+            Looked::Stays { epoch } => {
+                let mut slot = self.0.current.write().unwrap_or_else(|p| p.into_inner());
+                // Named at a newer configuration (a failover and one back
+                // that the client missed): an answer of the configuration
+                // in between, from a stale sentinel, is old news now.
+                if slot.addr == current.addr && epoch > slot.config_epoch {
+                    slot.config_epoch = epoch;
+                }
+                return Ok(false);
+            }
         };
         let mut slot = self.0.current.write().unwrap_or_else(|p| p.into_inner());
         if found.config_epoch < slot.config_epoch {

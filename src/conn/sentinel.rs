@@ -18,18 +18,23 @@
 //! not yet announced) asks again, with backoff, for up to
 //! [`FAILOVER_WAIT`], rather than failing at once.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use redis::aio::ConnectionLike;
-use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionInfo, RedisError, Value};
+use tokio::task::JoinSet;
 
 use super::{Manager, manager};
 use crate::Error;
 use crate::backoff::Backoff;
+
+mod look;
+
+use look::{Look, Named, Unwaited, master_addr};
 
 /// How long a first connection keeps asking the sentinels while the nodes
 /// they name are not (yet) the primary: a failover takes a second or two.
@@ -44,9 +49,19 @@ const NOT_PRIMARY: &str = "the node a sentinel named is not the primary";
 pub(crate) struct Sentinels {
     /// One client per sentinel.
     clients: Vec<redis::Client>,
-    /// Per sentinel: whether it timed out the last time it was waited for
-    /// (a look does not wait for it again while others have answered).
-    silent: Vec<AtomicBool>,
+    /// Per sentinel: whether it timed out the last time it was asked (a
+    /// look does not wait for it again while others have answered). Set
+    /// when an ask ends, also one that the look did not wait for
+    /// ([`Unwaited`]): a sentinel back from a partition loses its mark as
+    /// soon as it answers again.
+    silent: Arc<[AtomicBool]>,
+    /// Per sentinel: how many asks were started; only the latest one's
+    /// outcome sets its `silent` mark.
+    asks: Arc<[AtomicU64]>,
+    /// The asks looks did not wait for, running to their end (each bounded
+    /// by the connect timeout); aborted when the sentinels are dropped
+    /// (the client, or a connect future), so nothing outlives them.
+    unwaited: StdMutex<JoinSet<()>>,
     /// The master name the sentinels monitor.
     master: String,
     /// The primary's connection settings; its address is replaced by the one
@@ -62,6 +77,17 @@ pub(crate) struct Found {
     pub(crate) config_epoch: u64,
     pub(crate) client: redis::Client,
     pub(crate) manager: Manager,
+}
+
+/// What one look found.
+pub(crate) enum Looked {
+    /// The primary is elsewhere now: found and connected to.
+    Moved(Box<Found>),
+    /// The current primary still is, named at configuration `epoch`: newer
+    /// than the one it was found at when the client missed a failover and
+    /// one back (a stale sentinel's answer of the configuration in between
+    /// must then not be taken for news).
+    Stays { epoch: u64 },
 }
 
 /// What a node says it is.
@@ -82,6 +108,8 @@ impl Sentinels {
     ) -> Self {
         Sentinels {
             silent: clients.iter().map(|_| AtomicBool::new(false)).collect(),
+            asks: clients.iter().map(|_| AtomicU64::new(0)).collect(),
+            unwaited: StdMutex::new(JoinSet::new()),
             clients,
             master,
             primary,
@@ -96,8 +124,8 @@ impl Sentinels {
         let mut pause = backoff.next_delay();
         loop {
             match self.ask(None, timeouts).await {
-                Ok(Some(found)) => return Ok(found),
-                Ok(None) => return Err(Error::Closed), // not reached: no current primary given
+                Ok(Looked::Moved(found)) => return Ok(*found),
+                Ok(Looked::Stays { .. }) => return Err(Error::Closed), // not reached: no current primary given
                 Err(NotFound {
                     error,
                     not_primary: true,
@@ -113,12 +141,12 @@ impl Sentinels {
 
     /// Where the primary is now, when it is no longer `current` (its
     /// address, command connection and the configuration epoch it was
-    /// found at); `None` when `current` still is.
+    /// found at); [`Looked::Stays`] when `current` still is.
     pub(crate) async fn moved(
         &self,
         current: (&str, &Manager, u64),
         timeouts: (Duration, Duration),
-    ) -> Result<Option<Found>, Error> {
+    ) -> Result<Looked, Error> {
         self.ask(Some(current), timeouts).await.map_err(|e| e.error)
     }
 
@@ -128,25 +156,22 @@ impl Sentinels {
         &self,
         current: Option<(&str, &Manager, u64)>,
         (connect, response): (Duration, Duration),
-    ) -> Result<Option<Found>, NotFound> {
+    ) -> Result<Looked, NotFound> {
         // The last refusal, and whether it was a node saying it is not the
         // primary.
         let mut last: Option<(RedisError, bool)> = None;
         let mut look = Look::new(self.clients.len());
-        let mut pending: FuturesUnordered<_> = self
-            .clients
-            .iter()
-            .enumerate()
-            .map(|(i, s)| async move { (i, self.master_addr(s, connect).await) })
-            .collect();
+        let mut pending = Unwaited {
+            asks: (0..self.clients.len())
+                .map(|i| self.ask_one(i, connect))
+                .collect(),
+            left_to: &self.unwaited,
+        };
         let mut named = Vec::with_capacity(self.clients.len());
         let mut tried: Vec<String> = Vec::with_capacity(self.clients.len());
-        while let Some((i, answer)) = pending.next().await {
+        let mut followed = current.map_or(0, |(_, _, epoch)| epoch);
+        while let Some((i, answer)) = pending.asks.next().await {
             look.answered(i);
-            self.silent[i].store(
-                matches!(&answer, Err(e) if e.is_timeout()),
-                Ordering::Relaxed,
-            );
             let n = match answer {
                 Ok(n) => n,
                 Err(e) => {
@@ -160,21 +185,28 @@ impl Sentinels {
             // A configuration newer than the one followed: the failover
             // it names happened, whatever the sentinels not yet heard
             // from say. Its node answering `ROLE` as master decides it.
-            if let Some((current_addr, _, epoch)) = current {
+            // Newer than the current primary is named at in this look,
+            // too: a client that missed a failover and the one back
+            // followed an older epoch than its primary's, and a stale
+            // answer of the epoch in between names a demoted node that
+            // answers `master` until it is converted.
+            if let Some((current_addr, _, _)) = current {
                 let addr = n.addr();
-                if n.epoch > epoch && addr != current_addr && !tried.contains(&addr) {
+                if addr == current_addr {
+                    followed = followed.max(n.epoch);
+                } else if n.epoch > followed && !tried.contains(&addr) {
                     tried.push(addr.clone());
                     match self
                         .connect_to(n.host.clone(), n.port, (connect, response))
                         .await
                     {
                         Ok((client, manager)) => {
-                            return Ok(Some(Found {
+                            return Ok(Looked::Moved(Box::new(Found {
                                 addr,
                                 config_epoch: n.epoch,
                                 client,
                                 manager,
-                            }));
+                            })));
                         }
                         Err(Refused::Settings(error)) => {
                             return Err(NotFound {
@@ -192,7 +224,7 @@ impl Sentinels {
                 break;
             }
         }
-        drop(pending); // the sentinels not waited for
+        drop(pending); // the sentinels not waited for: their asks end on their own
         // The newest configuration first: a sentinel that has not heard of
         // the last failover yet (they tell each other every 2 s) names the
         // old primary, which answers `master` until it is converted.
@@ -208,21 +240,24 @@ impl Sentinels {
                 && addr == current_addr
             {
                 // Still named: keep it unless it says it was demoted (an
-                // unreachable primary is the sentinels' to fail over).
+                // unreachable primary is the sentinels' to fail over), at
+                // the newest epoch it is named at (the first here).
                 match role(&mut current_manager.clone(), response).await {
                     Ok(Role::Other(role)) => last = Some((not_primary(&addr, &role), true)),
-                    Ok(Role::Master | Role::Unknown) | Err(_) => return Ok(None),
+                    Ok(Role::Master | Role::Unknown) | Err(_) => {
+                        return Ok(Looked::Stays { epoch });
+                    }
                 }
                 continue;
             }
             match self.connect_to(host, port, (connect, response)).await {
                 Ok((client, manager)) => {
-                    return Ok(Some(Found {
+                    return Ok(Looked::Moved(Box::new(Found {
                         addr,
                         config_epoch: epoch,
                         client,
                         manager,
-                    }));
+                    })));
                 }
                 Err(Refused::Settings(error)) => {
                     return Err(NotFound {
@@ -305,109 +340,26 @@ impl Sentinels {
         self.primary.clone().set_addr(addr)
     }
 
-    /// Where one sentinel says the primary is, and the configuration epoch
-    /// of that answer: `SENTINEL MASTER` (whose `config-epoch` counts the
-    /// failovers), else `SENTINEL get-master-addr-by-name` (epoch 0).
-    async fn master_addr(
+    /// Asks sentinel `i` where the primary is ([`master_addr`]), and sets
+    /// its `silent` mark from the outcome (unless a later ask of it was
+    /// started meanwhile). Owns what it needs: a look may leave it to end
+    /// on its own ([`Unwaited`]).
+    fn ask_one(
         &self,
-        sentinel: &redis::Client,
+        i: usize,
         timeout: Duration,
-    ) -> Result<Named, RedisError> {
-        let asked = tokio::time::timeout(timeout, async {
-            let mut conn = sentinel.get_multiplexed_async_connection().await?;
-            let master: RedisResult<Value> = redis::cmd("SENTINEL")
-                .arg("MASTER")
-                .arg(&self.master)
-                .query_async(&mut conn)
-                .await;
-            if let Ok(reply) = &master {
-                let port = field(reply, "port").and_then(|p| p.parse().ok());
-                if let (Some(host), Some(port)) = (field(reply, "ip"), port) {
-                    let epoch = field(reply, "config-epoch")
-                        .and_then(|e| e.parse().ok())
-                        .unwrap_or(0);
-                    return Ok(Some(Named { host, port, epoch }));
-                }
+    ) -> impl Future<Output = (usize, Result<Named, RedisError>)> + Send + 'static {
+        let (sentinel, master) = (self.clients[i].clone(), self.master.clone());
+        let (silent, asks) = (self.silent.clone(), self.asks.clone());
+        let ask = asks[i].fetch_add(1, Ordering::AcqRel) + 1;
+        async move {
+            let answer = master_addr(&sentinel, &master, timeout).await;
+            if asks[i].load(Ordering::Acquire) == ask {
+                let timed_out = matches!(&answer, Err(e) if e.is_timeout());
+                silent[i].store(timed_out, Ordering::Release);
             }
-            // Denied by the sentinel's ACL, or an answer without the fields.
-            redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(&self.master)
-                .query_async::<Option<(String, u16)>>(&mut conn)
-                .await
-                .map(|addr| {
-                    addr.map(|(host, port)| Named {
-                        host,
-                        port,
-                        epoch: 0,
-                    })
-                })
-        })
-        .await;
-        match asked {
-            Ok(Ok(Some(named))) => Ok(named),
-            Ok(Ok(None)) => Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "the sentinels do not know this master",
-                self.master.clone(),
-            ))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "a sentinel did not answer in time",
-            ))),
+            (i, answer)
         }
-    }
-}
-
-/// A sentinel's answer: the primary's address and its configuration epoch.
-struct Named {
-    host: String,
-    port: u16,
-    epoch: u64,
-}
-
-impl Named {
-    fn addr(&self) -> String {
-        format!("{}:{}", self.host, self.port)
-    }
-}
-
-/// Which sentinels of one look have answered (named a primary, failed or
-/// timed out), and whether the answers in hand decide the look. Besides an
-/// answer with a newer configuration epoch whose node answers `ROLE` as
-/// master (which decides at once, in [`Sentinels::ask`]), it is decided
-/// when at least one sentinel named a primary and every sentinel still
-/// asked timed out the last time it was waited for: a frozen or
-/// black-holed sentinel costs one timeout once, not one every look.
-/// Otherwise the look waits for every answer, each bounded by the connect
-/// timeout. A majority does not decide: right after a failover only its
-/// leader may know the new epoch, and two stale answers that come first
-/// would keep the client on the old primary.
-struct Look {
-    answered: Vec<bool>,
-}
-
-impl Look {
-    fn new(sentinels: usize) -> Look {
-        Look {
-            answered: vec![false; sentinels],
-        }
-    }
-
-    fn answered(&mut self, sentinel: usize) {
-        self.answered[sentinel] = true;
-    }
-
-    /// Whether `named` answers (of the sentinels that have answered) decide
-    /// the look, with `silent` the sentinels that timed out last time.
-    fn decided(&self, named: usize, silent: &[AtomicBool]) -> bool {
-        named > 0
-            && self
-                .answered
-                .iter()
-                .zip(silent)
-                .all(|(answered, silent)| *answered || silent.load(Ordering::Relaxed))
     }
 }
 

@@ -2,7 +2,7 @@
 //! black-hole, half-open and cut the connections it relays.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,6 +67,7 @@ impl Flow {
 /// | [`blackhole`](Proxy::blackhole) | never again | read and discarded | upstream closed, client's left open | relayed |
 /// | [`half_open`](Proxy::half_open)`(i)` | as `blackhole`, for the `i`-th connection only | | | |
 /// | [`cut`](Proxy::cut) | dropped | dropped | all closed | refused |
+/// | [`lag_replies`](Proxy::lag_replies)`(d)` | each chunk `d` late | forwarded | passed on | relayed |
 ///
 /// What is held back stays in the proxy (one read per connection and
 /// direction) and in the kernel's buffers, and goes through, in order, on
@@ -98,6 +99,9 @@ pub struct Proxy {
     live: Arc<AtomicUsize>,
     /// Connections accepted so far; the next one gets this index.
     accepted: Arc<AtomicUsize>,
+    /// How long each chunk from the upstream waits before it is written to
+    /// the client, in milliseconds ([`Proxy::lag_replies`]); 0: none.
+    lag: Arc<AtomicU64>,
     /// Which relays are black-holed; only grows.
     holes: watch::Sender<Holes>,
     accept: JoinHandle<()>,
@@ -142,10 +146,11 @@ impl Proxy {
         let gates = [Arc::new(AsyncMutex::new(())), Arc::new(AsyncMutex::new(()))];
         let live = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let lag = Arc::new(AtomicU64::new(0));
         let (holes, _) = watch::channel(Holes::default());
         let accept = tokio::spawn({
             let (flow, gates, live) = (flow.clone(), gates.clone(), live.clone());
-            let (holes, accepted) = (holes.clone(), accepted.clone());
+            let (holes, accepted, lag) = (holes.clone(), accepted.clone(), lag.clone());
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     if *flow.borrow() == Flow::Cut {
@@ -153,7 +158,7 @@ impl Proxy {
                     }
                     live.fetch_add(1, Ordering::SeqCst);
                     let alive = Live(live.clone());
-                    let (rx, gates) = (flow.subscribe(), gates.clone());
+                    let (rx, gates, lag) = (flow.subscribe(), gates.clone(), lag.clone());
                     // Read at accept: a later `blackhole` swallows this one.
                     let hole = Hole {
                         rx: holes.subscribe(),
@@ -162,7 +167,7 @@ impl Proxy {
                     };
                     tokio::spawn(async move {
                         let _alive = alive;
-                        relay(client, upstream, rx, gates, hole).await;
+                        relay(client, upstream, (rx, lag), gates, hole).await;
                     });
                 }
             }
@@ -173,6 +178,7 @@ impl Proxy {
             gates,
             live,
             accepted,
+            lag,
             holes,
             accept,
         })
@@ -243,6 +249,17 @@ impl Proxy {
         let _down = self.gates[0].lock().await;
         let _up = self.gates[1].lock().await;
         self.holes.send_modify(|h| h.picked.push(index));
+    }
+
+    /// Delays what the upstream sends: from now on each chunk read from it
+    /// is written to the client `lag` later (a slow link; zero: at once
+    /// again). An answer the server gives reaches the client `lag` after
+    /// it was given, so it can be stale by then; a connection's handshake
+    /// takes `lag` per round trip. A chunk whose lag is over is still
+    /// subject to [`pause`](Proxy::pause) and the rest.
+    pub fn lag_replies(&self, lag: Duration) {
+        let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
+        self.lag.store(ms, Ordering::SeqCst);
     }
 
     /// Forwards both ways again, first what was held back.
@@ -316,7 +333,7 @@ impl Hole {
 async fn relay(
     client: TcpStream,
     upstream: u16,
-    mut flow: watch::Receiver<Flow>,
+    (mut flow, lag): (watch::Receiver<Flow>, Arc<AtomicU64>),
     gates: [Arc<AsyncMutex<()>>; 2],
     mut hole: Hole,
 ) {
@@ -331,7 +348,7 @@ async fn relay(
     let down = pump(
         &mut from_server,
         &mut to_client,
-        Direction::Down,
+        (Direction::Down, Some(&*lag)),
         64 * 1024,
         (flow.clone(), hole.clone()),
         down_gate,
@@ -339,7 +356,7 @@ async fn relay(
     let up = pump(
         &mut from_client,
         &mut to_server,
-        Direction::Up,
+        (Direction::Up, None),
         16 * 1024,
         (flow.clone(), hole.clone()),
         up_gate,
@@ -370,7 +387,8 @@ async fn relay(
 }
 
 /// Copies `from` to `to` in chunks of up to `chunk` bytes: a chunk read is
-/// written only while `direction` is not held back, under `gate`, and
+/// written (after the `lag` in milliseconds, if any, set when it was read)
+/// only while `direction` is not held back, under `gate`, and
 /// nothing more is read meanwhile (a chunk read while dropping is
 /// discarded). Returns when `from` closes (once a partition no longer
 /// holds the close back), `to` fails, the proxy is cut, or the relay is
@@ -379,7 +397,7 @@ async fn relay(
 async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
-    direction: Direction,
+    (direction, lag): (Direction, Option<&AtomicU64>),
     chunk: usize,
     (mut flow, hole): (watch::Receiver<Flow>, Hole),
     gate: Arc<AsyncMutex<()>>,
@@ -397,6 +415,13 @@ async fn pump(
             }
             Ok(n) => n,
         };
+        let lag = lag.map_or(0, |l| l.load(Ordering::SeqCst));
+        if lag > 0 {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(lag)) => {}
+                _ = flow.wait_for(|f| *f == Flow::Cut) => return,
+            }
+        }
         loop {
             match flow.wait_for(|f| !f.holds(direction)).await {
                 Ok(f) if *f == Flow::Cut => return,

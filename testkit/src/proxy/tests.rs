@@ -176,3 +176,19 @@ async fn half_open_swallows_one_connection_only() {
     assert_eq!(byte(&mut first).await, b'3');
     assert_eq!(proxy.connections(), 2, "the half-open socket stays open");
 }
+
+#[tokio::test]
+async fn lag_replies_delays_the_upstream_only() {
+    let (_upstream, proxy, mut client, mut server) = relayed().await;
+    proxy.lag_replies(Duration::from_millis(300));
+    let sent = tokio::time::Instant::now();
+    client.write_all(b"1").await.unwrap();
+    assert_eq!(byte(&mut server).await, b'1');
+    server.write_all(b"2").await.unwrap();
+    silent(&mut client, "lagged").await;
+    assert_eq!(byte(&mut client).await, b'2');
+    assert!(sent.elapsed() >= Duration::from_millis(300));
+    proxy.lag_replies(Duration::ZERO);
+    server.write_all(b"3").await.unwrap();
+    assert_eq!(byte(&mut client).await, b'3');
+}
