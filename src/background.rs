@@ -325,6 +325,16 @@ where
     // What each running task works on, and whether it is a retry.
     let mut in_flight: HashMap<TaskId, (Item, bool)> = HashMap::new();
     let (mut fresh, mut retrying) = (0, 0);
+    // One wait for the next switch, kept across the loop's turns (enabled:
+    // it counts a switch from now on, polled or not). A wait made anew in
+    // each `select!` would be dropped with it whenever another branch wins
+    // the same wake-up (an attempt ending, new work), and the switch with
+    // it: `notify_waiters` keeps nothing for later.
+    let never = Notify::new(); // no switches to follow
+    let switches = switches.as_deref().unwrap_or(&never);
+    let switch = switches.notified();
+    tokio::pin!(switch);
+    switch.as_mut().enable();
     loop {
         let next_retry = {
             let mut state = shared.lock();
@@ -387,16 +397,13 @@ where
             }
             _ = shared.wake.notified() => {}
             _ = sleep_until_some(next_retry) => {}
-            () = switched(switches.as_deref()) => retry_now(&shared),
+            () = switch.as_mut() => {
+                // The next switch is counted from here on.
+                switch.set(switches.notified());
+                switch.as_mut().enable();
+                retry_now(&shared);
+            }
         }
-    }
-}
-
-/// Waits for a switch to a new primary, or forever without `switches`.
-async fn switched(switches: Option<&Notify>) {
-    match switches {
-        Some(n) => n.notified().await,
-        None => std::future::pending().await,
     }
 }
 

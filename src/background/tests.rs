@@ -151,3 +151,45 @@ async fn work_sent_by_the_last_sender_still_runs() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(attempts(&log, "last").len(), 1);
 }
+
+/// A switch to a new primary that comes as another attempt ends (both
+/// ready when the worker next runs) still makes the retries due: each
+/// round, "fail" has failed once (its retry due 50 ms later) when the
+/// attempt at "switch" announces a switch and ends. Its retry must run at
+/// the switch. (A worker that waited for the switch in a `select!` beside
+/// the attempts, and was woken by the ending attempt, dropped the switch
+/// about one time in two: the retry then waited for its timer, up to 2 s.)
+#[tokio::test(start_paused = true)]
+async fn a_switch_as_an_attempt_ends_makes_the_retries_due() {
+    let switches = Arc::new(Notify::new());
+    let log: Log = Arc::new(StdMutex::new(Vec::new()));
+    let sender = start_with(CAPACITY, Some(switches.clone()), {
+        let log = log.clone();
+        move |work| {
+            let (log, switches) = (log.clone(), switches.clone());
+            async move {
+                let token = token(&work);
+                log.lock().unwrap().push((token.clone(), Instant::now()));
+                if token.starts_with("fail") {
+                    return Err(timed_out());
+                }
+                switches.notify_waiters(); // the client moved; this attempt ends
+                Ok(())
+            }
+        }
+    });
+    for round in 0..16 {
+        let fail = format!("fail-{round}");
+        sender.send(release(&fail));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let switched = Instant::now();
+        sender.send(release(&format!("switch-{round}")));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tries = attempts(&log, &fail);
+        assert_eq!(
+            tries.get(1).map(|at| *at - switched),
+            Some(Duration::ZERO),
+            "round {round}: the retry of {fail} did not run at the switch ({tries:?})"
+        );
+    }
+}
