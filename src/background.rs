@@ -325,6 +325,16 @@ where
     // What each running task works on, and whether it is a retry.
     let mut in_flight: HashMap<TaskId, (Item, bool)> = HashMap::new();
     let (mut fresh, mut retrying) = (0, 0);
+    // One wait for the next switch, kept across the loop's turns (enabled:
+    // it counts a switch from now on, polled or not). A wait made anew in
+    // each `select!` would be dropped with it whenever another branch wins
+    // the same wake-up (an attempt ending, new work), and the switch with
+    // it: `notify_waiters` keeps nothing for later.
+    let never = Notify::new(); // no switches to follow
+    let switches = switches.as_deref().unwrap_or(&never);
+    let switch = switches.notified();
+    tokio::pin!(switch);
+    switch.as_mut().enable();
     loop {
         let next_retry = {
             let mut state = shared.lock();
@@ -387,16 +397,13 @@ where
             }
             _ = shared.wake.notified() => {}
             _ = sleep_until_some(next_retry) => {}
-            () = switched(switches.as_deref()) => retry_now(&shared),
+            () = switch.as_mut() => {
+                // The next switch is counted from here on.
+                switch.set(switches.notified());
+                switch.as_mut().enable();
+                retry_now(&shared);
+            }
         }
-    }
-}
-
-/// Waits for a switch to a new primary, or forever without `switches`.
-async fn switched(switches: Option<&Notify>) {
-    match switches {
-        Some(n) => n.notified().await,
-        None => std::future::pending().await,
     }
 }
 
@@ -449,156 +456,4 @@ fn finished(shared: &WorkQueue, mut item: Item, result: Result<(), Error>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex as StdMutex;
-
-    use super::*;
-    use crate::keys::Kind;
-
-    fn keys() -> Arc<LockKeys> {
-        Arc::new(
-            LockKeys::new(
-                "redbell",
-                "client",
-                "lock",
-                Kind::Plain,
-                Duration::from_secs(60),
-            )
-            .unwrap(),
-        )
-    }
-
-    fn release(token: &str) -> Work {
-        Work::Release {
-            keys: keys(),
-            token: token.to_owned(),
-        }
-    }
-
-    fn token(work: &Work) -> String {
-        match work {
-            Work::Release { token, .. } => token.clone(),
-            Work::PassOn { member, .. } => member.clone(),
-            Work::Resign { token, .. } => token.clone(),
-        }
-    }
-
-    fn timed_out() -> Error {
-        Error::Redis(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "timed out",
-        )))
-    }
-
-    /// Each attempt's token and when it finished.
-    type Log = Arc<StdMutex<Vec<(String, Instant)>>>;
-
-    /// A worker whose attempts take 100 ms; those at tokens starting with
-    /// "bad" fail (retryably) after 2 s instead. Records each attempt's
-    /// token and when it finished.
-    fn worker(capacity: usize) -> (Sender, Log) {
-        let log = Arc::new(StdMutex::new(Vec::new()));
-        let sender = start_with(capacity, None, {
-            let log = log.clone();
-            move |work| {
-                let log = log.clone();
-                async move {
-                    let token = token(&work);
-                    let bad = token.starts_with("bad");
-                    let took = if bad { 2_000 } else { 100 };
-                    tokio::time::sleep(Duration::from_millis(took)).await;
-                    log.lock().unwrap().push((token, Instant::now()));
-                    if bad { Err(timed_out()) } else { Ok(()) }
-                }
-            }
-        });
-        (sender, log)
-    }
-
-    fn attempts(log: &Log, token: &str) -> Vec<Instant> {
-        let log = log.lock().unwrap();
-        log.iter()
-            .filter(|(t, _)| t == token)
-            .map(|(_, at)| *at)
-            .collect()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_release_queued_twice_runs_once() {
-        let (sender, log) = worker(CAPACITY);
-        sender.send(release("a"));
-        sender.send(release("a")); // queued
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        sender.send(release("a")); // in flight
-        sender.drain().await;
-        assert_eq!(attempts(&log, "a").len(), 1);
-        sender.send(release("a")); // done: a new release runs again
-        sender.drain().await;
-        assert_eq!(attempts(&log, "a").len(), 2);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_backlog_of_failing_work_does_not_delay_later_releases() {
-        let (sender, log) = worker(CAPACITY);
-        let start = Instant::now();
-        for i in 0..200 {
-            sender.send(release(&format!("bad-{i}")));
-        }
-        sender.send(release("first"));
-        // Later, while the failed ones retry.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let sent = Instant::now();
-        sender.send(release("second"));
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let first = attempts(&log, "first");
-        let second = attempts(&log, "second");
-        assert_eq!(first.len(), 1);
-        assert_eq!(
-            first,
-            vec![start + Duration::from_millis(100)],
-            "not delayed by the failing ones"
-        );
-        assert_eq!(
-            second,
-            vec![sent + Duration::from_millis(100)],
-            "not delayed by the retries"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn failing_work_is_retried_on_a_timer_then_given_up() {
-        let (sender, log) = worker(CAPACITY);
-        let start = Instant::now();
-        sender.send(release("bad"));
-        sender.drain().await;
-        let at: Vec<Duration> = attempts(&log, "bad").iter().map(|t| *t - start).collect();
-        let ms = Duration::from_millis;
-        assert_eq!(
-            at,
-            vec![ms(2_000), ms(4_050), ms(6_300), ms(9_300), ms(13_300)],
-            "one attempt, then one after each wait"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_queue_is_bounded() {
-        let (sender, log) = worker(4);
-        for i in 0..10 {
-            sender.send(release(&format!("t{i}")));
-        }
-        sender.drain().await;
-        assert_eq!(log.lock().unwrap().len(), 4);
-        sender.send(release("later")); // room again
-        sender.drain().await;
-        assert_eq!(attempts(&log, "later").len(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn work_sent_by_the_last_sender_still_runs() {
-        let (sender, log) = worker(CAPACITY);
-        sender.send(release("last"));
-        drop(sender);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(attempts(&log, "last").len(), 1);
-    }
-}
+mod tests;

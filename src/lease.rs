@@ -96,6 +96,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::hub::Hold;
 use crate::keys::LockKeys;
 use crate::stats::{Counters, LostCause};
 
@@ -263,6 +264,14 @@ impl Lease {
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }
+    }
+}
+
+/// A fair grant read after the lease's waiter left is passed on once the
+/// lease is lost (see [`Hold`]).
+impl Hold for Lease {
+    fn holds(&self) -> bool {
+        !self.is_lost()
     }
 }
 

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use redbell::Error;
 use redbell_integration_tests::{
-    LONG, PROMPT, PrivateRedis, Side, client, client_ids, client_list, config_set, eventually,
-    fair_queue, get, kill_client, lock_key, pttl, raw, redis_url, subscribers, subscriptions,
-    unique, wake_channel,
+    LONG, Monitor, PROMPT, PrivateRedis, Side, client, client_ids, client_list, config_set,
+    eventually, fair_queue, fifo_key, get, kill_client, lock_key, pttl, raw, redis_url, script_sha,
+    subscribers, subscriptions, unique, wake_channel,
 };
 use redis::aio::MultiplexedConnection;
 use tokio::time::{Instant, timeout};
@@ -474,3 +474,79 @@ async fn a_late_grant_message_does_not_release_the_new_holder() {
          holder now {holder:?} (A's token {a_token}), B got in beside A: {b_got_in}"
     );
 }
+
+/// A grant to a waiter whose acquisition's lease is lost, though its guard
+/// still lives (a holder that has not yet stopped), is passed on: the
+/// client no longer holds that acquisition (PROTOCOL.md, duty 9). Such a
+/// grant comes from a queue that still holds the member, as a promoted
+/// replica's does after a failover that lost the confirm; here A's served
+/// member is put back by hand, ahead of B, and A's fixed lease runs out
+/// (its guard kept) while A's client still listens on the lock.
+///
+/// Before, A's client ignored the grant while the guard lived: the lock sat
+/// on the grant's 500 ms claim before B got it (B in 2.0 s after A's
+/// acquisition, A's lease 1.5 s), and no `fair_pass` of A's member ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_lost_hold_is_passed_on() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let name = unique("fair-lost-hold");
+    let mut conn = raw(&url).await;
+    let (h, b) = (client(&url).await, client(&url).await);
+    // Still subscribed when the grant comes, after A's waiter has left.
+    let a = redbell::Client::builder(url.as_str())
+        .subscription_linger(LONG)
+        .connect()
+        .await
+        .expect("A's client");
+    let guard = h.fair_mutex(&name).with_lease(LONG).lock().await.unwrap();
+    let a_task = spawn_lock(a.fair_mutex(&name).with_lease(A_LEASE));
+    wait_queued(&conn, &name, 1).await;
+    let a_member = fair_queue(&mut conn, &name).await.remove(0);
+    guard.unlock().await.unwrap();
+    let (_, a_guard) = timeout(PROMPT, a_task)
+        .await
+        .expect("A not served")
+        .unwrap();
+    let a_guard = a_guard.expect("A's lock");
+    let a_in = Instant::now();
+    let b_task = spawn_lock(b.fair_mutex(&name).with_lease(LONG));
+    wait_parked(&conn, &url, &name, 1).await;
+    let _: i64 = redis::cmd("ZADD")
+        .arg(fifo_key(&name))
+        .arg(1) // ahead of B
+        .arg(&a_member)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let monitor = Monitor::start(&url).await;
+
+    // A's key expires; B's attempt grants A's member; A's client passes it
+    // on (or not), and B gets the lock.
+    let (b_in, b_guard) = timeout(Duration::from_secs(10), b_task)
+        .await
+        .expect("B never got the lock")
+        .unwrap();
+    eprintln!(
+        "B in {:?} after A's acquisition (A's lease {A_LEASE:?})",
+        b_in - a_in
+    );
+    let b_guard = b_guard.expect("B's lock");
+    monitor.sync().await;
+    let passed = monitor.count(&[
+        &format!("\"evalsha\" \"{}\"", script_sha("fair_pass")),
+        &a_member,
+    ]);
+    assert!(a_guard.is_lost(), "A's lease did not run out");
+    assert!(
+        passed == 1,
+        "the grant to A's lost hold ({a_member}) was passed on {passed} times, not once: B \
+         waited for its claim to lapse"
+    );
+    drop(a_guard);
+    b_guard.unlock().await.unwrap();
+}
+
+/// A's fixed lease in `a_grant_to_a_lost_hold_is_passed_on`: it runs out
+/// with its guard kept.
+const A_LEASE: Duration = Duration::from_millis(1500);

@@ -10,7 +10,6 @@ pub(crate) mod pubsub;
 mod registry;
 mod shards;
 
-use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
@@ -54,7 +53,7 @@ pub(crate) struct Registration {
     acquired: AtomicBool,
     /// The lease of what it got, as [`acquired`](Registration::acquired)
     /// was told (a fair grant read late must not release it).
-    lease: OnceLock<Weak<dyn Any + Send + Sync>>,
+    lease: OnceLock<Weak<dyn Hold>>,
 }
 
 impl Registration {
@@ -143,13 +142,24 @@ impl Registration {
     /// Marks the waiter as done with the lock: the acquire that succeeded
     /// also took it out of the queue, so there is nothing to pass on.
     /// `lease` is the acquisition's (what its guard alone keeps alive):
-    /// while it lives, a fair grant naming this waiter that arrives after it
-    /// left is not passed on.
-    pub(crate) fn acquired<L: Any + Send + Sync>(&self, lease: &Arc<L>) {
+    /// while it lives and [holds](Hold::holds), a fair grant naming this
+    /// waiter that arrives after it left is not passed on.
+    pub(crate) fn acquired<L: Hold + 'static>(&self, lease: &Arc<L>) {
         self.acquired.store(true, Ordering::Relaxed);
         let lease: Weak<L> = Arc::downgrade(lease);
         let _ = self.lease.set(lease);
     }
+}
+
+/// The lease of an acquisition, as the hub sees it: whether it still holds
+/// the lock. A fair grant naming a waiter that left with the lock is not
+/// passed on while its lease lives (its guard does) and holds; once the
+/// lease is lost, its holder no longer has the lock (it was told to stop),
+/// and the grant is passed on like any grant to a waiter the client no
+/// longer has.
+pub(crate) trait Hold: Send + Sync {
+    /// Whether the acquisition still holds the lock (its lease not lost).
+    fn holds(&self) -> bool;
 }
 
 impl Drop for Registration {

@@ -1,7 +1,6 @@
 //! The waiter registry: per wake channel, the local waiters parked on it,
 //! and the routing of each message to the one waiter it names.
 
-use std::any::Any;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -13,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::Hold;
 use super::message::{self, Notice, WakeMessage};
 use crate::background::{self, Work};
 use crate::keys::{CLAIM_MS, HANDOFF_MS, Kind, LockKeys, SEM_RESERVE_MS, Token};
@@ -59,20 +59,21 @@ pub(super) struct Registry {
 /// members that were served on the old primary, and their grants would
 /// otherwise each hold the lock for a claim while nobody takes it.
 ///
-/// Each hold is a weak reference to its lease (anything the guard alone
-/// keeps alive): a hold whose guard is gone (released, or dropped and
-/// released in the background) reads as not held. Dead entries are swept
-/// whenever the map has doubled since the last sweep.
+/// Each hold is a weak reference to its lease (what the guard alone keeps
+/// alive): a hold whose guard is gone (released, or dropped and released
+/// in the background), or whose lease is lost (the guard kept by a holder
+/// told to stop), reads as not held. Dead entries are swept whenever the
+/// map has doubled since the last sweep.
 #[derive(Default)]
 pub(super) struct FairHolds {
-    leases: HashMap<u64, Weak<dyn Any + Send + Sync>>,
+    leases: HashMap<u64, Weak<dyn Hold>>,
     /// The size at which the next insert sweeps first.
     sweep_at: usize,
 }
 
 impl FairHolds {
     /// Notes that waiter `id` left holding `lease`.
-    pub(super) fn insert(&mut self, id: u64, lease: Weak<dyn Any + Send + Sync>) {
+    pub(super) fn insert(&mut self, id: u64, lease: Weak<dyn Hold>) {
         if self.leases.len() >= self.sweep_at {
             self.leases.retain(|_, l| l.strong_count() > 0);
             self.sweep_at = (2 * self.leases.len()).max(64);
@@ -80,9 +81,13 @@ impl FairHolds {
         self.leases.insert(id, lease);
     }
 
-    /// Whether waiter `id` left with a hold whose guard still lives.
+    /// Whether waiter `id` left with a hold whose guard still lives and
+    /// whose lease is not lost.
     pub(super) fn held(&self, id: u64) -> bool {
-        self.leases.get(&id).is_some_and(|l| l.strong_count() > 0)
+        self.leases
+            .get(&id)
+            .and_then(Weak::upgrade)
+            .is_some_and(|l| l.holds())
     }
 }
 
@@ -441,9 +446,9 @@ impl Registry {
             // message came late), passing on would release a lock in use.
             // Otherwise the grant is passed on: the waiter left without the
             // lock (its registration's pass-on did the same; the second
-            // finds nothing), or it was served and let go, and this grant
-            // comes from a promoted replica that still queues its member
-            // (see `FairHolds`).
+            // finds nothing), or it was served and let go or lost its lease,
+            // and this grant comes from a promoted replica that still queues
+            // its member (see `FairHolds`).
             None if keys.kind == Kind::Fair => {
                 let held = id.is_some_and(|id| self.fair_holds().held(id));
                 // `<waiter id>:<token>`, the member without the client id.
