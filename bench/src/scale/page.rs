@@ -497,8 +497,14 @@ fn capacity(s: &mut String, r: &Report) {
                         } else {
                             one(&cl.single_contended)
                         };
-                        let ratio =
-                            med(&|sh| sh.counted.map_or(0.0, |c| c[w][0])) / single_i.max(1e-9);
+                        let mut shards: Vec<f64> = cl
+                            .shards
+                            .iter()
+                            .map(|sh| sh.counted.map_or(0.0, |c| c[w][0]))
+                            .collect();
+                        shards.sort_by(f64::total_cmp);
+                        let shard = shards.get(shards.len() / 2).copied().unwrap_or(0.0);
+                        let ratio = shard / single_i.max(1e-9);
                         (
                             ratio,
                             format!(
