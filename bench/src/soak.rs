@@ -47,7 +47,9 @@
 //!    `checker/run.rs`; every 8 s at most, a fault of the servers
 //!    instead: on `single` (the soak's own redis-server with AOF
 //!    `everysec`, the kit's `Server`) a SIGKILL and restart; on `sentinel`
-//!    `SENTINEL FAILOVER` or a SIGKILL of the primary; on `cluster` `CLUSTER
+//!    `SENTINEL FAILOVER`, the same with one of the three sentinels frozen
+//!    (SIGSTOP for 3 s: clients must not wait for it while the old primary
+//!    still grants), or a SIGKILL of the primary; on `cluster` `CLUSTER
 //!    FAILOVER` of a lock's shard or a migration of a lock's slot
 //!    (`topology.rs`). Each is printed with its time. The proxy faults
 //!    need one server's URL: `single` only.
@@ -66,8 +68,8 @@
 //! # Not covered yet
 //!
 //! Network faults on `sentinel` and `cluster` (a proxy per node, with the
-//! addresses the nodes announce rewritten); faults of the sentinels
-//! themselves; two faults at once.
+//! addresses the nodes announce rewritten); sentinels partitioned or
+//! killed (only a frozen one is); two faults at once.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

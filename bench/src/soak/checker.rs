@@ -158,7 +158,10 @@ const SWITCH_US: u64 = 500_000;
 const STALE_PRIMARY: &str = "old primary's grant to a client stopped through the failover";
 
 fn split_us(kind: FaultKind) -> u64 {
-    if matches!(kind, FaultKind::Failover | FaultKind::SentinelFailover) {
+    if matches!(
+        kind,
+        FaultKind::Failover | FaultKind::SentinelFailover | FaultKind::FreezeSentinel
+    ) {
         SENTINEL_SPLIT_US
     } else {
         0

@@ -23,6 +23,11 @@ pub enum FaultKind {
     /// behind it, as a primary they briefly took for down.
     SentinelFailover,
     KillPrimary,
+    /// `SENTINEL FAILOVER` while one of the three sentinels is frozen
+    /// (SIGSTOP, continued 3 s later): its sockets accept and answer
+    /// nothing, so a client that waits for every sentinel's answer stays
+    /// on the old primary, which is still up.
+    FreezeSentinel,
     ClusterFailover,
     Migrate,
     /// Every connection of a worker open at the fault goes silent for good
@@ -60,6 +65,7 @@ impl FaultKind {
             FaultKind::Failover => "SENTINEL FAILOVER",
             FaultKind::SentinelFailover => "failover the sentinels began on their own",
             FaultKind::KillPrimary => "SIGKILL the primary (Sentinel fails over)",
+            FaultKind::FreezeSentinel => "SENTINEL FAILOVER with a sentinel frozen (SIGSTOP)",
             FaultKind::ClusterFailover => "CLUSTER FAILOVER of a lock's shard",
             FaultKind::Migrate => "slot migration of a lock's slot",
             FaultKind::BlackHole => "black-hole every connection of a worker (proxy)",
@@ -78,6 +84,7 @@ impl FaultKind {
                 | FaultKind::Failover
                 | FaultKind::SentinelFailover
                 | FaultKind::KillPrimary
+                | FaultKind::FreezeSentinel
                 | FaultKind::ClusterFailover
                 | FaultKind::Migrate
         )
@@ -97,6 +104,7 @@ impl FaultKind {
             FaultKind::Failover
             | FaultKind::SentinelFailover
             | FaultKind::KillPrimary
+            | FaultKind::FreezeSentinel
             | FaultKind::ClusterFailover => Some("unreplicated write lost in failover"),
             // A frozen `redbell run` or a stopped command excuses nothing:
             // its command must be dead before the lease can run out.

@@ -223,7 +223,14 @@ fn worker_faults(topology: &str) -> &'static [FaultKind] {
 fn server_faults(topology: &str) -> (&'static [FaultKind], u64) {
     match topology {
         "single" => (&[FaultKind::Restart], 8_000),
-        "sentinel" => (&[FaultKind::Failover, FaultKind::KillPrimary], 12_000),
+        "sentinel" => (
+            &[
+                FaultKind::Failover,
+                FaultKind::KillPrimary,
+                FaultKind::FreezeSentinel,
+            ],
+            12_000,
+        ),
         "cluster" => (&[FaultKind::ClusterFailover, FaultKind::Migrate], 10_000),
         _ => (&[], 0),
     }

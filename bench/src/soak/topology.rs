@@ -217,6 +217,9 @@ impl Topology {
             (Topology::Sentinel { sentinel, .. }, FaultKind::Failover) => {
                 Ok((sentinel.failover().await?, Some(now_us())))
             }
+            (Topology::Sentinel { sentinel, .. }, FaultKind::FreezeSentinel) => {
+                Ok((sentinel.frozen_failover().await?, Some(now_us())))
+            }
             (Topology::Sentinel { sentinel, .. }, FaultKind::KillPrimary) => {
                 let line = sentinel.kill_primary().await?;
                 Ok((line, Some(now_us())))

@@ -30,6 +30,9 @@ pub struct Sentinel {
 /// every second during a failover).
 const SWITCH_LEAD_US: u64 = 2_000_000;
 
+/// How long a frozen sentinel stays stopped ([`Sentinel::frozen_failover`]).
+const FROZEN_FOR: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// How long after an injected failover's end (when the soak saw the new
 /// primary named) its first `+switch-master` may still be heard.
 const SWITCH_SLACK_US: u64 = 1_000_000;
@@ -120,6 +123,33 @@ impl Sentinel {
         })
     }
 
+    /// [`failover`](Self::failover) with the last sentinel frozen (SIGSTOP,
+    /// by its pid file), continued [`FROZEN_FOR`] after it was stopped:
+    /// the soak asks the first sentinel, which answers; the workers ask all
+    /// three. Returns when the sentinels name the new primary.
+    pub async fn frozen_failover(&self) -> Result<String, Failure> {
+        let file = self.kit.dir().join("sentinel-2.pid");
+        let Some(pid) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            return Ok(format!("cannot read {}", file.display()));
+        };
+        let pid = nix::unistd::Pid::from_raw(pid);
+        if let Err(e) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP) {
+            return Ok(format!("SIGSTOP sentinel pid {pid} failed: {e}"));
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(FROZEN_FOR).await;
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        });
+        let line = self.failover().await?;
+        Ok(format!(
+            "{line}; sentinel 2 (pid {pid}) frozen for {} ms from just before",
+            FROZEN_FOR.as_millis()
+        ))
+    }
+
     /// SIGKILL of the primary; once the sentinels name another, the killed
     /// server starts again (empty) as its replica.
     pub async fn kill_primary(&self) -> Result<String, Failure> {
@@ -154,8 +184,10 @@ pub fn own_failovers(heard: &[(u64, String, String)], injected: &[Fault]) -> Vec
     heard.sort();
     let ours = |t: u64| {
         injected.iter().any(|f| {
-            matches!(f.kind, FaultKind::Failover | FaultKind::KillPrimary)
-                && f.at_us <= t
+            matches!(
+                f.kind,
+                FaultKind::Failover | FaultKind::KillPrimary | FaultKind::FreezeSentinel
+            ) && f.at_us <= t
                 && t <= f.until_us.unwrap_or(f.at_us) + SWITCH_SLACK_US
         })
     };
