@@ -12,7 +12,7 @@ mod shards;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -51,9 +51,6 @@ pub(crate) struct Registration {
     queued: AtomicBool,
     /// Set when the waiter got the lock: its acquire left the queue.
     acquired: AtomicBool,
-    /// The lease of what it got, as [`acquired`](Registration::acquired)
-    /// was told (a fair grant read late must not release it).
-    lease: OnceLock<Weak<dyn Hold>>,
 }
 
 impl Registration {
@@ -144,10 +141,18 @@ impl Registration {
     /// `lease` is the acquisition's (what its guard alone keeps alive):
     /// while it lives and [holds](Hold::holds), a fair grant naming this
     /// waiter that arrives after it left is not passed on.
+    ///
+    /// The lease is noted in the hub's fair holds at once, not kept here
+    /// until the registration drops: every parked waiter carries its
+    /// registration, and it would grow by the reference. A grant read
+    /// before the waiter leaves finds it among the waiters; after, among
+    /// the holds.
     pub(crate) fn acquired<L: Hold + 'static>(&self, lease: &Arc<L>) {
         self.acquired.store(true, Ordering::Relaxed);
-        let lease: Weak<L> = Arc::downgrade(lease);
-        let _ = self.lease.set(lease);
+        if self.keys.kind == Kind::Fair && self.queued.load(Ordering::Relaxed) {
+            let lease: Weak<L> = Arc::downgrade(lease);
+            self.shared.fair_holds().insert(self.id, lease);
+        }
     }
 }
 
@@ -167,15 +172,6 @@ impl Drop for Registration {
         let acquired = *self.acquired.get_mut();
         {
             let mut channels = self.shared.lock();
-            if acquired
-                && self.keys.kind == Kind::Fair
-                && *self.queued.get_mut()
-                && let Some(lease) = self.lease.take()
-            {
-                // Before it leaves `waiters`, under the same lock: a grant
-                // read meanwhile finds it in one or the other.
-                self.shared.fair_holds().insert(self.id, lease);
-            }
             if let Some(entry) = channels.get_mut(self.keys.channel()) {
                 if acquired
                     && let Some((released, _)) =
@@ -325,7 +321,6 @@ impl Hub {
             waiter,
             queued: AtomicBool::new(false),
             acquired: AtomicBool::new(false),
-            lease: OnceLock::new(),
         };
         (registration, subscribed)
     }
