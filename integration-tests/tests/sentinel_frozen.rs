@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use redbell::Client;
 use redbell_integration_tests::sentinel::{
-    MASTER, Topology, master_port, on_old_primary_until_moved, sentinel_client,
+    MASTER, Topology, failover_followed_within, sentinel_client,
 };
-use redbell_integration_tests::{Proxy, eventually_every, node_url, unique};
-use tokio::time::Instant;
+use redbell_integration_tests::{Proxy, node_url};
 
 /// How long after the failing-over sentinel names the new primary the
 /// client's locks may still land on the old one: they move within one
@@ -32,40 +31,7 @@ async fn failover_with_frozen_sentinels(frozen: &[usize], what: &str) {
     let topo = Topology::start().await;
     let client = sentinel_client(&topo).await;
     let _frozen: Vec<_> = frozen.iter().map(|&i| topo.freeze_sentinel(i)).collect();
-    failover_seen_within(&topo, &client, what).await;
-}
-
-/// Takes a lock, fails over through sentinel 0, and checks the client's
-/// locks land on the new primary within [`MOVE_WITHIN`] of sentinel 0
-/// naming it (`what` says which sentinels are out).
-async fn failover_seen_within(topo: &Topology, client: &Client, what: &str) {
-    let name = unique("sentinel-frozen");
-    let warm = client.mutex(&name).lock().await.expect("lock before");
-    warm.unlock().await.expect("unlock before");
-    topo.ask_failover(0).await.expect("SENTINEL FAILOVER");
-    let (announcer, replica) = (topo.sentinel_ports()[0], topo.replica_port());
-    let named = eventually_every(
-        Duration::from_secs(20),
-        Duration::from_millis(20),
-        || async move { master_port(announcer).await == Some(replica) },
-    )
-    .await;
-    assert!(named, "sentinel 0 did not name the replica within 20 s");
-    let switched = Instant::now();
-
-    let on_old = on_old_primary_until_moved(
-        client,
-        topo,
-        &name,
-        (switched, MOVE_WITHIN),
-        &format!("after sentinel 0 named the new primary, {what}"),
-    )
-    .await;
-    eprintln!(
-        "{what}: the client's locks were on the new primary {:?} after sentinel 0 \
-         named it ({on_old} granted on the old one first)",
-        switched.elapsed()
-    );
+    failover_followed_within(&topo, &client, MOVE_WITHIN, what).await;
 }
 
 /// One of three sentinels frozen: the two others answer, and the client
@@ -102,5 +68,11 @@ async fn a_black_holed_and_a_wrong_sentinel_do_not_keep_the_client_on_the_old_pr
         .await
         .expect("a sentinel client");
     proxy.partition().await;
-    failover_seen_within(&topo, &client, "one sentinel black-holed, one no sentinel").await;
+    failover_followed_within(
+        &topo,
+        &client,
+        MOVE_WITHIN,
+        "one sentinel black-holed, one no sentinel",
+    )
+    .await;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redbell::Client;
 use redbell_integration_tests::sentinel::{
-    MASTER, Topology, master_port, on_old_primary_until_moved, sentinel_agrees,
+    MASTER, Topology, failover_followed_within, on_old_primary_until_moved, sentinel_agrees,
 };
 use redbell_integration_tests::{
     PrivateRedis, Proxy, eventually_every, get, lock_key, node_url, query, raw, replication_field,
@@ -46,33 +46,13 @@ async fn sentinels_on_a_slow_link_are_heard_within_the_connect_timeout() {
         .connect()
         .await
         .unwrap_or_else(|e| panic!("a client of sentinels {LAG:?} away: {e}"));
-    let name = unique("sentinel-slow");
-    let g = client.mutex(&name).lock().await.expect("lock before");
-    g.unlock().await.expect("unlock before");
-
-    topo.ask_failover(0).await.expect("SENTINEL FAILOVER");
-    let (announcer, replica) = (topo.sentinel_ports()[0], topo.replica_port());
-    let named = eventually_every(
-        Duration::from_secs(20),
-        Duration::from_millis(20),
-        || async move { master_port(announcer).await == Some(replica) },
-    )
-    .await;
-    assert!(named, "sentinel 0 did not name the replica within 20 s");
-    let switched = Instant::now();
-    let on_old = on_old_primary_until_moved(
-        &client,
+    failover_followed_within(
         &topo,
-        &name,
-        (switched, Duration::from_secs(5)),
-        &format!("after sentinel 0 named the new primary, with the sentinels {LAG:?} away"),
+        &client,
+        Duration::from_secs(5),
+        &format!("with the sentinels {LAG:?} away"),
     )
     .await;
-    eprintln!(
-        "sentinels {LAG:?} away: the client's locks were on the new primary {:?} after \
-         sentinel 0 named it ({on_old} granted on the old one first)",
-        switched.elapsed()
-    );
 }
 
 /// The connect timeout of [`a_sentinel_back_from_a_partition_is_waited_for_again`]'s

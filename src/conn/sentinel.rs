@@ -195,27 +195,13 @@ impl Sentinels {
                 if addr == current_addr {
                     followed = followed.max(n.epoch);
                 } else if n.epoch > followed && !tried.contains(&addr) {
-                    tried.push(addr.clone());
-                    match self
-                        .connect_to(n.host.clone(), n.port, (connect, response))
-                        .await
+                    tried.push(addr);
+                    let (host, port, epoch) = (n.host.clone(), n.port, n.epoch);
+                    if let Some(moved) = self
+                        .move_to(host, port, epoch, (connect, response), &mut last)
+                        .await?
                     {
-                        Ok((client, manager)) => {
-                            return Ok(Looked::Moved(Box::new(Found {
-                                addr,
-                                config_epoch: n.epoch,
-                                client,
-                                manager,
-                            })));
-                        }
-                        Err(Refused::Settings(error)) => {
-                            return Err(NotFound {
-                                error,
-                                not_primary: false,
-                            });
-                        }
-                        Err(Refused::Node(e)) => last = Some((e, false)),
-                        Err(Refused::NotPrimary(e)) => last = Some((e, true)),
+                        return Ok(moved);
                     }
                 }
             }
@@ -250,23 +236,11 @@ impl Sentinels {
                 }
                 continue;
             }
-            match self.connect_to(host, port, (connect, response)).await {
-                Ok((client, manager)) => {
-                    return Ok(Looked::Moved(Box::new(Found {
-                        addr,
-                        config_epoch: epoch,
-                        client,
-                        manager,
-                    })));
-                }
-                Err(Refused::Settings(error)) => {
-                    return Err(NotFound {
-                        error,
-                        not_primary: false,
-                    });
-                }
-                Err(Refused::Node(e)) => last = Some((e, false)),
-                Err(Refused::NotPrimary(e)) => last = Some((e, true)),
+            if let Some(moved) = self
+                .move_to(host, port, epoch, (connect, response), &mut last)
+                .await?
+            {
+                return Ok(moved);
             }
         }
         Err(match last {
@@ -279,6 +253,41 @@ impl Sentinels {
                 not_primary: false,
             },
         })
+    }
+
+    /// The move to the node at `host:port`, named at `epoch`, when it
+    /// answers as the primary; `None` with its refusal in `last` when it
+    /// does not (another node may); an error when the settings themselves
+    /// are refused (every node would).
+    async fn move_to(
+        &self,
+        host: String,
+        port: u16,
+        epoch: u64,
+        timeouts: (Duration, Duration),
+        last: &mut Option<(RedisError, bool)>,
+    ) -> Result<Option<Looked>, NotFound> {
+        let addr = format!("{host}:{port}");
+        match self.connect_to(host, port, timeouts).await {
+            Ok((client, manager)) => Ok(Some(Looked::Moved(Box::new(Found {
+                addr,
+                config_epoch: epoch,
+                client,
+                manager,
+            })))),
+            Err(Refused::Settings(error)) => Err(NotFound {
+                error,
+                not_primary: false,
+            }),
+            Err(Refused::Node(e)) => {
+                *last = Some((e, false));
+                Ok(None)
+            }
+            Err(Refused::NotPrimary(e)) => {
+                *last = Some((e, true));
+                Ok(None)
+            }
+        }
     }
 
     /// Connects to the node at `host:port` with the primary's settings and

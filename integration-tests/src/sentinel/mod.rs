@@ -34,7 +34,10 @@ use crate::{Proxy, node_url};
 
 pub use redbell_testkit::sentinel::{MASTER, master_port, sentinel_agrees};
 pub use replication::{replica_caught_up, write_and_wait};
-pub use sentinels::{FrozenSentinel, on_old_primary_until_moved, sentinel_client, works_again};
+pub use sentinels::{
+    FrozenSentinel, failover_followed_within, on_old_primary_until_moved, sentinel_client,
+    works_again,
+};
 
 /// A base port whose layout ports (BASE, +1, +2, +10..+12) are free.
 ///

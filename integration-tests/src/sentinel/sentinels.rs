@@ -126,6 +126,50 @@ pub async fn on_old_primary_until_moved(
     }
 }
 
+/// Takes a lock (so the client is on the primary), fails over through
+/// sentinel 0 with the old primary left up, and checks that the client's
+/// locks land on the new primary within `within` of sentinel 0 naming it
+/// (`what` says what else is wrong, for the messages); prints how long
+/// that took.
+///
+/// # Panics
+///
+/// When sentinel 0 does not name the replica within 20 s, or a lock is
+/// granted on the old primary after `within`.
+pub async fn failover_followed_within(
+    topo: &Topology,
+    client: &Client,
+    within: Duration,
+    what: &str,
+) {
+    let name = crate::unique("sentinel-follow");
+    let warm = client.mutex(&name).lock().await.expect("lock before");
+    warm.unlock().await.expect("unlock before");
+    topo.ask_failover(0).await.expect("SENTINEL FAILOVER");
+    let (announcer, replica) = (topo.sentinel_ports()[0], topo.replica_port());
+    let named = crate::eventually_every(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || async move { super::master_port(announcer).await == Some(replica) },
+    )
+    .await;
+    assert!(named, "sentinel 0 did not name the replica within 20 s");
+    let switched = Instant::now();
+    let on_old = on_old_primary_until_moved(
+        client,
+        topo,
+        &name,
+        (switched, within),
+        &format!("after sentinel 0 named the new primary, {what}"),
+    )
+    .await;
+    eprintln!(
+        "{what}: the client's locks were on the new primary {:?} after sentinel 0 \
+         named it ({on_old} granted on the old one first)",
+        switched.elapsed()
+    );
+}
+
 /// A sentinel of a [`Topology`] frozen with SIGSTOP: its sockets stay open
 /// and accept connections, but it reads and answers nothing, and hears of
 /// no failover. Continued (SIGCONT) on drop, so a failing test leaves none
