@@ -29,19 +29,22 @@ use crate::fail::{EX_FAILURE, Failure};
 /// The part's rows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CountedRun {
-    /// Part 2's workloads, one round, `instr_per_op` set.
+    /// Part 2's workloads, one round, their `counted` set.
     pub names: Vec<NamesRow>,
-    /// Part 4, one round, counts set.
+    /// Part 4, one round, its shards' `counted` set.
     pub cluster: Option<ClusterRow>,
 }
 
 /// Options of the hidden `scale-counted` process.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CountedArgs {
+    /// Distinct lock names per row of part 2.
     #[arg(long, value_delimiter = ',')]
     pub names: Vec<u32>,
+    /// Uncontended acquisitions per row (contended: half).
     #[arg(long)]
     pub ops: u64,
+    /// Skip part 4.
     #[arg(long)]
     pub no_cluster: bool,
 }

@@ -380,8 +380,8 @@ fn capacity(s: &mut String, r: &Report) {
          at the most names; an S-shard cluster multiplies a shard's rate by S when the names \
          spread evenly{}. Redo it for your own server and workload with `redbell-bench --url \
          redis://HOST:PORT scale` on a server nobody else uses (it runs `CONFIG RESETSTAT`; \
-         `--only names`, `--only clients` or `--only parked` for one part; part 4 starts its \
-         own local cluster).\n\n\
+         `--only names`, `--only clients`, `--only parked` or `--only counted` for one part; \
+         parts 4 and 5 start their own local servers, part 5 under Valgrind).\n\n\
          | quantity | value | from |\n|---|---:|---|",
         if r.cluster.is_some() {
             " (part 4 measured the per-shard cost and the spread)"
