@@ -150,7 +150,8 @@ fn median_row(mut v: Vec<(NamesRow, f64)>) -> (NamesRow, f64) {
     v.swap_remove(mid)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median (the upper of the two middle values) of `v`, 0 when empty.
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
+use super::cluster::median as mid;
 use super::names::NamesRow;
 
 mod counted;
@@ -457,14 +458,10 @@ fn capacity(s: &mut String, r: &Report) {
     }
     match &r.cluster {
         Some(c) => {
-            let med = |f: &dyn Fn(&super::cluster::Shard) -> f64| {
-                let mut v: Vec<f64> = c.shards.iter().map(f).collect();
-                v.sort_by(f64::total_cmp);
-                v.get(v.len() / 2).copied().unwrap_or(0.0)
-            };
+            let med = |f: fn(&super::cluster::Shard) -> f64| shard_median(&c.shards, f);
             let (u, k) = (
-                med(&|sh| sh.uncontended_cpu_us),
-                med(&|sh| sh.contended_cpu_us),
+                med(|sh| sh.uncontended_cpu_us),
+                med(|sh| sh.contended_cpu_us),
             );
             let even = f64::from(c.names) / c.shards.len().max(1) as f64;
             let spread = c
@@ -497,13 +494,8 @@ fn capacity(s: &mut String, r: &Report) {
                         } else {
                             one(&cl.single_contended)
                         };
-                        let mut shards: Vec<f64> = cl
-                            .shards
-                            .iter()
-                            .map(|sh| sh.counted.map_or(0.0, |c| c[w][0]))
-                            .collect();
-                        shards.sort_by(f64::total_cmp);
-                        let shard = shards.get(shards.len() / 2).copied().unwrap_or(0.0);
+                        let shard =
+                            shard_median(&cl.shards, |sh| sh.counted.map_or(0.0, |c| c[w][0]));
                         let ratio = shard / single_i.max(1e-9);
                         (
                             ratio,
@@ -547,14 +539,20 @@ fn capacity(s: &mut String, r: &Report) {
 }
 
 fn median(r: &Report, contended: bool, k: u32, f: fn(&NamesRow) -> f64) -> f64 {
-    let mut v: Vec<f64> = r
+    mid(r
         .names
         .iter()
         .filter(|n| n.contended == contended && n.names == k)
         .map(f)
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+        .collect())
+}
+
+/// The median over a cluster's shards of `f`.
+fn shard_median(
+    shards: &[super::cluster::Shard],
+    f: impl Fn(&super::cluster::Shard) -> f64,
+) -> f64 {
+    mid(shards.iter().map(f).collect())
 }
 
 /// The `p`th percentile (nearest rank) of `v`, 0 when empty.

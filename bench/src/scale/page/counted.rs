@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::super::cluster::Shard;
 use super::super::names::NamesRow;
-use super::{Report, group};
+use super::{Report, group, shard_median};
 
 pub(super) fn counted(s: &mut String, r: &Report) {
     let Some(c) = &r.counted else { return };
@@ -79,11 +79,7 @@ pub(super) fn counted(s: &mut String, r: &Report) {
             let [u, k] = sh.counted.unwrap_or_default();
             row(s, &format!("shard :{}", sh.port), u, k, sh.cmds_per_op);
         }
-        let med = |f: fn(&Shard) -> f64| {
-            let mut v: Vec<f64> = cl.shards.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v.get(v.len() / 2).copied().unwrap_or(0.0)
-        };
+        let med = |f: fn(&Shard) -> f64| shard_median(&cl.shards, f);
         let rep = cl.replicated.as_ref().map_or([0.0; 2], |rep| {
             [
                 one(&rep.uncontended)[0] / su[0].max(1e-9),

@@ -178,11 +178,7 @@ pub(super) fn cluster(s: &mut String, r: &Report) {
             sh.script_us[1],
         );
     }
-    let med = |f: fn(&super::super::cluster::Shard) -> f64| {
-        let mut v: Vec<f64> = c.shards.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
+    let med = |f: fn(&super::super::cluster::Shard) -> f64| super::shard_median(&c.shards, f);
     if let Some(rep) = &c.replicated {
         let _ = writeln!(
             s,
