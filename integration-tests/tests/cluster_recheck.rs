@@ -9,11 +9,14 @@
 //! crate's `cluster` module). The figures are printed to stderr:
 //! `cargo test --test cluster_recheck -- --nocapture`.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redbell::Client;
 use redbell_integration_tests::cluster::{
-    Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, shard_subscribers,
+    Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, name_in,
+    shard_subscribers,
 };
 use redbell_integration_tests::{
     POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha, unique,
@@ -237,4 +240,112 @@ async fn without_client_info_the_recheck_still_wakes() {
         .await
         .expect("A's waiter did not get the lock within 10 s")
         .expect("A's waiter");
+}
+
+/// Many waiters on one shard, one lock each, all in one client; the
+/// shard's pub/sub socket is killed (`CLIENT KILL`). The hub recovers every
+/// channel at once, and each recovery names its socket just before and
+/// just after its SSUBSCRIBE, the "before" within half the connect timeout.
+/// The keyed reads of a wave must not queue behind one another: those
+/// late in the queue would miss that bound, and their re-checks 2 s later
+/// would wake their waiters a third time, a herd of wasted attempts. So in
+/// the 8 s after the kill, each lock sees at most two acquire attempts
+/// (the loss, the recovery). Then every release reaches its waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_of_recoveries_on_one_shard_wakes_nobody_at_its_recheck() {
+    const LOCKS: usize = 3000;
+    let cluster = Cluster::start().await;
+    let node = cluster.primaries().await.swap_remove(0);
+    let home = node.port;
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let waiting = cluster_client(&urls).await;
+    let names: Vec<String> = (0..LOCKS).map(|_| name_in(&node, "wave")).collect();
+    let mutexes: Vec<_> = names.iter().map(|n| holder.mutex(n)).collect();
+    let guards = join_all(mutexes.iter().map(|m| m.lock())).await;
+    let guards: Vec<_> = guards
+        .into_iter()
+        .map(|g| g.expect("hold a lock"))
+        .collect();
+    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let parked = eventually_every(Duration::from_secs(60), POLL, || async {
+        waiting.stats().waiters >= i64::try_from(LOCKS).expect("a few locks")
+    })
+    .await;
+    assert!(parked, "the {LOCKS} waiters never all parked");
+    let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
+        shard_subscribers(&[home], &names[LOCKS - 1]).await >= 1
+    })
+    .await;
+    assert!(subscribed, "the waiting client never subscribed");
+    sleep(Duration::from_secs(1)).await; // every subscription made
+
+    let mut admin = conn(home).await;
+    let sockets: Vec<u64> = client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| !line.contains(" ssub=0 "))
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(sockets.len(), 1, "one socket with sharded subscriptions");
+    let monitor = monitor_node(home).await;
+    let killed = Instant::now();
+    kill_client(&mut admin, sockets[0]).await;
+    let window = Duration::from_secs(8);
+    sleep(window).await;
+    monitor.sync().await;
+
+    // Acquire attempts per lock key, from one pass over the log.
+    let mut attempts: HashMap<String, usize> = names.iter().map(|n| (lock_key(n), 0)).collect();
+    let acquire = script_sha("acquire");
+    for line in monitor.lines() {
+        if !line.contains(acquire) {
+            continue;
+        }
+        let key = line.split('"').find(|arg| attempts.contains_key(*arg));
+        if let Some(count) = key.map(str::to_owned).and_then(|k| attempts.get_mut(&k)) {
+            *count += 1;
+        }
+    }
+    // The recovery's SSUBSCRIBEs: the first, and those within 2 s of it
+    // (the re-checks, `CLUSTER_RECHECK` later, resubscribe once more).
+    let subscribes: Vec<f64> = monitor
+        .lines()
+        .iter()
+        .filter(|l| l.to_ascii_lowercase().contains("\"ssubscribe\""))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .collect();
+    if let Some(&first) = subscribes.first() {
+        let wave: Vec<_> = subscribes.iter().filter(|&&t| t < first + 2.0).collect();
+        let last = wave.last().map_or(first, |&&t| t);
+        eprintln!(
+            "the recovery's {} SSUBSCRIBEs took {:.0} ms from the first to the last",
+            wave.len(),
+            (last - first) * 1000.0
+        );
+    }
+    let never = attempts.values().filter(|&&n| n == 0).count();
+    let thrice: Vec<_> = attempts.iter().filter(|(_, n)| **n > 2).collect();
+    eprintln!(
+        "{LOCKS} locks, {:?} after the kill: {never} never attempted, {} attempted 3 times or more",
+        killed.elapsed(),
+        thrice.len()
+    );
+    assert_eq!(never, 0, "{never} waiters were not woken by the loss");
+    assert!(
+        thrice.is_empty(),
+        "{} of {LOCKS} waiters were woken again by their re-check, e.g. {:?}",
+        thrice.len(),
+        thrice.iter().take(3).collect::<Vec<_>>()
+    );
+
+    for guard in guards {
+        guard.unlock().await.expect("release a lock");
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        timeout(Duration::from_secs(30), w)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} never got its lock"))
+            .expect("waiter task");
+    }
 }

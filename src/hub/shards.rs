@@ -56,11 +56,14 @@
 //! What gets it stuck after a failover: many keyed reads at once (each
 //! recovery's, see below) answered `MOVED` to the new primary, to which
 //! redis-rs has no socket yet, each redirect connecting to it while the
-//! first `MOVED` rebuilds the slot map. So the subscription tasks make
-//! their keyed reads one at a time per primary (as the last `CLUSTER
-//! SLOTS` named it): the first `MOVED` refreshes the map and connects, and
-//! the next reads go straight to the new primary. A dead shard's reads
-//! hold up only its own.
+//! first `MOVED` rebuilds the slot map. So per primary (as the last
+//! `CLUSTER SLOTS` named it) a wave of subscription tasks sends one keyed
+//! read first, alone: its `MOVED` refreshes the map and connects; once one
+//! begun since a task started has gone through, that task's read goes
+//! alongside the others, straight to the new primary. One at a time each
+//! would cost a wave of thousands of channels thousands of round trips,
+//! and make the late ones miss their checks' time bound. A dead shard's
+//! reads hold up only its own.
 //!
 //! ## After a failover or migration
 //!
@@ -117,7 +120,7 @@ use tokio::time::Instant;
 use super::pubsub::{self, Socket};
 use super::registry::Registry;
 use crate::keys::hash_slot;
-use task::subscribe;
+use task::{Keyed, subscribe};
 
 mod task;
 
@@ -158,7 +161,7 @@ pub(super) struct Shards {
     owners: Vec<(u16, u16, String)>,
     /// Per primary (as [`owners`](Self::owners) names it), what a
     /// subscription task holds for its keyed read (see the module docs).
-    keyed: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    keyed: HashMap<String, Arc<Keyed>>,
 }
 
 /// A re-check due (see the module docs).

@@ -3,13 +3,18 @@
 use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
+use tokio::time::Instant;
 
 use super::Why;
 use crate::hub::pubsub::{self, Socket};
 
+/// Per primary: when the last keyed read to it that went through began
+/// (see [`keyed_read`]).
+pub(super) type Keyed = tokio::sync::Mutex<Option<Instant>>;
+
 /// The work of one subscription task: SSUBSCRIBE `channel`, with the checks
 /// that `why` asks for (see the [`shards`](super) docs), each bounded by
-/// `timeout`; its keyed read holding `keyed`.
+/// `timeout`; its keyed read gated by `keyed`, its primary's.
 /// Once subscribed, the connection that holds the subscription, when it
 /// can tell. A recovery's checks are not needed for its subscription: one
 /// that fails or is late only leaves the connection unknown.
@@ -18,8 +23,9 @@ pub(super) async fn subscribe(
     channel: &str,
     why: &Why,
     timeout: Duration,
-    keyed: &tokio::sync::Mutex<()>,
+    keyed: &Keyed,
 ) -> Result<Option<Socket>, String> {
+    let started = Instant::now();
     match why {
         Why::Asked => {
             within(timeout, conn.clone().ssubscribe(channel)).await?;
@@ -31,9 +37,7 @@ pub(super) async fn subscribe(
             // just after: when they agree, the SSUBSCRIBE went to it.
             let mut before_conn = conn.clone();
             let before = within(timeout / 2, async move {
-                let one = keyed.lock().await;
-                pubsub::check_owner(&mut before_conn, channel).await?;
-                drop(one);
+                keyed_read(&mut before_conn, channel, keyed, started).await?;
                 pubsub::socket_of(&mut before_conn, channel).await
             })
             .await
@@ -45,15 +49,37 @@ pub(super) async fn subscribe(
         Why::Recheck(_) => {
             let mut checked = conn.clone();
             within(timeout, async move {
-                let one = keyed.lock().await;
-                pubsub::check_owner(&mut checked, channel).await?;
-                drop(one);
+                keyed_read(&mut checked, channel, keyed, started).await?;
                 checked.ssubscribe(channel).await
             })
             .await?;
             Ok(socket_within(conn.clone(), channel, timeout / 2).await)
         }
     }
+}
+
+/// [`pubsub::check_owner`] for `channel`, by a task started at `started`,
+/// gated by its primary's `keyed`: alone, until one keyed read to that
+/// primary begun since `started` has gone through; then alongside the
+/// others. So after a failover the first read's `MOVED` refreshes the slot
+/// map and connects to the new primary while the wave's other reads wait,
+/// and they then go straight there at once, not one after another: a wave
+/// of thousands of channels costs about one round trip, not thousands.
+async fn keyed_read(
+    conn: &mut ClusterConnection,
+    channel: &str,
+    keyed: &Keyed,
+    started: Instant,
+) -> redis::RedisResult<()> {
+    let mut last = keyed.lock().await;
+    if last.is_some_and(|began| began >= started) {
+        drop(last);
+        return pubsub::check_owner(conn, channel).await;
+    }
+    let began = Instant::now();
+    pubsub::check_owner(conn, channel).await?;
+    *last = Some(began);
+    Ok(())
 }
 
 /// [`pubsub::socket_of`], `None` when it fails or takes longer than `timeout`.
