@@ -120,7 +120,7 @@ use tokio::time::Instant;
 use super::pubsub::{self, Socket};
 use super::registry::Registry;
 use crate::keys::hash_slot;
-use task::{Keyed, subscribe};
+use task::{Gate, Keyed, subscribe};
 
 mod task;
 
@@ -303,9 +303,12 @@ impl Shards {
         let channel = channel.to_owned();
         let timeout = self.connect_timeout;
         let owner = self.owner_of(hash_slot(&channel));
-        let keyed = self.keyed.entry(owner).or_default().clone();
+        let gate = Gate {
+            keyed: self.keyed.entry(owner).or_default().clone(),
+            started: Instant::now(),
+        };
         self.tasks.spawn(async move {
-            let result = subscribe(&conn, &channel, &why, timeout, &keyed).await;
+            let result = subscribe(&conn, &channel, &why, timeout, &gate).await;
             Done {
                 channel,
                 generation,

@@ -1,5 +1,6 @@
 //! The work of one subscription task of [`Shards`](super::Shards).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
@@ -12,9 +13,17 @@ use crate::hub::pubsub::{self, Socket};
 /// (see [`keyed_read`]).
 pub(super) type Keyed = tokio::sync::Mutex<Option<Instant>>;
 
+/// What a subscription task's keyed read is gated by (see [`keyed_read`]).
+pub(super) struct Gate {
+    /// The channel's primary's.
+    pub(super) keyed: Arc<Keyed>,
+    /// When the task was started.
+    pub(super) started: Instant,
+}
+
 /// The work of one subscription task: SSUBSCRIBE `channel`, with the checks
 /// that `why` asks for (see the [`shards`](super) docs), each bounded by
-/// `timeout`; its keyed read gated by `keyed`, its primary's.
+/// `timeout`; its keyed read passing `gate`.
 /// Once subscribed, the connection that holds the subscription, when it
 /// can tell. A recovery's checks are not needed for its subscription: one
 /// that fails or is late only leaves the connection unknown.
@@ -23,9 +32,8 @@ pub(super) async fn subscribe(
     channel: &str,
     why: &Why,
     timeout: Duration,
-    keyed: &Keyed,
+    gate: &Gate,
 ) -> Result<Option<Socket>, String> {
-    let started = Instant::now();
     match why {
         Why::Asked => {
             within(timeout, conn.clone().ssubscribe(channel)).await?;
@@ -37,7 +45,7 @@ pub(super) async fn subscribe(
             // just after: when they agree, the SSUBSCRIBE went to it.
             let mut before_conn = conn.clone();
             let before = within(timeout / 2, async move {
-                keyed_read(&mut before_conn, channel, keyed, started).await?;
+                keyed_read(&mut before_conn, channel, gate).await?;
                 pubsub::socket_of(&mut before_conn, channel).await
             })
             .await
@@ -49,7 +57,7 @@ pub(super) async fn subscribe(
         Why::Recheck(_) => {
             let mut checked = conn.clone();
             within(timeout, async move {
-                keyed_read(&mut checked, channel, keyed, started).await?;
+                keyed_read(&mut checked, channel, gate).await?;
                 checked.ssubscribe(channel).await
             })
             .await?;
@@ -58,21 +66,20 @@ pub(super) async fn subscribe(
     }
 }
 
-/// [`pubsub::check_owner`] for `channel`, by a task started at `started`,
-/// gated by its primary's `keyed`: alone, until one keyed read to that
-/// primary begun since `started` has gone through; then alongside the
-/// others. So after a failover the first read's `MOVED` refreshes the slot
-/// map and connects to the new primary while the wave's other reads wait,
-/// and they then go straight there at once, not one after another: a wave
-/// of thousands of channels costs about one round trip, not thousands.
+/// [`pubsub::check_owner`] for `channel`, through `gate`: alone, until
+/// one keyed read to the channel's primary begun since the task was
+/// started has gone through; then alongside the others. So after a
+/// failover the first read's `MOVED` refreshes the slot map and connects
+/// to the new primary while the wave's other reads wait, and they then go
+/// straight there together: a wave of thousands of channels waits for one
+/// read's round trip, not for thousands in a row.
 async fn keyed_read(
     conn: &mut ClusterConnection,
     channel: &str,
-    keyed: &Keyed,
-    started: Instant,
+    gate: &Gate,
 ) -> redis::RedisResult<()> {
-    let mut last = keyed.lock().await;
-    if last.is_some_and(|began| began >= started) {
+    let mut last = gate.keyed.lock().await;
+    if last.is_some_and(|began| began >= gate.started) {
         drop(last);
         return pubsub::check_owner(conn, channel).await;
     }
