@@ -1,0 +1,317 @@
+//! Redis Cluster: a server's `sunsubscribe` push (the slot of a channel
+//! moved to another primary) that arrives while the hub's own subscription
+//! of that channel is still being made. The push must not be lost: the
+//! channel is subscribed again on the slot's new primary, and a release
+//! there reaches its waiter at once, not when the waiter's park (the
+//! holder's lease) runs out.
+//!
+//! Each test starts a fresh cluster of its own ([`Cluster`], in the helper
+//! crate's `cluster` module). The figures are printed to stderr:
+//! `cargo test --test cluster_dropped -- --nocapture`.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use redbell::Client;
+use redbell_integration_tests::cluster::{
+    Cluster, cluster_client_with, conn, queue_waiters, slot_of, zcard,
+};
+use redbell_integration_tests::{
+    POLL, client_list, eventually_every, kill_client, retryable, unique, waiters_key,
+};
+use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+/// Locks in the slot that moves.
+const MOVED: usize = 50;
+
+/// The waiting client's probe period: a probe waits for a node's `CLIENT
+/// ID` up to half of it, and the periodic ones stay out of the way.
+const PROBE: Duration = Duration::from_secs(10);
+
+/// `count` lock names `<prefix>-<i>` whose slot is `slot`.
+fn names_in_slot(prefix: &str, slot: u16, count: usize) -> Vec<String> {
+    (0u64..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|name| slot_of(name) == slot)
+        .take(count)
+        .collect()
+}
+
+/// One `CLUSTER SETSLOT slot <what> <id>` on node `port`.
+async fn setslot(port: u16, slot: u16, what: &str, id: &str) {
+    setslot_on(&mut conn(port).await, slot, what, id).await;
+}
+
+/// One `CLUSTER SETSLOT slot <what> <id>` on connection `c`.
+async fn setslot_on(c: &mut MultiplexedConnection, slot: u16, what: &str, id: &str) {
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(what)
+        .arg(id)
+        .query_async(c)
+        .await
+        .unwrap_or_else(|e| panic!("SETSLOT {slot} {what}: {e}"));
+}
+
+/// How many sharded channels matching `pattern` node `port` has
+/// subscribers for (`PUBSUB SHARDCHANNELS`).
+async fn shard_channels(c: &mut MultiplexedConnection, pattern: &str) -> usize {
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .arg(pattern)
+        .query_async(c)
+        .await
+        .expect("PUBSUB SHARDCHANNELS");
+    channels.len()
+}
+
+/// A task that waits for lock `name` (retrying retryable errors every
+/// 50 ms), then unlocks it; when it got the lock.
+fn waiter(client: &Client, name: &str) -> JoinHandle<Instant> {
+    let mutex = client.mutex(name);
+    tokio::spawn(async move {
+        let guard = loop {
+            match mutex.lock().await {
+                Ok(g) => break g,
+                Err(e) if retryable(&e) => sleep(Duration::from_millis(50)).await,
+                Err(e) => panic!("a waiter: {e}"),
+            }
+        };
+        let at = Instant::now();
+        let _ = guard.unlock().await;
+        at
+    })
+}
+
+/// `CLIENT PAUSE ms ALL` on node `port`: it executes no client's command
+/// for `pause` (the cluster bus carries on, so nobody fails it over).
+async fn pause(port: u16, pause: Duration) {
+    let ms = u64::try_from(pause.as_millis()).expect("a short pause");
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("ALL")
+        .query_async(&mut conn(port).await)
+        .await
+        .unwrap_or_else(|e| panic!("node {port}: CLIENT PAUSE: {e}"));
+}
+
+/// Kills (`CLIENT KILL ID`) every RESP3 connection on node `port`: the
+/// pub/sub sockets of the clients' hubs (their command connections speak
+/// RESP2). How many.
+async fn kill_pubsub_sockets(port: u16) -> usize {
+    let mut admin = conn(port).await;
+    let sockets: Vec<u64> = client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| line.split(' ').any(|f| f == "resp=3"))
+        .map(|(id, _)| id)
+        .collect();
+    for &id in &sockets {
+        kill_client(&mut admin, id).await;
+    }
+    sockets.len()
+}
+
+/// The hub of a waiting client completes its subscriptions of 50 lock
+/// channels (all in one slot, S, on primary P1) only after P1 dropped them
+/// with `sunsubscribe` pushes, S having moved to P3. The hub's control task
+/// is held up twice by a probe waiting for a paused P2 (the client's
+/// pub/sub socket to P2 killed, then P2 paused with `CLIENT PAUSE ALL`: the
+/// hub probes at once, and waits for P2's answer):
+///
+/// 1. While it waits, the client parks a waiter on each of S's 50 held
+///    locks: their attempts queue on P1, their subscriptions wait for the
+///    control task. P1 is then paused.
+/// 2. P2 resumes; the control task sends the 50 SSUBSCRIBEs, which wait for
+///    P1. The socket to P2 is killed and P2 paused again: the control task
+///    waits for P2 again.
+/// 3. P1 resumes and makes the 50 subscriptions, then moves S to P3
+///    (`SETSLOT MIGRATING`, sent while P1 was paused, `MIGRATE`, `SETSLOT
+///    NODE` on P1 first): P1 drops the 50 subscriptions, before the
+///    control task, still waiting for P2, has recorded them as made.
+///
+/// Afterwards P3 must hold a subscription to each of the 50 channels, and
+/// once the holder releases the 50 locks every waiter must have its lock
+/// within 5 s; a lost push shows as a waiter parked until the holder's
+/// 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
+    let cluster = Cluster::start().await;
+    let primaries = cluster.primaries().await;
+    let (p1, p2, p3) = (primaries[0].port, primaries[1].port, primaries[2].port);
+    let (p1_id, p3_id) = (cluster.id_of(p1).await, cluster.id_of(p3).await);
+    let slot = (0u16..16384)
+        .find(|s| primaries[0].serves(*s))
+        .expect("P1 serves a slot");
+    let prefix = format!("{}-s", &unique("dropped")[..16]);
+    let names = {
+        let prefix = prefix.clone();
+        tokio::task::spawn_blocking(move || names_in_slot(&prefix, slot, MOVED))
+            .await
+            .expect("names")
+    };
+    let pattern = format!("redbell:{{{prefix}-*");
+    let on_p2 = cluster.name_on(p2, "dropped-p2").await;
+
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
+    // Timeouts longer than P1's pause, which its SSUBSCRIBEs wait out.
+    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let waiting = Client::cluster_builder(&seeds)
+        .probe_interval(PROBE)
+        .connect_timeout(Duration::from_secs(3))
+        .response_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .expect("the waiting client");
+    let held_p2 = holder.mutex(&on_p2).lock().await.expect("hold P2's lock");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let parked_p2 = queue_waiters(&[&waiting], &on_p2, p2, &inside, "P2's waiter").await;
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(holder.mutex(name).lock().await.expect("hold S's lock"));
+    }
+    // Opened now: they wait out P1's pause (a fresh one would time out).
+    let mut admin_p1 = conn(p1).await;
+    admin_p1.set_response_timeout(Duration::from_secs(10));
+    let mut migrate_p1 = conn(p1).await;
+    migrate_p1.set_response_timeout(Duration::from_secs(10));
+    setslot(p3, slot, "IMPORTING", &p1_id).await;
+
+    // 1. The control task waits for P2 while the waiters queue on P1.
+    assert!(kill_pubsub_sockets(p2).await > 0, "no pub/sub socket on P2");
+    pause(p2, Duration::from_millis(1000)).await;
+    let p2_resumes = Instant::now() + Duration::from_millis(1000);
+    sleep(Duration::from_millis(200)).await;
+    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let queued = eventually_every(
+        Duration::from_millis(500),
+        Duration::from_millis(10),
+        || async {
+            let mut queued = 0;
+            for name in &names {
+                queued += zcard(p1, &waiters_key(name)).await;
+            }
+            queued == i64::try_from(MOVED).expect("50")
+        },
+    )
+    .await;
+    let early = shard_channels(&mut admin_p1, &pattern).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("ALL")
+        .query_async(&mut admin_p1)
+        .await
+        .expect("CLIENT PAUSE on P1");
+    let p1_resumes = Instant::now() + Duration::from_millis(1500);
+    assert!(
+        queued,
+        "the waiters' attempts did not all queue on P1 within 0.5 s"
+    );
+    assert_eq!(early, 0, "the hub subscribed while its probe waited for P2");
+    assert!(
+        Instant::now() < p2_resumes,
+        "P2 resumed before P1 was paused"
+    );
+
+    // 2. The control task sends the SSUBSCRIBEs, then waits for P2 again.
+    sleep_until(p2_resumes + Duration::from_millis(200)).await;
+    assert!(kill_pubsub_sockets(p2).await > 0, "no pub/sub socket on P2");
+    pause(p2, Duration::from_millis(2500)).await;
+    let p2_resumes = Instant::now() + Duration::from_millis(2500);
+
+    // 3. P1 makes the subscriptions, then the slot moves.
+    sleep_until(p1_resumes - Duration::from_millis(200)).await;
+    setslot_on(&mut migrate_p1, slot, "MIGRATING", &p3_id).await;
+    let made = shard_channels(&mut admin_p1, &pattern).await;
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1000)
+            .query_async(&mut admin_p1)
+            .await
+            .expect("GETKEYSINSLOT");
+        if keys.is_empty() {
+            break;
+        }
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(p3)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(&mut admin_p1)
+            .await
+            .expect("MIGRATE");
+    }
+    setslot_on(&mut admin_p1, slot, "NODE", &p3_id).await;
+    let moved_at = Instant::now();
+    setslot(p3, slot, "NODE", &p3_id).await;
+    eprintln!(
+        "{made} of S's {MOVED} channels subscribed on P1 when it resumed; S moved {:?} after \
+         that, {:?} before P2 resumes",
+        moved_at.saturating_duration_since(p1_resumes),
+        p2_resumes.saturating_duration_since(moved_at),
+    );
+    assert_eq!(
+        made, MOVED,
+        "the SSUBSCRIBEs had not been made on P1 when it resumed"
+    );
+    assert!(moved_at < p2_resumes, "P2 resumed before the slot moved");
+    sleep_until(p2_resumes + Duration::from_millis(100)).await;
+    setslot(p2, slot, "NODE", &p3_id).await;
+    cluster.wait_stable("after the slot moved").await;
+
+    // Every waiter parked (none still in an attempt) before the release.
+    let all = i64::try_from(MOVED + 1).expect("51");
+    let parked = eventually_every(Duration::from_secs(10), POLL, || async {
+        waiting.stats().waiters >= all
+    })
+    .await;
+    assert!(parked, "the waiters did not all park");
+    let subscribed = eventually_every(Duration::from_secs(5), POLL, || async {
+        shard_channels(&mut conn(p3).await, &pattern).await == MOVED
+    })
+    .await;
+    let on_p3 = shard_channels(&mut conn(p3).await, &pattern).await;
+    let released = Instant::now();
+    for guard in held {
+        guard.unlock().await.expect("release S's lock on P3");
+    }
+    let releasing = released.elapsed();
+    let mut late = 0;
+    for w in waiters {
+        let left = Duration::from_secs(5).saturating_sub(released.elapsed());
+        match timeout(left, w).await {
+            Ok(at) => {
+                at.expect("waiter");
+            }
+            Err(_) => late += 1,
+        }
+    }
+    eprintln!(
+        "after the move: {on_p3} of S's {MOVED} channels subscribed on P3; the releases took \
+         {releasing:?}; waiters without their lock 5 s after the release: {late}"
+    );
+    assert_eq!(late, 0, "{late} of S's waiters missed their wake-up");
+    assert!(
+        subscribed,
+        "only {on_p3} of S's {MOVED} channels subscribed on P3"
+    );
+    held_p2.unlock().await.expect("release P2's lock");
+    for w in parked_p2 {
+        timeout(Duration::from_secs(10), w)
+            .await
+            .expect("P2's waiter")
+            .expect("waiter");
+    }
+}
