@@ -17,9 +17,7 @@ use redbell::Client;
 use redbell_integration_tests::cluster::{
     Cluster, cluster_client_with, conn, queue_waiters, slot_of, zcard,
 };
-use redbell_integration_tests::{
-    POLL, client_list, eventually_every, kill_client, retryable, unique, waiters_key,
-};
+use redbell_integration_tests::{POLL, eventually_every, retryable, unique, waiters_key};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -27,9 +25,8 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 /// Locks in the slot that moves.
 const MOVED: usize = 50;
 
-/// The waiting client's probe period: a probe waits for a node's `CLIENT
-/// ID` up to half of it, and the periodic ones stay out of the way.
-const PROBE: Duration = Duration::from_secs(10);
+/// The waiting client's subscription linger.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// `count` lock names `<prefix>-<i>` whose slot is `slot`.
 fn names_in_slot(prefix: &str, slot: u16, count: usize) -> Vec<String> {
@@ -90,46 +87,32 @@ fn waiter(client: &Client, name: &str) -> JoinHandle<Instant> {
 /// `CLIENT PAUSE ms ALL` on node `port`: it executes no client's command
 /// for `pause` (the cluster bus carries on, so nobody fails it over).
 async fn pause(port: u16, pause: Duration) {
-    let ms = u64::try_from(pause.as_millis()).expect("a short pause");
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(ms)
+        .arg(millis(pause))
         .arg("ALL")
         .query_async(&mut conn(port).await)
         .await
         .unwrap_or_else(|e| panic!("node {port}: CLIENT PAUSE: {e}"));
 }
 
-/// Kills (`CLIENT KILL ID`) every RESP3 connection on node `port`: the
-/// pub/sub sockets of the clients' hubs (their command connections speak
-/// RESP2). How many.
-async fn kill_pubsub_sockets(port: u16) -> usize {
-    let mut admin = conn(port).await;
-    let sockets: Vec<u64> = client_list(&mut admin)
-        .await
-        .into_iter()
-        .filter(|(_, line)| line.split(' ').any(|f| f == "resp=3"))
-        .map(|(id, _)| id)
-        .collect();
-    for &id in &sockets {
-        kill_client(&mut admin, id).await;
-    }
-    sockets.len()
+/// `d` in whole milliseconds (at least 1).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The hub of a waiting client completes its subscriptions of 50 lock
 /// channels (all in one slot, S, on primary P1) only after P1 dropped them
 /// with `sunsubscribe` pushes, S having moved to P3. The hub's control task
-/// is held up twice by a probe waiting for a paused P2 (the client's
-/// pub/sub socket to P2 killed, then P2 paused with `CLIENT PAUSE ALL`: the
-/// hub probes at once, and waits for P2's answer):
+/// is held up twice by the SUNSUBSCRIBE of a channel on P2 whose waiter
+/// left (at the end of the 1 s linger), sent while P2 is paused (`CLIENT
+/// PAUSE ALL`): it waits for P2's answer.
 ///
 /// 1. While it waits, the client parks a waiter on each of S's 50 held
 ///    locks: their attempts queue on P1, their subscriptions wait for the
 ///    control task. P1 is then paused.
 /// 2. P2 resumes; the control task sends the 50 SSUBSCRIBEs, which wait for
-///    P1. The socket to P2 is killed and P2 paused again: the control task
-///    waits for P2 again.
+///    P1. P2 is paused again, and the control task waits for it again.
 /// 3. P1 resumes and makes the 50 subscriptions, then moves S to P3
 ///    (`SETSLOT MIGRATING`, sent while P1 was paused, `MIGRATE`, `SETSLOT
 ///    NODE` on P1 first): P1 drops the 50 subscriptions, before the
@@ -156,22 +139,31 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
             .expect("names")
     };
     let pattern = format!("redbell:{{{prefix}-*");
-    let on_p2 = cluster.name_on(p2, "dropped-p2").await;
+    let on_p2 = [
+        cluster.name_on(p2, "dropped-p2").await,
+        cluster.name_on(p2, "dropped-p2").await,
+    ];
 
     let urls = cluster.urls();
     let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
-    // Timeouts longer than P1's pause, which its SSUBSCRIBEs wait out.
+    // Timeouts longer than the pauses its commands wait out; no periodic
+    // probe meanwhile.
     let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
     let waiting = Client::cluster_builder(&seeds)
-        .probe_interval(PROBE)
+        .subscription_linger(LINGER)
+        .probe_interval(Duration::from_secs(60))
         .connect_timeout(Duration::from_secs(3))
         .response_timeout(Duration::from_secs(3))
         .connect()
         .await
         .expect("the waiting client");
-    let held_p2 = holder.mutex(&on_p2).lock().await.expect("hold P2's lock");
-    let inside = Arc::new(AtomicUsize::new(0));
-    let parked_p2 = queue_waiters(&[&waiting], &on_p2, p2, &inside, "P2's waiter").await;
+    let mut held_p2 = Vec::new();
+    let mut leaving = Vec::new();
+    for name in &on_p2 {
+        held_p2.push(holder.mutex(name).lock().await.expect("hold P2's lock"));
+        let inside = Arc::new(AtomicUsize::new(0));
+        leaving.extend(queue_waiters(&[&waiting], name, p2, &inside, "P2's waiter").await);
+    }
     let mut held = Vec::new();
     for name in &names {
         held.push(holder.mutex(name).lock().await.expect("hold S's lock"));
@@ -183,12 +175,15 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     migrate_p1.set_response_timeout(Duration::from_secs(10));
     setslot(p3, slot, "IMPORTING", &p1_id).await;
 
-    // 1. The control task waits for P2 while the waiters queue on P1.
-    assert!(kill_pubsub_sockets(p2).await > 0, "no pub/sub socket on P2");
-    pause(p2, Duration::from_millis(1000)).await;
-    let p2_resumes = Instant::now() + Duration::from_millis(1000);
-    sleep(Duration::from_millis(200)).await;
+    // 1. The control task waits for P2 while the waiters queue on P1. `t`:
+    // when the first SUNSUBSCRIBE is due (sent at the next 100 ms tick).
+    leaving[0].abort();
+    let t = Instant::now() + LINGER;
+    sleep_until(t - Duration::from_millis(300)).await;
+    pause(p2, Duration::from_millis(1300)).await;
+    sleep_until(t + Duration::from_millis(300)).await;
     let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    leaving[1].abort(); // its SUNSUBSCRIBE is due at t + 0.6 s + LINGER
     let queued = eventually_every(
         Duration::from_millis(500),
         Duration::from_millis(10),
@@ -202,29 +197,28 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     )
     .await;
     let early = shard_channels(&mut admin_p1, &pattern).await;
+    let p1_resumes = t + Duration::from_millis(2000);
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(1500)
+        .arg(millis(p1_resumes - Instant::now()))
         .arg("ALL")
         .query_async(&mut admin_p1)
         .await
         .expect("CLIENT PAUSE on P1");
-    let p1_resumes = Instant::now() + Duration::from_millis(1500);
     assert!(
         queued,
         "the waiters' attempts did not all queue on P1 within 0.5 s"
     );
-    assert_eq!(early, 0, "the hub subscribed while its probe waited for P2");
+    assert_eq!(early, 0, "the hub subscribed while it waited for P2");
     assert!(
-        Instant::now() < p2_resumes,
+        Instant::now() < t + Duration::from_millis(1000),
         "P2 resumed before P1 was paused"
     );
 
     // 2. The control task sends the SSUBSCRIBEs, then waits for P2 again.
-    sleep_until(p2_resumes + Duration::from_millis(200)).await;
-    assert!(kill_pubsub_sockets(p2).await > 0, "no pub/sub socket on P2");
-    pause(p2, Duration::from_millis(2500)).await;
-    let p2_resumes = Instant::now() + Duration::from_millis(2500);
+    sleep_until(t + Duration::from_millis(1200)).await;
+    pause(p2, Duration::from_millis(2000)).await;
+    let p2_resumes = t + Duration::from_millis(3200);
 
     // 3. P1 makes the subscriptions, then the slot moves.
     sleep_until(p1_resumes - Duration::from_millis(200)).await;
@@ -272,7 +266,7 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     cluster.wait_stable("after the slot moved").await;
 
     // Every waiter parked (none still in an attempt) before the release.
-    let all = i64::try_from(MOVED + 1).expect("51");
+    let all = i64::try_from(MOVED).expect("50");
     let parked = eventually_every(Duration::from_secs(10), POLL, || async {
         waiting.stats().waiters >= all
     })
@@ -307,11 +301,7 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
         subscribed,
         "only {on_p3} of S's {MOVED} channels subscribed on P3"
     );
-    held_p2.unlock().await.expect("release P2's lock");
-    for w in parked_p2 {
-        timeout(Duration::from_secs(10), w)
-            .await
-            .expect("P2's waiter")
-            .expect("waiter");
+    for guard in held_p2 {
+        guard.unlock().await.expect("release P2's lock");
     }
 }
