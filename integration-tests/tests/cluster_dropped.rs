@@ -283,13 +283,16 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     }
     let releasing = released.elapsed();
     let mut late = 0;
-    for w in waiters {
+    for mut w in waiters {
         let left = Duration::from_secs(5).saturating_sub(released.elapsed());
-        match timeout(left, w).await {
+        match timeout(left, &mut w).await {
             Ok(at) => {
                 at.expect("waiter");
             }
-            Err(_) => late += 1,
+            Err(_) => {
+                late += 1;
+                w.abort();
+            }
         }
     }
     eprintln!(
