@@ -308,3 +308,151 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
         guard.unlock().await.expect("release P2's lock");
     }
 }
+
+/// Moves `slot` from primary `a` to primary `b` in full (`IMPORTING`,
+/// `MIGRATING`, `MIGRATE`, `SETSLOT NODE` on `a` first, then `b`), on
+/// fresh connections.
+async fn move_now(slot: u16, (a, a_id): (u16, &str), (b, b_id): (u16, &str)) {
+    setslot(b, slot, "IMPORTING", a_id).await;
+    let mut on_a = conn(a).await;
+    setslot_on(&mut on_a, slot, "MIGRATING", b_id).await;
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1000)
+            .query_async(&mut on_a)
+            .await
+            .expect("GETKEYSINSLOT");
+        if keys.is_empty() {
+            break;
+        }
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(b)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(&mut on_a)
+            .await
+            .expect("MIGRATE");
+    }
+    setslot_on(&mut on_a, slot, "NODE", b_id).await;
+    setslot(b, slot, "NODE", b_id).await;
+}
+
+/// The same for the subscriptions a recovery makes, which it re-checks
+/// 2 s later: the slot moves away and back before the re-check, so the
+/// re-check finds its subscription where the recovery made it and wakes
+/// nobody. The client's 50 waiters on S are parked and subscribed on P1
+/// when P1 is paused (4 s): its next probe (every 2 s) times out on P1
+/// after 1 s, and the hub resubscribes S's 50 channels, each waiting for
+/// P1. The control task is then held up by an SUNSUBSCRIBE to a paused P2
+/// as above; P1 resumes and makes the subscriptions, S moves to P3 and
+/// back, and only then does P2 resume. The holder releases S's 50 locks
+/// 0.5 s later, before the re-checks: every waiter must have its lock
+/// within 5 s (a lost push: the holder's 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sunsubscribe_while_recovering_loses_no_wakeup() {
+    let cluster = Cluster::start().await;
+    let primaries = cluster.primaries().await;
+    let (p1, p2, p3) = (primaries[0].port, primaries[1].port, primaries[2].port);
+    let (p1_id, p3_id) = (cluster.id_of(p1).await, cluster.id_of(p3).await);
+    let slot = (0u16..16384)
+        .find(|s| primaries[0].serves(*s))
+        .expect("P1 serves a slot");
+    let prefix = format!("{}-r", &unique("dropped")[..16]);
+    let names = {
+        let prefix = prefix.clone();
+        tokio::task::spawn_blocking(move || names_in_slot(&prefix, slot, MOVED))
+            .await
+            .expect("names")
+    };
+    let pattern = format!("redbell:{{{prefix}-*");
+    let on_p2 = cluster.name_on(p2, "dropped-p2").await;
+
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
+    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let waiting = Client::cluster_builder(&seeds)
+        .subscription_linger(LINGER)
+        .probe_interval(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(4))
+        .response_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .expect("the waiting client");
+    let held_p2 = holder.mutex(&on_p2).lock().await.expect("hold P2's lock");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let leaving = queue_waiters(&[&waiting], &on_p2, p2, &inside, "P2's waiter").await;
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(holder.mutex(name).lock().await.expect("hold S's lock"));
+    }
+    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let all = i64::try_from(MOVED + 1).expect("51");
+    let subscribed = eventually_every(Duration::from_secs(10), POLL, || async {
+        waiting.stats().waiters >= all
+            && shard_channels(&mut conn(p1).await, &pattern).await == MOVED
+    })
+    .await;
+    assert!(subscribed, "S's waiters did not all park, subscribed on P1");
+
+    // P1 stops answering: a probe (every 2 s) times out on it after 1 s
+    // and the hub resubscribes S's channels, which wait for P1.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4000)
+        .arg("ALL")
+        .query_async(&mut conn(p1).await)
+        .await
+        .expect("CLIENT PAUSE on P1");
+    let paused = Instant::now();
+    let p1_resumes = paused + Duration::from_millis(4000);
+    sleep_until(paused + Duration::from_millis(2400)).await;
+    leaving[0].abort();
+    sleep_until(paused + Duration::from_millis(3300)).await;
+    pause(p2, Duration::from_millis(2000)).await;
+    let p2_resumes = paused + Duration::from_millis(5300);
+    sleep_until(p1_resumes + Duration::from_millis(300)).await;
+    let made = shard_channels(&mut conn(p1).await, &pattern).await;
+    move_now(slot, (p1, &p1_id), (p3, &p3_id)).await;
+    move_now(slot, (p3, &p3_id), (p1, &p1_id)).await;
+    let moved_at = Instant::now();
+    eprintln!(
+        "{made} of S's {MOVED} channels subscribed on P1 300 ms after it resumed; S moved \
+         away and back {:?} before P2 resumes",
+        p2_resumes.saturating_duration_since(moved_at),
+    );
+    assert!(
+        moved_at < p2_resumes,
+        "P2 resumed before the slot moved back"
+    );
+    sleep_until(p2_resumes + Duration::from_millis(500)).await;
+    let on_p1 = shard_channels(&mut conn(p1).await, &pattern).await;
+    let released = Instant::now();
+    for guard in held {
+        guard.unlock().await.expect("release S's lock");
+    }
+    let mut late = 0;
+    for mut w in waiters {
+        let left = Duration::from_secs(5).saturating_sub(released.elapsed());
+        match timeout(left, &mut w).await {
+            Ok(at) => {
+                at.expect("waiter");
+            }
+            Err(_) => {
+                late += 1;
+                w.abort();
+            }
+        }
+    }
+    eprintln!(
+        "at the release: {on_p1} of S's {MOVED} channels subscribed on P1; waiters without \
+         their lock 5 s after the release: {late}"
+    );
+    assert_eq!(late, 0, "{late} of S's waiters missed their wake-up");
+    held_p2.unlock().await.expect("release P2's lock");
+}
