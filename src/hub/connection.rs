@@ -34,9 +34,10 @@
 //!   channel, if that channel is subscribed or has a subscription in
 //!   flight: a push can overtake the control task's record of a
 //!   subscription just made, so one in flight is made again once it
-//!   completes (at most one extra SSUBSCRIBE per push). A `Disconnection`
-//!   push (one node's socket, which redis-rs does not name) triggers an
-//!   immediate probe, which finds the node by its new socket.
+//!   completes (one resubscription per push, as for any loss). A
+//!   `Disconnection` push (one node's socket, which redis-rs does not
+//!   name) triggers an immediate probe, which finds the node by its new
+//!   socket.
 //! - A channel resubscribed after a loss is re-checked once more when the
 //!   cluster has settled (see [`CLUSTER_RECHECK`](super::shards::CLUSTER_RECHECK)),
 //!   and its waiters woken again unless the subscription is still on the
