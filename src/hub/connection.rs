@@ -30,10 +30,14 @@
 //!   subscriptions; a node that does not answer, or whose socket was
 //!   reconnected, loses only the channels of its slots (unsubscribed,
 //!   woken, resubscribed with backoff).
-//! - A `sunsubscribe` push for a wanted channel (a failover or slot
-//!   migration) loses just that channel; a `Disconnection` push (one node's
-//!   socket, which redis-rs does not name) triggers an immediate probe,
-//!   which finds the node by its new socket.
+//! - A `sunsubscribe` push (a failover or slot migration) loses just its
+//!   channel, if that channel is subscribed or has a subscription in
+//!   flight: a push can overtake the control task's record of a
+//!   subscription just made, so one in flight is made again once it
+//!   completes (one resubscription per push, as for any loss). A
+//!   `Disconnection` push (one node's socket, which redis-rs does not
+//!   name) triggers an immediate probe, which finds the node by its new
+//!   socket.
 //! - A channel resubscribed after a loss is re-checked once more when the
 //!   cluster has settled (see [`CLUSTER_RECHECK`](super::shards::CLUSTER_RECHECK)),
 //!   and its waiters woken again unless the subscription is still on the
@@ -187,7 +191,10 @@ impl Control {
                         }
                     }
                     Some(Op::Dropped { generation, channel }) => {
-                        if generation == self.generation && self.shared.wants(&channel) {
+                        // Subscribed, or a subscription in flight (which the
+                        // push may have dropped as soon as it was made).
+                        let ours = self.shared.wants(&channel) || self.shards.busy(&channel);
+                        if generation == self.generation && ours {
                             tracing::debug!(%channel, "the server dropped a sharded subscription");
                             self.shards.lose(&[channel]);
                         }
@@ -553,9 +560,13 @@ async fn dispatch(
         match event {
             Event::Message { channel, payload } => shared.deliver(&channel, &payload),
             Event::Unsubscribed { channel } if shared.own_unsubscribe(&channel) => {}
-            // The server dropped a channel we still want (a cluster slot
-            // moved): the control task resubscribes it.
-            Event::Unsubscribed { channel } if shared.wants(&channel) => {
+            // The server dropped a channel we still have (a cluster slot
+            // moved): the control task resubscribes it if it is subscribed
+            // or being subscribed. Not only when marked subscribed: a push
+            // that overtakes the control task's record of a subscription
+            // just made would otherwise be lost, and the subscription
+            // recorded as made.
+            Event::Unsubscribed { channel } if shared.has(&channel) => {
                 let Some(ops) = ops.upgrade() else { return };
                 let _ = ops.send(Op::Dropped {
                     generation,

@@ -354,6 +354,12 @@ impl Registry {
         self.lock().get(channel).is_some_and(|e| e.subscribed)
     }
 
+    /// Whether `channel` has an entry: waiters, or a subscription that
+    /// lingers, is being made, or waits to be made again.
+    pub(super) fn has(&self, channel: &str) -> bool {
+        self.lock().contains_key(channel)
+    }
+
     /// Wakes every waiter: a stored permit on each one's own `Notify`, so a
     /// waiter between two parks returns from its next park at once.
     pub(super) fn wake_all(&self) {

@@ -19,6 +19,12 @@
 //! backoff; when that succeeds its waiters are woken once more, since
 //! whatever was published meanwhile reached nobody.
 //!
+//! A loss seen while a subscription task for the channel is in flight
+//! (a probe's, or a `sunsubscribe` push, which may arrive before the task
+//! reports the SSUBSCRIBE it made) makes that task's result stale: it
+//! neither marks the channel subscribed nor counts as the recovery, and
+//! the retry subscribes the channel again and wakes its waiters.
+//!
 //! ## The probe
 //!
 //! Every probe period the hub asks each node that holds subscriptions for
