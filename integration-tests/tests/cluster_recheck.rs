@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use redbell::Client;
 use redbell_integration_tests::cluster::{
     Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, name_in,
-    shard_subscribers,
+    shard_subscribers, slot_of,
 };
 use redbell_integration_tests::{
     POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha, unique,
@@ -338,6 +338,149 @@ async fn a_wave_of_recoveries_on_one_shard_wakes_nobody_at_its_recheck() {
         thrice.len(),
         thrice.iter().take(3).collect::<Vec<_>>()
     );
+
+    for guard in guards {
+        guard.unlock().await.expect("release a lock");
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        timeout(Duration::from_secs(30), w)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} never got its lock"))
+            .expect("waiter task");
+    }
+}
+
+/// How many channels node `port` holds sharded subscriptions to (`PUBSUB
+/// SHARDCHANNELS`); 0 when it cannot be asked.
+async fn shard_channels(port: u16) -> usize {
+    let channels: redis::RedisResult<Vec<String>> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query_async(&mut conn(port).await)
+        .await;
+    channels.map_or(0, |c| c.len())
+}
+
+/// A failover that meets a wave of recoveries: many waiters on one shard,
+/// one lock each, all in one client; the shard's pub/sub socket is killed
+/// (`CLIENT KILL`) and the replica promoted as soon as the recovery's
+/// first keyed read reaches the primary (an `EXISTS` in its MONITOR), so
+/// the wave's other keyed reads meet the failover. All at once, their
+/// `MOVED` replies left the hub's redis-rs connection answering nothing
+/// until two silent probes replaced it: with this client's 5 s probe, no
+/// subscription reached the new primary for 12 s, and waits of up to 16 s.
+/// Twice, back and forth: each time the subscriptions reach the new
+/// primary within 8 s, the hub keeps its connection, and the locks
+/// released meanwhile (one every 100 ms) reach their waiters within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_meets_a_wave_of_recoveries_leaves_the_hub_answering() {
+    const LOCKS: usize = 2000;
+    const RELEASED: usize = 10;
+    let cluster = Cluster::start().await;
+    let node = cluster.primaries().await.swap_remove(0);
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(60), Duration::from_secs(2)).await;
+    // A slow probe: a connection that answers nothing is replaced late,
+    // and shows as long waits.
+    let waiting = Client::cluster_builder(urls.iter().map(String::as_str).collect::<Vec<_>>())
+        .probe_interval(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("the waiting client");
+    let names: Vec<String> = (0..LOCKS).map(|_| name_in(&node, "meets")).collect();
+    let mutexes: Vec<_> = names.iter().map(|n| holder.mutex(n)).collect();
+    let guards = join_all(mutexes.iter().map(|m| m.lock())).await;
+    let mut guards: Vec<_> = guards
+        .into_iter()
+        .map(|g| g.expect("hold a lock"))
+        .collect();
+    let mut waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let parked = eventually_every(Duration::from_secs(60), POLL, || async {
+        waiting.stats().waiters >= i64::try_from(LOCKS).expect("a few locks")
+    })
+    .await;
+    assert!(parked, "the {LOCKS} waiters never all parked");
+    let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
+        shard_channels(node.port).await >= LOCKS
+    })
+    .await;
+    assert!(subscribed, "the waiting client never subscribed");
+    sleep(Duration::from_secs(1)).await;
+
+    let slot = slot_of(&names[0]);
+    for round in 0..2 {
+        let primary = cluster.owner(slot).await;
+        let replica = cluster.replica_of(primary).await;
+        let mut admin = conn(primary).await;
+        let sockets: Vec<u64> = client_list(&mut admin)
+            .await
+            .into_iter()
+            .filter(|(_, line)| !line.contains(" ssub=0 "))
+            .map(|(id, _)| id)
+            .collect();
+        let monitor = monitor_node(primary).await;
+        let mark = monitor.mark();
+        for socket in sockets {
+            kill_client(&mut admin, socket).await;
+        }
+        let read = eventually_every(Duration::from_secs(5), Duration::from_millis(1), || async {
+            monitor.count_since(mark, &["\"exists\""]) > 0
+        })
+        .await;
+        let promoted = cluster.promote(replica).await;
+        drop(monitor);
+        eprintln!(
+            "round {round}: a keyed read seen: {read}; {replica} promoted after {promoted:?}"
+        );
+        let start = Instant::now();
+        let mut released = Vec::new();
+        for (k, guard) in guards.drain(..RELEASED).enumerate() {
+            let due = start + Duration::from_millis(100) * u32::try_from(k).expect("a few");
+            tokio::time::sleep_until(due).await;
+            match guard.unlock().await {
+                Ok(()) => released.push(Some(Instant::now())),
+                Err(e) if retryable(&e) => released.push(None),
+                Err(e) => panic!("release a lock: {e}"),
+            }
+        }
+        let left = guards.len();
+        let moved = eventually_every(
+            (start + Duration::from_secs(8)).saturating_duration_since(Instant::now()),
+            POLL,
+            || async { shard_channels(replica).await >= left },
+        )
+        .await;
+        eprintln!(
+            "round {round}: {} of {left} channels on the new primary after {:?}",
+            shard_channels(replica).await,
+            start.elapsed()
+        );
+        assert!(
+            moved,
+            "round {round}: 8 s after the promotion, the subscriptions are not all on the new primary"
+        );
+        for (waiter, released) in waiters.drain(..RELEASED).zip(released) {
+            let Some(released) = released else {
+                waiter.abort();
+                continue;
+            };
+            let got = timeout(Duration::from_secs(40), waiter)
+                .await
+                .expect("a waiter never got its lock")
+                .expect("waiter task");
+            let wait = got.saturating_duration_since(released);
+            assert!(
+                wait < Duration::from_secs(5),
+                "round {round}: a waiter got its lock {wait:?} after its release"
+            );
+        }
+        assert_eq!(
+            waiting.stats().hub_reconnects,
+            0,
+            "round {round}: the hub had to replace its connection"
+        );
+        sleep(Duration::from_secs(3)).await; // the re-checks done
+        cluster.wait_stable("after the round").await;
+    }
 
     for guard in guards {
         guard.unlock().await.expect("release a lock");

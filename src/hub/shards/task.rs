@@ -8,9 +8,29 @@ use tokio::time::Instant;
 use super::Why;
 use crate::hub::pubsub::{self, Socket};
 
-/// Per primary: when the last keyed read to it that went through began
-/// (see [`keyed_read`]).
-pub(super) type Keyed = tokio::sync::Mutex<Option<Instant>>;
+/// How many keyed reads to one primary go alongside one another at most
+/// (see [`keyed_read`]). A failover that meets a wave's reads answers each
+/// in flight with `MOVED`: 32 at once were seen to leave redis-rs's
+/// connection answering nothing, 16 never; fewer make a wave slower.
+const ALONGSIDE: usize = 16;
+
+/// Per primary, what gates the keyed reads of its subscription tasks (see
+/// [`keyed_read`]).
+pub(super) struct Keyed {
+    /// When the last keyed read that went through alone began.
+    last: tokio::sync::Mutex<Option<Instant>>,
+    /// The reads that go alongside one another.
+    alongside: tokio::sync::Semaphore,
+}
+
+impl Default for Keyed {
+    fn default() -> Keyed {
+        Keyed {
+            last: tokio::sync::Mutex::new(None),
+            alongside: tokio::sync::Semaphore::new(ALONGSIDE),
+        }
+    }
+}
 
 /// The work of one subscription task: SSUBSCRIBE `channel`, with the checks
 /// that `why` asks for (see the [`shards`](super) docs), each bounded by
@@ -61,19 +81,24 @@ pub(super) async fn subscribe(
 /// [`pubsub::check_owner`] for `channel`, by a task started at `started`,
 /// gated by its primary's `keyed`: alone, until one keyed read to that
 /// primary begun since `started` has gone through; then alongside the
-/// others. So after a failover the first read's `MOVED` refreshes the slot
-/// map and connects to the new primary while the wave's other reads wait,
-/// and they then go straight there at once, not one after another: a wave
-/// of thousands of channels costs about one round trip, not thousands.
+/// others, at most [`ALONGSIDE`] at a time. So after a failover the first
+/// read's `MOVED` refreshes the slot map and connects to the new primary
+/// while the wave's other reads wait, and they then go straight there, a
+/// few at a time, not one after another: a wave of thousands of channels
+/// costs hundreds of round trips, not thousands. The bound is for a
+/// failover that comes after the first read went through: the reads then
+/// in flight all meet it, and get `MOVED` at once.
 async fn keyed_read(
     conn: &mut ClusterConnection,
     channel: &str,
     keyed: &Keyed,
     started: Instant,
 ) -> redis::RedisResult<()> {
-    let mut last = keyed.lock().await;
+    let mut last = keyed.last.lock().await;
     if last.is_some_and(|began| began >= started) {
         drop(last);
+        // Never closed, so a permit always comes.
+        let _permit = keyed.alongside.acquire().await.ok();
         return pubsub::check_owner(conn, channel).await;
     }
     let began = Instant::now();
