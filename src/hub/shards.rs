@@ -60,9 +60,10 @@
 //! `CLUSTER SLOTS` named it) a wave of subscription tasks sends one keyed
 //! read first, alone: its `MOVED` refreshes the map and connects; once one
 //! begun since a task started has gone through, that task's read goes
-//! alongside the others, straight to the new primary, 16 at a time at
-//! most (a failover that comes after the first read meets every read then
-//! in flight: 32 `MOVED` at once were seen to get the connection stuck).
+//! alongside the others, straight to the new primary, 8 at a time at most
+//! over all primaries (a failover that comes after the first read meets
+//! every read then in flight: 16 `MOVED` at once from two primaries were
+//! seen to get the connection stuck).
 //! One at a time each would cost a wave of thousands of channels
 //! thousands of round trips, and make the late ones miss their checks'
 //! time bound. A dead shard's reads hold up only its own.
@@ -122,7 +123,7 @@ use tokio::time::Instant;
 use super::pubsub::{self, Socket};
 use super::registry::Registry;
 use crate::keys::hash_slot;
-use task::{Keyed, subscribe};
+use task::{ALONGSIDE, Keyed, Last, subscribe};
 
 mod task;
 
@@ -163,7 +164,10 @@ pub(super) struct Shards {
     owners: Vec<(u16, u16, String)>,
     /// Per primary (as [`owners`](Self::owners) names it), what a
     /// subscription task holds for its keyed read (see the module docs).
-    keyed: HashMap<String, Arc<Keyed>>,
+    keyed: HashMap<String, Arc<Last>>,
+    /// What the keyed reads that go alongside one another hold, whatever
+    /// their primary.
+    alongside: Arc<tokio::sync::Semaphore>,
 }
 
 /// A re-check due (see the module docs).
@@ -218,6 +222,7 @@ impl Shards {
             sockets: HashMap::new(),
             owners: Vec::new(),
             keyed: HashMap::new(),
+            alongside: Arc::new(tokio::sync::Semaphore::new(ALONGSIDE)),
         }
     }
 
@@ -305,7 +310,10 @@ impl Shards {
         let channel = channel.to_owned();
         let timeout = self.connect_timeout;
         let owner = self.owner_of(hash_slot(&channel));
-        let keyed = self.keyed.entry(owner).or_default().clone();
+        let keyed = Keyed {
+            last: self.keyed.entry(owner).or_default().clone(),
+            alongside: self.alongside.clone(),
+        };
         self.tasks.spawn(async move {
             let result = subscribe(&conn, &channel, &why, timeout, &keyed).await;
             Done {

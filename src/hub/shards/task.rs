@@ -1,5 +1,6 @@
 //! The work of one subscription task of [`Shards`](super::Shards).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
@@ -8,33 +9,29 @@ use tokio::time::Instant;
 use super::Why;
 use crate::hub::pubsub::{self, Socket};
 
-/// How many keyed reads to one primary go alongside one another at most
-/// (see [`keyed_read`]). A failover that meets a wave's reads answers each
-/// in flight with `MOVED`: 32 at once were seen to leave redis-rs's
-/// connection answering nothing, 16 never; fewer make a wave slower.
-const ALONGSIDE: usize = 16;
+/// How many keyed reads go alongside one another at most, over all
+/// primaries (see [`keyed_read`]). A failover that meets a wave's reads
+/// answers each in flight with `MOVED`: 32 at once (one primary's) and
+/// 16 (two primaries' together) were seen to leave redis-rs's connection
+/// answering nothing, 8 never; fewer make a wave slower.
+pub(super) const ALONGSIDE: usize = 8;
 
-/// Per primary, what gates the keyed reads of its subscription tasks (see
-/// [`keyed_read`]).
+/// Per primary: when the last keyed read to it that went through alone
+/// began (see [`keyed_read`]).
+pub(super) type Last = tokio::sync::Mutex<Option<Instant>>;
+
+/// What gates a subscription task's keyed read (see [`keyed_read`]).
 pub(super) struct Keyed {
-    /// When the last keyed read that went through alone began.
-    last: tokio::sync::Mutex<Option<Instant>>,
-    /// The reads that go alongside one another.
-    alongside: tokio::sync::Semaphore,
-}
-
-impl Default for Keyed {
-    fn default() -> Keyed {
-        Keyed {
-            last: tokio::sync::Mutex::new(None),
-            alongside: tokio::sync::Semaphore::new(ALONGSIDE),
-        }
-    }
+    /// Its primary's [`Last`].
+    pub(super) last: Arc<Last>,
+    /// The connection's, shared by every primary: the reads that go
+    /// alongside one another.
+    pub(super) alongside: Arc<tokio::sync::Semaphore>,
 }
 
 /// The work of one subscription task: SSUBSCRIBE `channel`, with the checks
 /// that `why` asks for (see the [`shards`](super) docs), each bounded by
-/// `timeout`; its keyed read gated by `keyed`, its primary's.
+/// `timeout`; its keyed read gated by `keyed`.
 /// Once subscribed, the connection that holds the subscription, when it
 /// can tell. A recovery's checks are not needed for its subscription: one
 /// that fails or is late only leaves the connection unknown.
@@ -79,14 +76,14 @@ pub(super) async fn subscribe(
 }
 
 /// [`pubsub::check_owner`] for `channel`, by a task started at `started`,
-/// gated by its primary's `keyed`: alone, until one keyed read to that
-/// primary begun since `started` has gone through; then alongside the
-/// others, at most [`ALONGSIDE`] at a time. So after a failover the first
-/// read's `MOVED` refreshes the slot map and connects to the new primary
-/// while the wave's other reads wait, and they then go straight there, a
-/// few at a time, not one after another: a wave of thousands of channels
-/// costs hundreds of round trips, not thousands. The bound is for a
-/// failover that comes after the first read went through: the reads then
+/// gated by `keyed`: alone, until one keyed read to its primary begun
+/// since `started` has gone through; then alongside the others, at most
+/// [`ALONGSIDE`] at a time over all primaries. So after a failover the
+/// first read's `MOVED` refreshes the slot map and connects to the new
+/// primary while the wave's other reads wait, and they then go straight
+/// there, many at a time, not one after another: a wave of thousands of
+/// channels costs hundreds of round trips, not thousands. The bound is for
+/// a failover that comes after the first read went through: the reads then
 /// in flight all meet it, and get `MOVED` at once.
 async fn keyed_read(
     conn: &mut ClusterConnection,
