@@ -360,23 +360,36 @@ async fn shard_channels(port: u16) -> usize {
     channels.map_or(0, |c| c.len())
 }
 
-/// A failover that meets a wave of recoveries: many waiters on one shard,
-/// one lock each, all in one client; the shard's pub/sub socket is killed
-/// (`CLIENT KILL`) and the replica promoted as soon as the recovery's
-/// first keyed read reaches the primary (an `EXISTS` in its MONITOR), so
-/// the wave's other keyed reads meet the failover. All at once, their
-/// `MOVED` replies left the hub's redis-rs connection answering nothing
-/// until two silent probes replaced it: with this client's 5 s probe, no
-/// subscription reached the new primary for 12 s, and waits of up to 16 s.
+/// The sockets of ours with sharded subscriptions on node `port`, killed
+/// (`CLIENT KILL`).
+async fn kill_subscribed_sockets(port: u16) {
+    let mut admin = conn(port).await;
+    for (id, _) in client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| !line.contains(" ssub=0 "))
+    {
+        kill_client(&mut admin, id).await;
+    }
+}
+
+/// Failovers that meet waves of recoveries: many waiters on two shards,
+/// one lock each, all in one client; both shards' pub/sub sockets are
+/// killed (`CLIENT KILL`) and both replicas promoted, one after the
+/// other, as soon as a recovery's first keyed read reaches a primary (an `EXISTS` in its
+/// MONITOR), so the waves' other keyed reads meet the failovers. Their
+/// `MOVED` replies, too many at once, left the hub's redis-rs connection
+/// answering nothing until two silent probes replaced it: with this
+/// client's 5 s probe, no subscription reached the new primaries for 12 s.
 /// Twice, back and forth: each time the subscriptions reach the new
-/// primary within 8 s, the hub keeps its connection, and the locks
+/// primaries within 8 s, the hub keeps its connection, and the locks
 /// released meanwhile (one every 100 ms) reach their waiters within 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_that_meets_a_wave_of_recoveries_leaves_the_hub_answering() {
-    const LOCKS: usize = 2000;
+async fn failovers_that_meet_waves_of_recoveries_leave_the_hub_answering() {
+    const PER_SHARD: usize = 1500;
     const RELEASED: usize = 10;
     let cluster = Cluster::start().await;
-    let node = cluster.primaries().await.swap_remove(0);
+    let nodes = cluster.primaries().await;
     let urls = cluster.urls();
     let holder = cluster_client_with(&urls, Duration::from_secs(60), Duration::from_secs(2)).await;
     // A slow probe: a connection that answers nothing is replaced late,
@@ -386,7 +399,10 @@ async fn a_failover_that_meets_a_wave_of_recoveries_leaves_the_hub_answering() {
         .connect()
         .await
         .expect("the waiting client");
-    let names: Vec<String> = (0..LOCKS).map(|_| name_in(&node, "meets")).collect();
+    // Alternately on the two shards.
+    let names: Vec<String> = (0..2 * PER_SHARD)
+        .map(|i| name_in(&nodes[i % 2], "meets"))
+        .collect();
     let mutexes: Vec<_> = names.iter().map(|n| holder.mutex(n)).collect();
     let guards = join_all(mutexes.iter().map(|m| m.lock())).await;
     let mut guards: Vec<_> = guards
@@ -395,42 +411,34 @@ async fn a_failover_that_meets_a_wave_of_recoveries_leaves_the_hub_answering() {
         .collect();
     let mut waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
     let parked = eventually_every(Duration::from_secs(60), POLL, || async {
-        waiting.stats().waiters >= i64::try_from(LOCKS).expect("a few locks")
+        waiting.stats().waiters >= i64::try_from(2 * PER_SHARD).expect("a few locks")
     })
     .await;
-    assert!(parked, "the {LOCKS} waiters never all parked");
+    assert!(parked, "the waiters never all parked");
     let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
-        shard_channels(node.port).await >= LOCKS
+        shard_channels(nodes[0].port).await >= PER_SHARD
+            && shard_channels(nodes[1].port).await >= PER_SHARD
     })
     .await;
     assert!(subscribed, "the waiting client never subscribed");
     sleep(Duration::from_secs(1)).await;
 
-    let slot = slot_of(&names[0]);
+    let slots = [slot_of(&names[0]), slot_of(&names[1])];
     for round in 0..2 {
-        let primary = cluster.owner(slot).await;
-        let replica = cluster.replica_of(primary).await;
-        let mut admin = conn(primary).await;
-        let sockets: Vec<u64> = client_list(&mut admin)
-            .await
-            .into_iter()
-            .filter(|(_, line)| !line.contains(" ssub=0 "))
-            .map(|(id, _)| id)
-            .collect();
-        let monitor = monitor_node(primary).await;
+        let (a, b) = (cluster.owner(slots[0]).await, cluster.owner(slots[1]).await);
+        let (ra, rb) = (cluster.replica_of(a).await, cluster.replica_of(b).await);
+        let monitor = monitor_node(a).await;
         let mark = monitor.mark();
-        for socket in sockets {
-            kill_client(&mut admin, socket).await;
-        }
+        kill_subscribed_sockets(a).await;
+        kill_subscribed_sockets(b).await;
         let read = eventually_every(Duration::from_secs(5), Duration::from_millis(1), || async {
             monitor.count_since(mark, &["\"exists\""]) > 0
         })
         .await;
-        let promoted = cluster.promote(replica).await;
+        // One after the other: two elections at once may both lose.
+        let promoted = (cluster.promote(ra).await, cluster.promote(rb).await);
         drop(monitor);
-        eprintln!(
-            "round {round}: a keyed read seen: {read}; {replica} promoted after {promoted:?}"
-        );
+        eprintln!("round {round}: a keyed read seen: {read}; promoted after {promoted:?}");
         let start = Instant::now();
         let mut released = Vec::new();
         for (k, guard) in guards.drain(..RELEASED).enumerate() {
@@ -442,21 +450,23 @@ async fn a_failover_that_meets_a_wave_of_recoveries_leaves_the_hub_answering() {
                 Err(e) => panic!("release a lock: {e}"),
             }
         }
-        let left = guards.len();
+        // Each shard keeps half the locks not released.
+        let left = guards.len() / 2;
         let moved = eventually_every(
             (start + Duration::from_secs(8)).saturating_duration_since(Instant::now()),
             POLL,
-            || async { shard_channels(replica).await >= left },
+            || async { shard_channels(ra).await >= left && shard_channels(rb).await >= left },
         )
         .await;
         eprintln!(
-            "round {round}: {} of {left} channels on the new primary after {:?}",
-            shard_channels(replica).await,
+            "round {round}: {} and {} of {left} channels each on the new primaries after {:?}",
+            shard_channels(ra).await,
+            shard_channels(rb).await,
             start.elapsed()
         );
         assert!(
             moved,
-            "round {round}: 8 s after the promotion, the subscriptions are not all on the new primary"
+            "round {round}: 8 s after the promotions, the subscriptions are not all on the new primaries"
         );
         for (waiter, released) in waiters.drain(..RELEASED).zip(released) {
             let Some(released) = released else {
