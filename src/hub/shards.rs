@@ -66,10 +66,13 @@
 //! `CLUSTER SLOTS` named it) a wave of subscription tasks sends one keyed
 //! read first, alone: its `MOVED` refreshes the map and connects; once one
 //! begun since a task started has gone through, that task's read goes
-//! alongside the others, straight to the new primary. One at a time each
-//! would cost a wave of thousands of channels thousands of round trips,
-//! and make the late ones miss their checks' time bound. A dead shard's
-//! reads hold up only its own.
+//! alongside the others, straight to the new primary, 8 at a time at most
+//! over all primaries (a failover that comes after the first read meets
+//! every read then in flight: 16 `MOVED` at once from two primaries were
+//! seen to get the connection stuck).
+//! One at a time each would cost a wave of thousands of channels
+//! thousands of round trips, and make the late ones miss their checks'
+//! time bound. A dead shard's reads hold up only its own.
 //!
 //! ## After a failover or migration
 //!
@@ -126,7 +129,7 @@ use tokio::time::Instant;
 use super::pubsub::{self, Socket};
 use super::registry::Registry;
 use crate::keys::hash_slot;
-use task::{Gate, Keyed, subscribe};
+use task::{ALONGSIDE, Gate, Keyed, subscribe};
 
 mod task;
 
@@ -168,6 +171,9 @@ pub(super) struct Shards {
     /// Per primary (as [`owners`](Self::owners) names it), what a
     /// subscription task holds for its keyed read (see the module docs).
     keyed: HashMap<String, Arc<Keyed>>,
+    /// What the keyed reads that go alongside one another hold, whatever
+    /// their primary.
+    alongside: Arc<tokio::sync::Semaphore>,
 }
 
 /// A re-check due (see the module docs).
@@ -222,6 +228,7 @@ impl Shards {
             sockets: HashMap::new(),
             owners: Vec::new(),
             keyed: HashMap::new(),
+            alongside: Arc::new(tokio::sync::Semaphore::new(ALONGSIDE)),
         }
     }
 
@@ -311,6 +318,7 @@ impl Shards {
         let owner = self.owner_of(hash_slot(&channel));
         let gate = Gate {
             keyed: self.keyed.entry(owner).or_default().clone(),
+            alongside: self.alongside.clone(),
             started: Instant::now(),
         };
         self.tasks.spawn(async move {

@@ -13,10 +13,20 @@ use crate::hub::pubsub::{self, Socket};
 /// (see [`keyed_read`]).
 pub(super) type Keyed = tokio::sync::Mutex<Option<Instant>>;
 
+/// How many keyed reads go alongside one another at most, over all
+/// primaries (see [`keyed_read`]). A failover that meets a wave's reads
+/// answers each in flight with `MOVED`: 32 at once (one primary's) and
+/// 16 (two primaries' together) were seen to leave redis-rs's connection
+/// answering nothing, 8 never; fewer make a wave slower.
+pub(super) const ALONGSIDE: usize = 8;
+
 /// What a subscription task's keyed read is gated by (see [`keyed_read`]).
 pub(super) struct Gate {
     /// The channel's primary's.
     pub(super) keyed: Arc<Keyed>,
+    /// The connection's, shared by every primary: the reads that go
+    /// alongside one another.
+    pub(super) alongside: Arc<tokio::sync::Semaphore>,
     /// When the task was started.
     pub(super) started: Instant,
 }
@@ -68,11 +78,14 @@ pub(super) async fn subscribe(
 
 /// [`pubsub::check_owner`] for `channel`, through `gate`: alone, until
 /// one keyed read to the channel's primary begun since the task was
-/// started has gone through; then alongside the others. So after a
-/// failover the first read's `MOVED` refreshes the slot map and connects
-/// to the new primary while the wave's other reads wait, and they then go
-/// straight there together: a wave of thousands of channels waits for one
-/// read's round trip, not for thousands in a row.
+/// started has gone through; then alongside the others, at most
+/// [`ALONGSIDE`] at a time over all primaries. So after a failover the
+/// first read's `MOVED` refreshes the slot map and connects to the new
+/// primary while the wave's other reads wait, and they then go straight
+/// there, many at a time: a wave of thousands of channels costs hundreds
+/// of round trips in a row, not thousands. The bound is for a failover
+/// that comes after the first read went through: the reads then in flight
+/// all meet it, and get `MOVED` at once.
 async fn keyed_read(
     conn: &mut ClusterConnection,
     channel: &str,
@@ -81,6 +94,8 @@ async fn keyed_read(
     let mut last = gate.keyed.lock().await;
     if last.is_some_and(|began| began >= gate.started) {
         drop(last);
+        // Never closed, so a permit always comes.
+        let _permit = gate.alongside.acquire().await.ok();
         return pubsub::check_owner(conn, channel).await;
     }
     let began = Instant::now();
