@@ -255,7 +255,7 @@ async fn without_client_info_the_recheck_still_wakes() {
 /// a loaded machine may push its tail past it. Then every release reaches
 /// its waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wave_of_recoveries_on_one_shard_wakes_nobody_at_its_recheck() {
+async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
     const LOCKS: usize = 3000;
     let cluster = Cluster::start().await;
     let node = cluster.primaries().await.swap_remove(0);
