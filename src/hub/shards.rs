@@ -72,7 +72,10 @@
 //! seen to get the connection stuck).
 //! One at a time each would cost a wave of thousands of channels
 //! thousands of round trips, and make the late ones miss their checks'
-//! time bound. A dead shard's reads hold up only its own.
+//! time bound. A dead shard's first read holds up only its own; but a
+//! shard that stops answering after it can hold the shared 8 for up to a
+//! check's bound, and another shard's re-check that times out meanwhile
+//! counts as a loss (its waiters woken, the channel retried).
 //!
 //! ## After a failover or migration
 //!
