@@ -50,8 +50,8 @@
 //!    `SENTINEL FAILOVER`, the same with one of the three sentinels frozen
 //!    (SIGSTOP for 3 s: clients must not wait for it while the old primary
 //!    still grants), or a SIGKILL of the primary; on `cluster` `CLUSTER
-//!    FAILOVER` of a lock's shard or a migration of a lock's slot
-//!    (`topology.rs`). Each is printed with its time. The proxy faults
+//!    FAILOVER` of a lock's shard, the same 150 ms after a `CLIENT KILL
+//!    TYPE pubsub` there, or a migration of a lock's slot (`topology.rs`). Each is printed with its time. The proxy faults
 //!    need one server's URL: `single` only.
 //!    `SOAK_FAULTS=black_hole` (a comma-separated list of the names in
 //!    report.json) runs only those faults, `SOAK_KINDS` only those

@@ -29,6 +29,10 @@ pub enum FaultKind {
     /// on the old primary, which is still up.
     FreezeSentinel,
     ClusterFailover,
+    /// `CLIENT KILL TYPE pubsub` on a lock's shard, and 150 ms later a
+    /// `CLUSTER FAILOVER` of it: the failover meets the hubs' waves of
+    /// recovered subscriptions.
+    KillThenFailover,
     Migrate,
     /// Every connection of a worker open at the fault goes silent for good
     /// (its proxy closes the server side and swallows what the worker
@@ -67,6 +71,9 @@ impl FaultKind {
             FaultKind::KillPrimary => "SIGKILL the primary (Sentinel fails over)",
             FaultKind::FreezeSentinel => "SENTINEL FAILOVER with a sentinel frozen (SIGSTOP)",
             FaultKind::ClusterFailover => "CLUSTER FAILOVER of a lock's shard",
+            FaultKind::KillThenFailover => {
+                "CLIENT KILL TYPE pubsub, then CLUSTER FAILOVER of the shard"
+            }
             FaultKind::Migrate => "slot migration of a lock's slot",
             FaultKind::BlackHole => "black-hole every connection of a worker (proxy)",
             FaultKind::FreezePool => "SIGSTOP a worker whose tasks all wait",
@@ -86,6 +93,7 @@ impl FaultKind {
                 | FaultKind::KillPrimary
                 | FaultKind::FreezeSentinel
                 | FaultKind::ClusterFailover
+                | FaultKind::KillThenFailover
                 | FaultKind::Migrate
         )
     }
@@ -105,7 +113,8 @@ impl FaultKind {
             | FaultKind::SentinelFailover
             | FaultKind::KillPrimary
             | FaultKind::FreezeSentinel
-            | FaultKind::ClusterFailover => Some("unreplicated write lost in failover"),
+            | FaultKind::ClusterFailover
+            | FaultKind::KillThenFailover => Some("unreplicated write lost in failover"),
             // A frozen `redbell run` or a stopped command excuses nothing:
             // its command must be dead before the lease can run out.
             _ => None,

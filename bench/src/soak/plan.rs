@@ -231,7 +231,14 @@ fn server_faults(topology: &str) -> (&'static [FaultKind], u64) {
             ],
             12_000,
         ),
-        "cluster" => (&[FaultKind::ClusterFailover, FaultKind::Migrate], 10_000),
+        "cluster" => (
+            &[
+                FaultKind::ClusterFailover,
+                FaultKind::KillThenFailover,
+                FaultKind::Migrate,
+            ],
+            10_000,
+        ),
         _ => (&[], 0),
     }
 }

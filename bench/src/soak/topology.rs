@@ -228,6 +228,10 @@ impl Topology {
                 let lock = &locks[planned.slot % locks.len().max(1)];
                 Ok((cluster.failover(lock).await, Some(now_us())))
             }
+            (Topology::Cluster { cluster, locks, .. }, FaultKind::KillThenFailover) => {
+                let lock = &locks[planned.slot % locks.len().max(1)];
+                Ok((cluster.kill_then_failover(lock).await, Some(now_us())))
+            }
             (Topology::Cluster { cluster, locks, .. }, FaultKind::Migrate) => {
                 let lock = &locks[planned.slot % locks.len().max(1)];
                 Ok((

@@ -1,8 +1,10 @@
 //! `cluster`: the kit's [`Cluster`](redbell_testkit::Cluster)
 //! (`scripts/redis/cluster.sh` on free ports: three primaries, one replica
 //! each). Faults: `CLUSTER FAILOVER` on the replica of the shard that owns
-//! a lock's slot, and a migration of a lock's slot to another primary;
-//! each reported as a line, whether it worked or not.
+//! a lock's slot, the same right after `CLIENT KILL TYPE pubsub` on that
+//! shard (the failover meets the hubs' recovery of their subscriptions),
+//! and a migration of a lock's slot to another primary; each reported as
+//! a line, whether it worked or not.
 
 use redbell_testkit::slot_of;
 
@@ -54,6 +56,37 @@ impl Cluster {
             }
             Err(e) => format!("CLUSTER FAILOVER for {lock} (slot {slot}) failed: {e}"),
         }
+    }
+
+    /// `CLIENT KILL TYPE pubsub` on the primary of `lock`'s shard, then
+    /// 150 ms later (the hubs are recovering their subscriptions there)
+    /// `CLUSTER FAILOVER` on its replica; returns once it reports the
+    /// master role.
+    pub async fn kill_then_failover(&self, lock: &str) -> String {
+        let slot = slot_of(lock);
+        let killed = async {
+            let owner = self.kit.owner(slot).await?.port;
+            let client = redis::Client::open(format!("redis://127.0.0.1:{owner}"))
+                .map_err(|e| redbell_testkit::Error::new(e.to_string()))?;
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| redbell_testkit::Error::new(e.to_string()))?;
+            let n: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("pubsub")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| redbell_testkit::Error::new(e.to_string()))?;
+            Ok::<_, redbell_testkit::Error>((owner, n))
+        };
+        let kill = match killed.await {
+            Ok((owner, n)) => format!("CLIENT KILL TYPE pubsub on {owner}: {n} connections"),
+            Err(e) => format!("CLIENT KILL TYPE pubsub for {lock} (slot {slot}) failed: {e}"),
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        format!("{kill}; then {}", self.failover(lock).await)
     }
 
     /// Migrates `lock`'s slot to another primary (picked by `pick`).
