@@ -97,5 +97,6 @@ pub use wait::{
     wait_for_subscribers,
 };
 pub use waiter::{
-    WaiterReport, join_waiters, spawn_waiter, spread, try_join_waiters, waiter_errors,
+    WaiterReport, join_waiters, spawn_passing_waiter, spawn_waiter, spread, try_join_waiters,
+    waiter_errors,
 };

@@ -62,6 +62,26 @@ pub fn spawn_waiter(
     })
 }
 
+/// A task that waits for lock `name` on `client` (retrying retryable
+/// errors every 50 ms) and unlocks it at once; when it got the lock. Any
+/// other error panics the task.
+pub fn spawn_passing_waiter(client: &redbell::Client, name: &str) -> JoinHandle<Instant> {
+    let mutex = client.mutex(name);
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let guard = loop {
+            match mutex.lock().await {
+                Ok(g) => break g,
+                Err(e) if retryable(&e) => sleep(Duration::from_millis(50)).await,
+                Err(e) => panic!("waiter for {name}: {e}"),
+            }
+        };
+        let at = Instant::now();
+        let _ = guard.unlock().await;
+        at
+    })
+}
+
 /// Waits (up to `within` in all) for every waiter task; their reports, in
 /// order.
 ///

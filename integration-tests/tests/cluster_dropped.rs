@@ -17,10 +17,12 @@ use redbell::Client;
 use redbell_integration_tests::cluster::{
     Cluster, cluster_client_with, conn, queue_waiters, slot_of, zcard,
 };
-use redbell_integration_tests::{POLL, eventually_every, retryable, unique, waiters_key};
+use redbell_integration_tests::{
+    POLL, eventually_every, spawn_passing_waiter, unique, waiters_key,
+};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until, timeout};
 
 /// Locks in the slot that moves.
 const MOVED: usize = 50;
@@ -28,13 +30,58 @@ const MOVED: usize = 50;
 /// The waiting client's subscription linger.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// `count` lock names `<prefix>-<i>` whose slot is `slot`.
-fn names_in_slot(prefix: &str, slot: u16, count: usize) -> Vec<String> {
-    (0u64..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|name| slot_of(name) == slot)
-        .take(count)
-        .collect()
+/// The slot S that moves, with its lock names.
+struct Slot {
+    /// The three primaries' ports: S is P1's.
+    ports: [u16; 3],
+    /// S: P1's first slot.
+    slot: u16,
+    /// [`MOVED`] lock names in S.
+    names: Vec<String>,
+    /// A `PUBSUB SHARDCHANNELS` pattern matching their channels alone.
+    pattern: String,
+}
+
+impl Slot {
+    /// The first slot of the first primary, and `MOVED` fresh names in it
+    /// (`tag` keeps the tests' names apart).
+    async fn on_first(cluster: &Cluster, tag: &str) -> Slot {
+        let primaries = cluster.primaries().await;
+        let slot = (0u16..16384)
+            .find(|s| primaries[0].serves(*s))
+            .expect("P1 serves a slot");
+        let prefix = format!("{}-{tag}", &unique("dropped")[..16]);
+        let pattern = format!("redbell:{{{prefix}-*");
+        let names = tokio::task::spawn_blocking(move || {
+            (0u64..)
+                .map(|i| format!("{prefix}-{i}"))
+                .filter(|name| slot_of(name) == slot)
+                .take(MOVED)
+                .collect()
+        })
+        .await
+        .expect("names");
+        Slot {
+            ports: [primaries[0].port, primaries[1].port, primaries[2].port],
+            slot,
+            names,
+            pattern,
+        }
+    }
+}
+
+/// The waiting client: a [`LINGER`] subscription linger, a probe every
+/// `probe`, and connect and response timeouts of `timeout`.
+async fn waiting_client(urls: &[String], probe: Duration, timeout: Duration) -> Client {
+    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Client::cluster_builder(&seeds)
+        .subscription_linger(LINGER)
+        .probe_interval(probe)
+        .connect_timeout(timeout)
+        .response_timeout(timeout)
+        .connect()
+        .await
+        .expect("the waiting client")
 }
 
 /// One `CLUSTER SETSLOT slot <what> <id>` on node `port`.
@@ -66,22 +113,60 @@ async fn shard_channels(c: &mut MultiplexedConnection, pattern: &str) -> usize {
     channels.len()
 }
 
-/// A task that waits for lock `name` (retrying retryable errors every
-/// 50 ms), then unlocks it; when it got the lock.
-fn waiter(client: &Client, name: &str) -> JoinHandle<Instant> {
-    let mutex = client.mutex(name);
-    tokio::spawn(async move {
-        let guard = loop {
-            match mutex.lock().await {
-                Ok(g) => break g,
-                Err(e) if retryable(&e) => sleep(Duration::from_millis(50)).await,
-                Err(e) => panic!("a waiter: {e}"),
+/// `MIGRATE`s every key of `slot` from the node of connection `c` to node
+/// `to`, a thousand at a time.
+async fn migrate_keys(c: &mut MultiplexedConnection, slot: u16, to: u16) {
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1000)
+            .query_async(c)
+            .await
+            .expect("GETKEYSINSLOT");
+        if keys.is_empty() {
+            return;
+        }
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(c)
+            .await
+            .expect("MIGRATE");
+    }
+}
+
+/// Releases every lock in `held`, then gives the `waiters` 5 s from the
+/// first release to get theirs; how long the releases took, and how many
+/// waiters did not get their lock in time.
+async fn release_and_count_late(
+    held: Vec<redbell::MutexGuard>,
+    waiters: Vec<JoinHandle<Instant>>,
+) -> (Duration, usize) {
+    let released = Instant::now();
+    for guard in held {
+        guard.unlock().await.expect("release S's lock");
+    }
+    let releasing = released.elapsed();
+    let mut late = 0;
+    for mut w in waiters {
+        let left = Duration::from_secs(5).saturating_sub(released.elapsed());
+        match timeout(left, &mut w).await {
+            Ok(at) => {
+                at.expect("waiter");
             }
-        };
-        let at = Instant::now();
-        let _ = guard.unlock().await;
-        at
-    })
+            Err(_) => {
+                late += 1;
+                w.abort();
+            }
+        }
+    }
+    (releasing, late)
 }
 
 /// `CLIENT PAUSE ms ALL` on node `port`: it executes no client's command
@@ -125,20 +210,13 @@ fn millis(d: Duration) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     let cluster = Cluster::start().await;
-    let primaries = cluster.primaries().await;
-    let (p1, p2, p3) = (primaries[0].port, primaries[1].port, primaries[2].port);
+    let Slot {
+        ports: [p1, p2, p3],
+        slot,
+        names,
+        pattern,
+    } = Slot::on_first(&cluster, "s").await;
     let (p1_id, p3_id) = (cluster.id_of(p1).await, cluster.id_of(p3).await);
-    let slot = (0u16..16384)
-        .find(|s| primaries[0].serves(*s))
-        .expect("P1 serves a slot");
-    let prefix = format!("{}-s", &unique("dropped")[..16]);
-    let names = {
-        let prefix = prefix.clone();
-        tokio::task::spawn_blocking(move || names_in_slot(&prefix, slot, MOVED))
-            .await
-            .expect("names")
-    };
-    let pattern = format!("redbell:{{{prefix}-*");
     let on_p2 = [
         cluster.name_on(p2, "dropped-p2").await,
         cluster.name_on(p2, "dropped-p2").await,
@@ -148,15 +226,7 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
     // Timeouts longer than the pauses its commands wait out; no periodic
     // probe meanwhile.
-    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let waiting = Client::cluster_builder(&seeds)
-        .subscription_linger(LINGER)
-        .probe_interval(Duration::from_secs(60))
-        .connect_timeout(Duration::from_secs(3))
-        .response_timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .expect("the waiting client");
+    let waiting = waiting_client(&urls, Duration::from_secs(60), Duration::from_secs(3)).await;
     let mut held_p2 = Vec::new();
     let mut leaving = Vec::new();
     for name in &on_p2 {
@@ -182,7 +252,10 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     sleep_until(t - Duration::from_millis(300)).await;
     pause(p2, Duration::from_millis(1300)).await;
     sleep_until(t + Duration::from_millis(300)).await;
-    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|n| spawn_passing_waiter(&waiting, n))
+        .collect();
     leaving[1].abort(); // its SUNSUBSCRIBE is due at t + 0.6 s + LINGER
     let queued = eventually_every(
         Duration::from_millis(500),
@@ -224,29 +297,7 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     sleep_until(p1_resumes - Duration::from_millis(200)).await;
     setslot_on(&mut migrate_p1, slot, "MIGRATING", &p3_id).await;
     let made = shard_channels(&mut admin_p1, &pattern).await;
-    loop {
-        let keys: Vec<String> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(1000)
-            .query_async(&mut admin_p1)
-            .await
-            .expect("GETKEYSINSLOT");
-        if keys.is_empty() {
-            break;
-        }
-        let _: redis::Value = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(p3)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query_async(&mut admin_p1)
-            .await
-            .expect("MIGRATE");
-    }
+    migrate_keys(&mut admin_p1, slot, p3).await;
     setslot_on(&mut admin_p1, slot, "NODE", &p3_id).await;
     let moved_at = Instant::now();
     setslot(p3, slot, "NODE", &p3_id).await;
@@ -277,24 +328,7 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     })
     .await;
     let on_p3 = shard_channels(&mut conn(p3).await, &pattern).await;
-    let released = Instant::now();
-    for guard in held {
-        guard.unlock().await.expect("release S's lock on P3");
-    }
-    let releasing = released.elapsed();
-    let mut late = 0;
-    for mut w in waiters {
-        let left = Duration::from_secs(5).saturating_sub(released.elapsed());
-        match timeout(left, &mut w).await {
-            Ok(at) => {
-                at.expect("waiter");
-            }
-            Err(_) => {
-                late += 1;
-                w.abort();
-            }
-        }
-    }
+    let (releasing, late) = release_and_count_late(held, waiters).await;
     eprintln!(
         "after the move: {on_p3} of S's {MOVED} channels subscribed on P3; the releases took \
          {releasing:?}; waiters without their lock 5 s after the release: {late}"
@@ -309,36 +343,15 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     }
 }
 
-/// Moves `slot` from primary `a` to primary `b` in full (`IMPORTING`,
+/// Moves `slot` from primary `a` to primary `b` (`IMPORTING`,
 /// `MIGRATING`, `MIGRATE`, `SETSLOT NODE` on `a` first, then `b`), on
-/// fresh connections.
+/// fresh connections. Unlike [`Cluster::move_slot`], it does not tell the
+/// third primary, which may be paused.
 async fn move_now(slot: u16, (a, a_id): (u16, &str), (b, b_id): (u16, &str)) {
     setslot(b, slot, "IMPORTING", a_id).await;
     let mut on_a = conn(a).await;
     setslot_on(&mut on_a, slot, "MIGRATING", b_id).await;
-    loop {
-        let keys: Vec<String> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(1000)
-            .query_async(&mut on_a)
-            .await
-            .expect("GETKEYSINSLOT");
-        if keys.is_empty() {
-            break;
-        }
-        let _: redis::Value = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(b)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query_async(&mut on_a)
-            .await
-            .expect("MIGRATE");
-    }
+    migrate_keys(&mut on_a, slot, b).await;
     setslot_on(&mut on_a, slot, "NODE", b_id).await;
     setslot(b, slot, "NODE", b_id).await;
 }
@@ -357,33 +370,18 @@ async fn move_now(slot: u16, (a, a_id): (u16, &str), (b, b_id): (u16, &str)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sunsubscribe_while_recovering_loses_no_wakeup() {
     let cluster = Cluster::start().await;
-    let primaries = cluster.primaries().await;
-    let (p1, p2, p3) = (primaries[0].port, primaries[1].port, primaries[2].port);
+    let Slot {
+        ports: [p1, p2, p3],
+        slot,
+        names,
+        pattern,
+    } = Slot::on_first(&cluster, "r").await;
     let (p1_id, p3_id) = (cluster.id_of(p1).await, cluster.id_of(p3).await);
-    let slot = (0u16..16384)
-        .find(|s| primaries[0].serves(*s))
-        .expect("P1 serves a slot");
-    let prefix = format!("{}-r", &unique("dropped")[..16]);
-    let names = {
-        let prefix = prefix.clone();
-        tokio::task::spawn_blocking(move || names_in_slot(&prefix, slot, MOVED))
-            .await
-            .expect("names")
-    };
-    let pattern = format!("redbell:{{{prefix}-*");
     let on_p2 = cluster.name_on(p2, "dropped-p2").await;
 
     let urls = cluster.urls();
     let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
-    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let waiting = Client::cluster_builder(&seeds)
-        .subscription_linger(LINGER)
-        .probe_interval(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(4))
-        .response_timeout(Duration::from_secs(4))
-        .connect()
-        .await
-        .expect("the waiting client");
+    let waiting = waiting_client(&urls, Duration::from_secs(2), Duration::from_secs(4)).await;
     let held_p2 = holder.mutex(&on_p2).lock().await.expect("hold P2's lock");
     let inside = Arc::new(AtomicUsize::new(0));
     let leaving = queue_waiters(&[&waiting], &on_p2, p2, &inside, "P2's waiter").await;
@@ -391,7 +389,10 @@ async fn sunsubscribe_while_recovering_loses_no_wakeup() {
     for name in &names {
         held.push(holder.mutex(name).lock().await.expect("hold S's lock"));
     }
-    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|n| spawn_passing_waiter(&waiting, n))
+        .collect();
     let all = i64::try_from(MOVED + 1).expect("51");
     let subscribed = eventually_every(Duration::from_secs(10), POLL, || async {
         waiting.stats().waiters >= all
@@ -432,23 +433,7 @@ async fn sunsubscribe_while_recovering_loses_no_wakeup() {
     );
     sleep_until(p2_resumes + Duration::from_millis(500)).await;
     let on_p1 = shard_channels(&mut conn(p1).await, &pattern).await;
-    let released = Instant::now();
-    for guard in held {
-        guard.unlock().await.expect("release S's lock");
-    }
-    let mut late = 0;
-    for mut w in waiters {
-        let left = Duration::from_secs(5).saturating_sub(released.elapsed());
-        match timeout(left, &mut w).await {
-            Ok(at) => {
-                at.expect("waiter");
-            }
-            Err(_) => {
-                late += 1;
-                w.abort();
-            }
-        }
-    }
+    let (_, late) = release_and_count_late(held, waiters).await;
     eprintln!(
         "at the release: {on_p1} of S's {MOVED} channels subscribed on P1; waiters without \
          their lock 5 s after the release: {late}"

@@ -19,7 +19,8 @@ use redbell_integration_tests::cluster::{
     shard_subscribers, slot_of,
 };
 use redbell_integration_tests::{
-    POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha, unique,
+    POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha,
+    spawn_passing_waiter, unique,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
@@ -28,25 +29,6 @@ use tokio::time::{Instant, sleep, timeout};
 /// it: generous for a loaded machine, and far below the holder's 30 s
 /// lease, which is what a lost wake-up costs.
 const SERVED_WITHIN: Duration = Duration::from_secs(3);
-
-/// A waiter for `name` on `client` that retries retryable errors (a
-/// failover causes some) and unlocks at once; when it got the lock.
-fn waiter(client: &Client, name: &str) -> JoinHandle<Instant> {
-    let mutex = client.mutex(name);
-    let name = name.to_owned();
-    tokio::spawn(async move {
-        let guard = loop {
-            match mutex.lock().await {
-                Ok(g) => break g,
-                Err(e) if retryable(&e) => sleep(Duration::from_millis(50)).await,
-                Err(e) => panic!("waiter for {name}: {e}"),
-            }
-        };
-        let at = Instant::now();
-        let _ = guard.unlock().await;
-        at
-    })
-}
 
 /// Many waiters parked on one shard (one lock each, all in one client, so
 /// its hub holds that many sharded subscriptions on the shard), then a
@@ -57,6 +39,27 @@ fn waiter(client: &Client, name: &str) -> JoinHandle<Instant> {
 /// promotion the waiting client's subscriptions are on the new primary,
 /// and every waiter has its lock within [`SERVED_WITHIN`] of its release.
 ///
+/// Spawns a [`spawn_passing_waiter`] on `waiting` for each of `names`, and
+/// waits (up to `within`) until the client has them all parked.
+///
+/// # Panics
+///
+/// When they do not all park in time.
+async fn park_waiters(
+    waiting: &Client,
+    names: &[String],
+    within: Duration,
+) -> Vec<JoinHandle<Instant>> {
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|n| spawn_passing_waiter(waiting, n))
+        .collect();
+    let all = i64::try_from(names.len()).expect("a few locks");
+    let parked = eventually_every(within, POLL, || async { waiting.stats().waiters >= all }).await;
+    assert!(parked, "the {} waiters never all parked", names.len());
+    waiters
+}
+
 /// The hub's recovery after a failover can leave its redis-rs connection
 /// answering nothing (stuck rebuilding its slot map): every subscription
 /// attempt then times out after the connect timeout (10 s here) and the
@@ -84,12 +87,7 @@ async fn every_waiter_of_a_failed_over_shard_is_served_after_its_release() {
         guards.push(holder.mutex(&name).lock().await.expect("hold a lock"));
         names.push(name);
     }
-    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
-    let parked = eventually_every(Duration::from_secs(20), POLL, || async {
-        waiting.stats().waiters >= i64::try_from(LOCKS).expect("a few locks")
-    })
-    .await;
-    assert!(parked, "the {LOCKS} waiters never all parked");
+    let waiters = park_waiters(&waiting, &names, Duration::from_secs(20)).await;
     sleep(Duration::from_secs(1)).await; // every subscription made
 
     let promoted = cluster.promote(replica).await;
@@ -200,7 +198,7 @@ async fn without_client_info_the_recheck_still_wakes() {
     let holder = cluster_client_with(&urls, Duration::from_secs(30), Duration::from_secs(1)).await;
     let waiting = cluster_client(&as_locker).await;
     let held = holder.mutex(&a).lock().await.expect("hold A");
-    let waiter = waiter(&waiting, &a);
+    let waiter = spawn_passing_waiter(&waiting, &a);
     let subscribed = eventually_every(Duration::from_secs(10), POLL, || async {
         shard_subscribers(&[one], &a).await >= 1 && waiting.stats().waiters >= 1
     })
@@ -270,12 +268,7 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         .into_iter()
         .map(|g| g.expect("hold a lock"))
         .collect();
-    let waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
-    let parked = eventually_every(Duration::from_secs(60), POLL, || async {
-        waiting.stats().waiters >= i64::try_from(LOCKS).expect("a few locks")
-    })
-    .await;
-    assert!(parked, "the {LOCKS} waiters never all parked");
+    let waiters = park_waiters(&waiting, &names, Duration::from_secs(60)).await;
     let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
         shard_subscribers(&[home], &names[LOCKS - 1]).await >= 1
     })
@@ -412,12 +405,7 @@ async fn failovers_that_meet_waves_of_recoveries_leave_the_hub_answering() {
         .into_iter()
         .map(|g| g.expect("hold a lock"))
         .collect();
-    let mut waiters: Vec<_> = names.iter().map(|n| waiter(&waiting, n)).collect();
-    let parked = eventually_every(Duration::from_secs(60), POLL, || async {
-        waiting.stats().waiters >= i64::try_from(2 * PER_SHARD).expect("a few locks")
-    })
-    .await;
-    assert!(parked, "the waiters never all parked");
+    let mut waiters = park_waiters(&waiting, &names, Duration::from_secs(60)).await;
     let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
         shard_channels(nodes[0].port).await >= PER_SHARD
             && shard_channels(nodes[1].port).await >= PER_SHARD
