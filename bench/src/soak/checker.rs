@@ -773,12 +773,16 @@ pub fn check_until(
                                     })
                             })
                     };
-                // The servers' faults: their downtime on top.
-                let down = servers
-                    .iter()
-                    .filter(|s| s.0 <= gap_end && s.1 + lease_us + FREE_WAIT_BOUND_US >= gap_start)
-                    .map(|s| s.1 - s.0)
-                    .max();
+                // The servers' faults: their downtime on top (the time
+                // they covered, several in a row each adding theirs).
+                let down = downtime::union_len(
+                    servers
+                        .iter()
+                        .filter(|s| {
+                            s.0 <= gap_end && s.1 + lease_us + FREE_WAIT_BOUND_US >= gap_start
+                        })
+                        .map(|s| (s.0, s.1)),
+                );
                 let bound = if holder_fault || frozen_grant || down.is_some() {
                     v.longest_free_wait_after_fault_us =
                         v.longest_free_wait_after_fault_us.max(free);
@@ -848,4 +852,5 @@ fn last_started<'a>(list: &[&'a Wait], t: u64) -> Option<&'a Wait> {
 #[cfg(test)]
 mod tests;
 
+mod downtime;
 mod run;

@@ -261,8 +261,10 @@ impl Pool {
         };
         if planned.kind.is_server() {
             let (line, until) = topo.inject(planned).await?;
-            fault.until_us = until;
-            self.faults.push(fault);
+            if until.is_some() {
+                fault.until_us = until;
+                self.faults.push(fault);
+            }
             return Ok(line);
         }
         if let Some(line) = topo.inject_client(planned.kind).await {

@@ -203,7 +203,8 @@ impl Topology {
         })
     }
 
-    /// A fault of the servers; returns its line and when it was over.
+    /// A fault of the servers; returns its line and when it was over
+    /// (`None`: it was skipped, and is no fault).
     pub async fn inject(&mut self, planned: &Planned) -> Result<(String, Option<u64>), Failure> {
         match (self, planned.kind) {
             (Topology::Single { server, .. }, FaultKind::Restart) => {
@@ -226,11 +227,13 @@ impl Topology {
             }
             (Topology::Cluster { cluster, locks, .. }, FaultKind::ClusterFailover) => {
                 let lock = &locks[planned.slot % locks.len().max(1)];
-                Ok((cluster.failover(lock).await, Some(now_us())))
+                let (line, injected) = cluster.failover(lock).await;
+                Ok((line, injected.then(now_us)))
             }
             (Topology::Cluster { cluster, locks, .. }, FaultKind::KillThenFailover) => {
                 let lock = &locks[planned.slot % locks.len().max(1)];
-                Ok((cluster.kill_then_failover(lock).await, Some(now_us())))
+                let (line, injected) = cluster.kill_then_failover(lock).await;
+                Ok((line, injected.then(now_us)))
             }
             (Topology::Cluster { cluster, locks, .. }, FaultKind::Migrate) => {
                 let lock = &locks[planned.slot % locks.len().max(1)];
