@@ -209,6 +209,14 @@ impl Cluster {
     /// reports the master role (the rest of the cluster may not know yet).
     /// How long that took.
     ///
+    /// Do not ask a replica again within 4 × the node timeout (8 s) of its
+    /// last election: Redis Cluster reuses that election's state, so within
+    /// 4 s the replica reports the master role with its old epoch for a few
+    /// milliseconds (this may return then, or miss it and fail after 20 s)
+    /// and turns back into a replica, and later the attempt expires. No
+    /// failover happens either way, and the old primary holds its clients'
+    /// writes paused until its manual failover times out (5 s).
+    ///
     /// # Errors
     ///
     /// When the replica refuses, or is no master within 20 s.
