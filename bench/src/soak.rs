@@ -55,7 +55,9 @@
 //!    need one server's URL: `single` only.
 //!    `SOAK_FAULTS=black_hole` (a comma-separated list of the names in
 //!    report.json) runs only those faults, `SOAK_KINDS` only those
-//!    workers: with a seed, the replay of one fault.
+//!    workers: with a seed, the replay of one fault. With only server
+//!    faults, one comes every 1–2 s; a cluster failover that would ask a
+//!    replica again within 9 s is skipped (`topology/cluster.rs`).
 //! 4. After `--secs` the workers are told to stop (a stop file) and given
 //!    time; once the leases and the waiter-queue entries (2 s grace) have
 //!    run out, the lock keys left in Redis are counted (`SCAN` of every
