@@ -177,7 +177,7 @@ class ClusterHub:
                         dst._task = asyncio.ensure_future(dst._run())
                     elif dst._conn is not None:
                         ch.confirmed = loop.create_future()
-                        await dst._send(dst._conn, "SUBSCRIBE", name)
+                        dst._send(dst._conn, "SUBSCRIBE", name)
             for key, hub in list(self._hubs.items()):
                 if not hub._channels:  # a node no waiter needs now
                     del self._hubs[key]
