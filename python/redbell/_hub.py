@@ -39,6 +39,12 @@ PROBE = 1.0
 """Seconds between liveness PINGs (Rust ``probe_interval``)."""
 
 
+class Reconnect(Exception):
+    """What a connection class's ``hub_reply`` makes of a reply that leaves
+    its connection of no use (a cluster node refused a subscription): the
+    hub drops the connection, connects again and resubscribes."""
+
+
 class Waiter:
     """One local waiter of one lock (one ``lock()`` call that is waiting)."""
 
@@ -241,6 +247,10 @@ class Hub:
                 await asyncio.sleep(0.05)
 
     def _dispatch(self, reply, pong: asyncio.Event) -> None:
+        if isinstance(reply, Reconnect):  # a connection class's verdict
+            if self._conn is not None:
+                self._conn.close(reply)
+            return
         if not isinstance(reply, list) or not reply:
             if reply == b"PONG":  # PING outside subscribed mode (no channel left)
                 pong.set()

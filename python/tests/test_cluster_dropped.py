@@ -60,7 +60,7 @@ async def _setslot(port: int, slot: int, what: str, node: str) -> None:
         await r.aclose()
 
 
-@pytest.mark.parametrize("when", ["subscribed"])
+@pytest.mark.parametrize("when", ["subscribed", "subscribing"])
 async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
     """S, P1's first slot, holds ``MOVED`` locks held by one client, each
     with a waiter of another client, parked and subscribed on P1; that
