@@ -159,7 +159,9 @@ class Hub:
             self._send(conn, "UNSUBSCRIBE", ch.name)
 
     async def subscribe(self, ch: Channel) -> None:
-        """Return once ``ch`` is subscribed on the live connection (confirmed).
+        """Return once ``ch`` is subscribed on the live connection
+        (confirmed), or is no longer this hub's (a cluster slot moved:
+        ``ClusterHub.subscribe`` asks its new node's hub).
 
         Cancel safety: cancelling only stops waiting; the subscription goes on.
         """
@@ -169,6 +171,10 @@ class Hub:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
         while True:
+            if self._channels.get(ch.name) is not ch:
+                # Subscribing it here would leave the new hub's confirmation
+                # to replace this one's, which nobody would then resolve.
+                return
             if ch.confirmed is None and self._conn is not None:
                 ch.confirmed = asyncio.get_running_loop().create_future()
                 self._send(self._conn, "SUBSCRIBE", ch.name)

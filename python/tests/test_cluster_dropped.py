@@ -60,7 +60,17 @@ async def _setslot(port: int, slot: int, what: str, node: str) -> None:
         await r.aclose()
 
 
-@pytest.mark.parametrize("when", ["subscribed", "subscribing"])
+async def _lock(client, name: str):
+    """``lock()``, called again after a RedisError (an attempt that met a
+    paused node fails after the response timeout; the caller retries)."""
+    while True:
+        try:
+            return await client.mutex(name).lock()
+        except redbell.RedisError:
+            await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("when", ["subscribed", "subscribing", "joining"])
 async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
     """S, P1's first slot, holds ``MOVED`` locks held by one client, each
     with a waiter of another client, parked and subscribed on P1; that
@@ -72,13 +82,23 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
     - ``subscribing``: P1 is paused (``CLIENT PAUSE 5000 ALL``) first. The
       hub's probe fails and it connects again to resubscribe; the move,
       queued on P1 before that, runs first when P1 resumes, so the
-      ``SSUBSCRIBE``s in flight are answered ``MOVED``.
+      ``SSUBSCRIBE``s in flight are answered ``MOVED``;
+    - ``joining``: as ``subscribing``, but each lock has a second waiter
+      in that client, which waits for a lock in another slot of P1 and for
+      nothing on P3 (the channels move to a node it has no connection to
+      yet). Once the hub has dropped its connection to the paused P1, the
+      first waiters leave: the second ones take their place and wait for
+      the subscription, in flight when the slot moves. P3 is paused for
+      4 s right after the move: the second waiters, told that their
+      channels moved, wait for P3 while the hub's connection to P1 is back.
 
     Afterwards P3 must hold the ``MOVED`` subscriptions, and once the holder
     releases the locks every waiter must have its lock within 5 s."""
     topo = ClusterTopology()
     holder = waiting = raw = None
     waiters: list = []
+    leaving: list = []
+    waiter_p3 = asyncio.get_running_loop().create_future()
     try:
         raw = RedisCluster.from_url(topo.urls[0])
         await raw.initialize()
@@ -89,9 +109,11 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
         slot = 0
         prefix = unique(f"dropped-{when}")
         names = _in_slot(prefix, slot, MOVED)
-        other = unique("dropped-p3")
-        on_p3 = next(n for n in (f"{other}-{i}" for i in range(1000))
-                     if owner[key_slot(f"redbell:{{{n}}}".encode())] == p3)
+        other = unique("dropped-other")
+        on_p3, on_p1 = (next(n for n in (f"{other}-{i}" for i in range(1, 1000))
+                             if owner[key_slot(f"redbell:{{{n}}}".encode())] == p
+                             and key_slot(f"redbell:{{{n}}}".encode()) != slot)
+                        for p in (p3, p1))
         pattern = f"redbell:{{{prefix}-*"
         id1, id3 = await _node_id(p1), await _node_id(p3)
 
@@ -99,13 +121,26 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
         waiting = await redbell.connect_cluster(topo.urls)
         held = [await holder.mutex(n).lock() for n in names]
         held_p3 = await holder.mutex(on_p3).lock()
-        waiter_p3 = asyncio.ensure_future(waiting.mutex(on_p3).lock())
-        waiters = [asyncio.ensure_future(waiting.mutex(n).lock()) for n in names]
+        held_p1 = await holder.mutex(on_p1).lock()
+        joining = when == "joining"
+        # The other waiter: on P3 (its connection live), or on P1.
+        waiter_p3 = asyncio.ensure_future(_lock(waiting, on_p1 if joining else on_p3))
+        waiters = [asyncio.ensure_future(_lock(waiting, n)) for n in names]
 
         async def parked() -> bool:
             return await _shard_channels(p1, pattern) == MOVED \
-                and await _shard_channels(p3, f"redbell:{{{on_p3}}}:*") == 1
+                and await _shard_channels(p1 if joining else p3,
+                                          f"redbell:{{{on_p1 if joining else on_p3}}}:*") == 1
         assert await eventually(parked, 10, 0.05), "the waiters did not all subscribe"
+        hub = next(h for h in waiting._hub._hubs.values() if h._channels)
+        if joining:
+            leaving, waiters = waiters, [asyncio.ensure_future(_lock(waiting, n))
+                                         for n in names]
+
+            async def second() -> bool:
+                return all(len(ch.waiters) == 2 for name, ch in hub._channels.items()
+                           if name.startswith(pattern[:-1].encode()))
+            assert await eventually(second, 10, 0.05), "the second waiters did not park"
 
         # The move of S from P1 to P3, as redis-cli --cluster reshard does it.
         a1 = aioredis.Redis(host="127.0.0.1", port=p1, protocol=2, socket_timeout=30)
@@ -116,16 +151,28 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
         move.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", id3)
         move.execute_command("MIGRATE", "127.0.0.1", p3, "", 0, 5000, "KEYS", *keys)
         move.execute_command("CLUSTER", "SETSLOT", slot, "NODE", id3)
-        if when == "subscribing":
+        if when != "subscribed":
             r = aioredis.Redis(host="127.0.0.1", port=p1, protocol=2)
             await a1.ping()  # connected before the pause: its commands queue first
             await r.execute_command("CLIENT", "PAUSE", 5000, "ALL")
             await r.aclose()
-        await move.execute()
+        moving = asyncio.ensure_future(move.execute())
+        if joining:
+            async def dropped() -> bool:
+                return hub._conn is None
+            assert await eventually(dropped, 4, 0.01), "the hub kept its connection to P1"
+            for w in leaving:
+                w.cancel()
+            await asyncio.gather(*leaving, return_exceptions=True)
+        await moving
         await a1.aclose()
         for p in (p3, p2):
             await _setslot(p, slot, "NODE", id3)
-        if when == "subscribing":
+        if joining:
+            r = aioredis.Redis(host="127.0.0.1", port=p3, protocol=2)
+            await r.execute_command("CLIENT", "PAUSE", 4000, "ALL")
+            await r.aclose()
+        if when != "subscribed":
             stats = aioredis.Redis(host="127.0.0.1", port=p1, protocol=2)
             info = await stats.info("commandstats")
             await stats.aclose()
@@ -149,10 +196,10 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
         assert subscribed, f"only {there} of S's {MOVED} channels subscribed on P3"
         for w in done:
             await w.result().unlock()
-        await held_p3.unlock()
+        await (held_p1 if joining else held_p3).unlock()
         await (await asyncio.wait_for(waiter_p3, 5)).unlock()
     finally:
-        for w in waiters:
+        for w in waiters + leaving + [waiter_p3]:
             w.cancel()
         for c in (holder, waiting):
             if c is not None:

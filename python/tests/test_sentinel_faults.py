@@ -107,7 +107,9 @@ async def test_an_attempt_refused_by_a_dead_primary_leaves_no_release_behind():
     connect (it never left the process) and fails. The sentinel is
     reachable again at once; the client moves to the new primary, which
     must run nothing for that lock: no release of a token nothing can
-    hold (the Rust client's ``sentinel.rs`` test of the same name).
+    hold. (The Rust client's ``sentinel.rs`` checks this for a parked
+    waiter; a Python one never meets the dead primary: its park ends in a
+    wait for its resubscription, which waits for the new primary.)
 
     Before: the release was queued as for an attempt of unknown outcome;
     sent after the client had moved, it ran on the new primary."""
