@@ -170,6 +170,11 @@ class Client:
                 r = await self._redis.eval(s.source, len(keys), *keys, *argv)
         except rexc.RedisError as e:
             raise _map_error(e) from e
+        except Exception as e:
+            # redis-py's cluster client failing in itself: 8.1 raises
+            # AttributeError for a node connection closed under its
+            # handshake while the slot map is read again.
+            raise RedisError(f"redis-py failed: {type(e).__name__}: {e}") from e
         return r if conv is None else conv(r)
 
     def _spawn(self, coro) -> None:
