@@ -96,7 +96,7 @@ def _redbell_mux(n: int) -> "tuple[float, float]":
         t0 = None
         for i in range(n + 1):  # the first one opens the connection
             call = _Call()
-            mux.send(packed, call.settle)
+            mux.send(packed, lambda reply, e, _sent, call=call: call.settle(reply, e))
             await call
             if i == 0:
                 t0 = _clock()

@@ -131,6 +131,10 @@ class _Call(asyncio.Future):
         super().__init__()
         self._kept: Optional[tuple] = None
         self._waiter: Optional[asyncio.Future] = None
+        self.written = False
+        """Whether a send of this call was written to a connection (so it
+        may have run, whatever it ended with). False for a call whose every
+        connect failed: it never reached a server."""
 
     def settle(self, value: Any, error: Optional[BaseException]) -> None:
         """The call's outcome: a value, or the exception it ended with."""

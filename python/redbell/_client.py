@@ -110,6 +110,10 @@ class Client:
         argv = [_scripts.PROTOCOL_VERSION, *args]
         call = _Call()
         if self._mux is None:
+            # Sent or not, redis-py does not tell (a cluster connection
+            # sends a call again on a new connection, whose refusal would
+            # hide the first send): taken as sent.
+            call.written = True
             task = asyncio.ensure_future(self._call_pooled(s, keys, argv, conv))
             task.add_done_callback(lambda t: call.settle(
                 None if t.cancelled() else t.result() if t.exception() is None else None,
@@ -121,8 +125,9 @@ class Client:
 
     def _answered(self, call: _Call, s: _scripts.Script, keys: List[str],
                   argv: List[Any], conv: Optional[Callable[[Any], Any]], first: bool,
-                  resent: bool, reply: Any, e: Optional[Exception]) -> None:
+                  resent: bool, reply: Any, e: Optional[Exception], sent: bool) -> None:
         """The mux's sink of one script call: settles ``call``."""
+        call.written |= sent
         if e is None:
             if resent and conv is _release_code and reply != 1:
                 # The first send's reply was lost with its connection: it
@@ -165,6 +170,11 @@ class Client:
                 r = await self._redis.eval(s.source, len(keys), *keys, *argv)
         except rexc.RedisError as e:
             raise _map_error(e) from e
+        except Exception as e:
+            # redis-py's cluster client failing in itself: 8.1 raises
+            # AttributeError for a node connection closed under its
+            # handshake while the slot map is read again.
+            raise RedisError(f"redis-py failed: {type(e).__name__}: {e}") from e
         return r if conv is None else conv(r)
 
     def _spawn(self, coro) -> None:
@@ -307,8 +317,15 @@ class Client:
             taken = (await attempt.outcome()).acquired
         except (KindConflict, PermitsMismatch, ProtocolMismatch, WrongType, NoPermission):
             taken = False  # refused: nothing was written
+        except Exception:
+            # Unknown, unless no send of it was ever written (every connect
+            # refused, e.g. by a dead primary mid-failover): then it never
+            # reached a server, and a release would only run later, on
+            # whichever server answers then. A release of a lock never
+            # taken answers 0 / -1.
+            taken = attempt.written
         except BaseException:
-            taken = True  # unknown: a release of a lock never taken answers 0 / -1
+            taken = True
         if taken:
             await self._quiet(self._release(kind, k, token, permits))
         if member is not None:

@@ -14,11 +14,13 @@ node, whose connections speak ``SSUBSCRIBE`` / ``SUNSUBSCRIBE`` and read
 ``ssubscribe`` / ``smessage`` replies as their unsharded counterparts):
 
 - a channel joins the hub of the primary that owns its slot;
-- when a node connection fails (the node died: refused, reset, probe) or
-  the server sends ``sunsubscribe`` (the slot moved: failover, resharding),
-  the slot map is read again and every channel whose slot moved goes to its
-  new primary's hub, which subscribes it and wakes its waiters once
-  confirmed (a message may have been lost meanwhile).
+- when a node connection fails (the node died: refused, reset, probe), the
+  server sends ``sunsubscribe`` (the slot moved: failover, resharding) or
+  it refuses an ``SSUBSCRIBE`` (``MOVED``: the slot moved while the
+  subscription was in flight; the connection is then dropped), the slot
+  map is read again and every channel whose slot moved goes to its new
+  primary's hub, which subscribes it and wakes its waiters once confirmed
+  (a message may have been lost meanwhile).
 
 Renewals are batched per slot (one ``extend`` call cannot span slots).
 """
@@ -34,7 +36,7 @@ from redis.connection import parse_url
 from ._calls import RESPONSE_TIMEOUT, _map_error
 from ._client import Client
 from ._guard import Guard
-from ._hub import Channel, Hub
+from ._hub import Channel, Hub, Reconnect
 from .errors import RedisError
 
 REROUTE_PAUSE = 0.2
@@ -61,7 +63,15 @@ class _ShardConnection(Connection):
         return [args]
 
     def hub_reply(self, reply: Any) -> Any:
-        """A reply of this connection as the hub reads it (unsharded)."""
+        """A reply of this connection as the hub reads it (unsharded); an
+        error reply as :class:`~redbell._hub.Reconnect`."""
+        if isinstance(reply, Exception):
+            # An SSUBSCRIBE refused: MOVED (its slot moved before it ran:
+            # no sunsubscribe will come), ASK, CLUSTERDOWN. The hub drops
+            # this connection, and the slot map is read again (disconnect):
+            # the channels go where their slots are, subscribed and their
+            # waiters woken once confirmed.
+            return Reconnect(f"a subscription was refused: {reply}")
         if isinstance(reply, list) and reply:
             kind = reply[0]
             if kind == b"smessage":
@@ -177,7 +187,7 @@ class ClusterHub:
                         dst._task = asyncio.ensure_future(dst._run())
                     elif dst._conn is not None:
                         ch.confirmed = loop.create_future()
-                        await dst._send(dst._conn, "SUBSCRIBE", name)
+                        dst._send(dst._conn, "SUBSCRIBE", name)
             for key, hub in list(self._hubs.items()):
                 if not hub._channels:  # a node no waiter needs now
                     del self._hubs[key]

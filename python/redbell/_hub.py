@@ -39,6 +39,12 @@ PROBE = 1.0
 """Seconds between liveness PINGs (Rust ``probe_interval``)."""
 
 
+class Reconnect(Exception):
+    """What a connection class's ``hub_reply`` makes of a reply that leaves
+    its connection of no use (a cluster node refused a subscription): the
+    hub drops the connection, connects again and resubscribes."""
+
+
 class Waiter:
     """One local waiter of one lock (one ``lock()`` call that is waiting)."""
 
@@ -153,7 +159,9 @@ class Hub:
             self._send(conn, "UNSUBSCRIBE", ch.name)
 
     async def subscribe(self, ch: Channel) -> None:
-        """Return once ``ch`` is subscribed on the live connection (confirmed).
+        """Return once ``ch`` is subscribed on the live connection
+        (confirmed), or is no longer this hub's (a cluster slot moved:
+        ``ClusterHub.subscribe`` asks its new node's hub).
 
         Cancel safety: cancelling only stops waiting; the subscription goes on.
         """
@@ -163,6 +171,10 @@ class Hub:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
         while True:
+            if self._channels.get(ch.name) is not ch:
+                # Subscribing it here would leave the new hub's confirmation
+                # to replace this one's, which nobody would then resolve.
+                return
             if ch.confirmed is None and self._conn is not None:
                 ch.confirmed = asyncio.get_running_loop().create_future()
                 self._send(self._conn, "SUBSCRIBE", ch.name)
@@ -241,6 +253,10 @@ class Hub:
                 await asyncio.sleep(0.05)
 
     def _dispatch(self, reply, pong: asyncio.Event) -> None:
+        if isinstance(reply, Reconnect):  # a connection class's verdict
+            if self._conn is not None:
+                self._conn.close(reply)
+            return
         if not isinstance(reply, list) or not reply:
             if reply == b"PONG":  # PING outside subscribed mode (no channel left)
                 pong.set()

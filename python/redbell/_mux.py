@@ -18,6 +18,9 @@ synchronous ``Lock``. Here a call is one write and one future:
 - **Liveness.** A reply later than ``timeout`` seconds closes the
   connection; every call on it fails with ``ConnectionError`` and the next
   call opens a new one.
+- **Sent or not.** A call that fails tells its sink whether it was
+  written: one failed by its connect (refused, e.g. a dead primary) never
+  reached a server, so nothing it would have done needs undoing.
 
 The connection comes from the redis-py pool's ``make_connection`` (so URL
 options, TLS, AUTH and Sentinel discovery are redis-py's); once open, its
@@ -35,8 +38,10 @@ from redis import exceptions as rexc
 from ._resp import RespProtocol, take_over
 
 
-Sink = Callable[[Any, Optional[Exception]], None]
-"""Called once per call, from the reader: ``(reply, None)`` or ``(None, error)``."""
+Sink = Callable[[Any, Optional[Exception], bool], None]
+"""Called once per call: ``(reply, None, True)`` or ``(None, error, sent)``,
+``sent`` False when the call was never written to a connection (its
+connect failed, or the client closed first): then nothing of it ran."""
 
 
 def pack(args: "Tuple[Any, ...]") -> bytes:
@@ -76,11 +81,11 @@ class Mux:
 
     def send(self, packed: bytes, sink: Sink) -> None:
         """Write one packed command; ``sink`` gets its reply, or the
-        ``ResponseError`` / ``ConnectionError`` it ended with (never from
-        within this call)."""
+        ``ResponseError`` / ``ConnectionError`` it ended with and whether
+        the command was written (never from within this call)."""
         loop = asyncio.get_running_loop()
         if self._closed:
-            loop.call_soon(sink, None, rexc.ConnectionError("client closed"))
+            loop.call_soon(sink, None, rexc.ConnectionError("client closed"), False)
             return
         link = self._link
         if link is None:
@@ -121,7 +126,7 @@ class Mux:
             backlog, self._backlog = self._backlog, []
             err = e if isinstance(e, Exception) else rexc.ConnectionError("connect cancelled")
             for _, sink in backlog:
-                sink(None, err)
+                sink(None, err, False)  # never written
             try:
                 await conn.disconnect(nowait=True)
             except Exception:
@@ -135,7 +140,7 @@ class Mux:
             await conn.disconnect(nowait=True)
             backlog, self._backlog = self._backlog, []
             for _, sink in backlog:
-                sink(None, rexc.ConnectionError("client closed"))
+                sink(None, rexc.ConnectionError("client closed"), False)
             return
         link = _Link(conn)
         link.proto = RespProtocol(functools.partial(self._reply, link),
@@ -146,7 +151,7 @@ class Mux:
         now = asyncio.get_running_loop().time()
         for packed, sink in backlog:
             if self._link is not link:  # it ended at once (bytes nobody asked for)
-                sink(None, rexc.ConnectionError("connection closed"))
+                sink(None, rexc.ConnectionError("connection closed"), False)
             else:
                 self._write(link, packed, sink, now)
 
@@ -158,9 +163,9 @@ class Mux:
             return
         sink, _ = link.pending.popleft()
         if isinstance(reply, Exception):  # an error reply, as redis-py maps it
-            sink(None, reply)
+            sink(None, reply, True)
         else:
-            sink(reply, None)
+            sink(reply, None, True)
 
     def _lost(self, link: _Link, err: Exception) -> None:
         """The protocol's callback: the connection ended with ``err``."""
@@ -173,7 +178,7 @@ class Mux:
             self._link = None
         while link.pending:
             sink, _ = link.pending.popleft()
-            sink(None, err)
+            sink(None, err, True)  # written: it may have run
         if link.proto is not None:
             link.proto.close(err)  # no-op once ended
         if link.conn is not None:

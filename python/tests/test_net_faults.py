@@ -1,8 +1,9 @@
 """The multiplexed command connection and the pub/sub connection under
 network faults without a reset, through the test kit's TCP ``Proxy``: a
-reply lost after its command ran, a partition (every byte dropped, new
-connections accepted and left silent) that later heals, and the pub/sub
-connection killed under many parked waiters."""
+reply lost after its command ran, an attempt whose reply came too late, a
+partition (every byte dropped, new connections accepted and left silent)
+that later heals, and the pub/sub connection killed under many parked
+waiters."""
 
 import asyncio
 from urllib.parse import urlparse
@@ -49,6 +50,35 @@ async def test_release_whose_reply_was_lost_does_not_raise_not_held(raw):
         assert await raw.exists(f"redbell:{{{name}}}") == 0
     finally:
         await c.aclose()
+        await proxy.cut()
+
+
+async def test_an_attempt_whose_reply_never_came_is_released(raw):
+    """The attempt runs (the lock is free: it takes it), but its reply is
+    held in the proxy past the response timeout: ``try_lock`` fails with
+    the outcome unknown. The client must release the token in the
+    background, sent once the proxy lets replies through again, or the
+    lock stays held for its 30 s lease by nobody."""
+    name = unique("net-attempt-lost")
+    key = f"redbell:{{{name}}}"
+    proxy = await _proxy()
+    c = await redbell.connect(f"redis://127.0.0.1:{proxy.port}")
+    try:
+        warm = await c.mutex(name + "-warm").lock()
+        await warm.unlock()  # connected, the scripts loaded
+        proxy.hold_down = True
+        with pytest.raises(redbell.RedisError):  # the response timeout (2 s)
+            await asyncio.wait_for(c.mutex(name, lease=30.0).try_lock(), 15)
+        token = await raw.get(key)
+        assert token is not None, "the attempt did not run: the test proved nothing"
+        proxy.hold_down = False
+        await _close(c)  # waits for the background release
+        assert await raw.get(key) is None, \
+            f"the lock is still held by {token!r}, an attempt of unknown outcome"
+    finally:
+        proxy.hold_down = False
+        if not c._closed:
+            await _close(c)
         await proxy.cut()
 
 

@@ -1,7 +1,8 @@
 """The RESP2 reader of the command and pub/sub connections (redbell/_resp.py):
 every reply shape it reads, whole or in pieces, malformed bytes refused,
 error replies as redis-py's exceptions, and connections that die under a
-call, mid-reply included (a relay in front of the real server cuts them)."""
+call, mid-reply included (a relay in front of the real server cuts them),
+or refuse it at connect."""
 
 import asyncio
 import os
@@ -17,8 +18,8 @@ from redbell._calls import _Call
 from redbell._mux import pack
 from redbell._resp import Reader
 
-from conftest import REPO, redis_url, unique
-from topology import free_base
+from conftest import REPO, eventually, redis_url, unique
+from topology import Proxy, free_base
 
 SHAPES = (b"+OK\r\n:42\r\n:-7\r\n$-1\r\n$0\r\n\r\n$5\r\nab\r\nc\r\n"
           b"*3\r\n:1\r\n*2\r\n$1\r\na\r\n$-1\r\n+x\r\n*-1\r\n*0\r\n"
@@ -111,6 +112,15 @@ class Relay:
             task.add_done_callback(self._tasks.discard)
 
 
+def _sink(call: _Call):
+    """A mux sink settling ``call``, whose ``written`` says whether the
+    mux wrote the command."""
+    def sink(reply, error, sent: bool) -> None:
+        call.written = sent
+        call.settle(reply, error)
+    return sink
+
+
 async def test_call_cut_mid_reply_fails_and_the_next_one_reconnects(raw):
     key = unique("resp-cut")
     await raw.set(key, b"v" * 100)
@@ -119,15 +129,16 @@ async def test_call_cut_mid_reply_fails_and_the_next_one_reconnects(raw):
         try:
             relay.cut_on = b"$100\r\n"
             call = _Call()
-            c._mux.send(pack(("GET", key)), call.settle)
+            c._mux.send(pack(("GET", key)), _sink(call))
             with pytest.raises(rexc.ConnectionError):
                 await asyncio.wait_for(call, 10)
             assert relay.cut.is_set()
+            assert call.written, "a call cut mid-reply was reported as never sent"
             again = _Call()
-            c._mux.send(pack(("GET", key)), again.settle)
+            c._mux.send(pack(("GET", key)), _sink(again))
             assert await asyncio.wait_for(again, 10) == b"v" * 100
             err = _Call()
-            c._mux.send(pack(("EVALSHA", "0" * 40, 0)), err.settle)
+            c._mux.send(pack(("EVALSHA", "0" * 40, 0)), _sink(err))
             with pytest.raises(rexc.NoScriptError):
                 await asyncio.wait_for(err, 10)
         finally:
@@ -174,7 +185,7 @@ async def test_call_on_a_killed_connection_fails_at_once(raw):
     try:
         key = unique("resp-kill")
         call = _Call()
-        c._mux.send(pack(("BLPOP", key, 30)), call.settle)
+        c._mux.send(pack(("BLPOP", key, 30)), _sink(call))
         # The mux's connection is the one blocked on this key.
         await asyncio.sleep(0.2)
         clients = (await raw.execute_command("CLIENT", "LIST")).decode()
@@ -186,6 +197,32 @@ async def test_call_on_a_killed_connection_fails_at_once(raw):
             await asyncio.wait_for(call, 10)
     finally:
         await c.aclose()
+
+
+async def test_call_whose_connect_is_refused_is_reported_never_sent():
+    """The server is gone (the proxy in front of it closed): the next call
+    fails at connect, and the mux says it never wrote it, so nothing of it
+    ran (the client then queues no release for such an attempt)."""
+    proxy = Proxy(urlparse(redis_url()).port or 6379)
+    await proxy.start()
+    c = await redbell.connect(f"redis://127.0.0.1:{proxy.port}")
+    try:
+        warm = _Call()
+        c._mux.send(pack(("PING",)), _sink(warm))
+        assert await asyncio.wait_for(warm, 10) == b"PONG" and warm.written
+        await proxy.cut()
+
+        async def lost() -> bool:  # else the call is written to the dying link
+            return c._mux._link is None
+        assert await eventually(lost, 10), "the mux did not see its connection end"
+        call = _Call()
+        c._mux.send(pack(("PING",)), _sink(call))
+        with pytest.raises(rexc.ConnectionError):
+            await asyncio.wait_for(call, 10)
+        assert not call.written, "a call refused at connect was reported as sent"
+    finally:
+        await c.aclose()
+        await proxy.cut()
 
 
 @pytest.fixture

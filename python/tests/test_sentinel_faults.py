@@ -1,6 +1,6 @@
 """Sentinel under faults the failover tests do not cover: a client closed
-in the middle of following a failover, and a failover announced while one
-of the client's sentinels is frozen."""
+in the middle of following a failover, a failover announced while one of
+the client's sentinels is frozen, and an attempt refused by a dead primary."""
 
 import asyncio
 import os
@@ -9,12 +9,13 @@ import time
 
 import pytest
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 
 import redbell
 
 from conftest import REPO, eventually, unique
-from test_sentinel import _failover, _on_old_until_moved
-from topology import SentinelTopology
+from test_sentinel import _failover, _on_old_until_moved, _sentinels_name
+from topology import Monitor, Proxy, SentinelTopology
 
 
 async def test_aclose_while_following_a_failover_leaves_no_task_running():
@@ -96,4 +97,77 @@ async def test_a_frozen_sentinel_does_not_keep_the_client_on_the_old_primary(fro
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
         await c.aclose()
+        topo.stop()
+
+
+async def test_an_attempt_refused_by_a_dead_primary_leaves_no_release_behind():
+    """The client's one sentinel is unreachable (behind a cut proxy) while
+    the primary is SIGKILLed and the replica promoted, so the client still
+    connects to the dead primary: a ``try_lock`` there is refused at
+    connect (it never left the process) and fails. The sentinel is
+    reachable again at once; the client moves to the new primary, which
+    must run nothing for that lock: no release of a token nothing can
+    hold. (The Rust client's ``sentinel.rs`` checks this for a parked
+    waiter; a Python one never meets the dead primary: its park ends in a
+    wait for its resubscription, which waits for the new primary.)
+
+    Before: the release was queued as for an attempt of unknown outcome;
+    sent after the client had moved, it ran on the new primary."""
+    topo = SentinelTopology()
+    proxy = Proxy(topo.base + 10)
+    await proxy.start()
+    client = None
+    monitor = Monitor(topo.replica_port)
+    name = unique("refused")
+    try:
+        client = await redbell.connect_sentinel([f"redis://127.0.0.1:{proxy.port}"],
+                                                topo.MASTER)
+        warm = await client.mutex(name + "-warm").lock()
+        await warm.unlock()
+        primary = aioredis.Redis.from_url(topo.url(topo.primary_port))
+        assert await primary.execute_command("WAIT", 1, 5000) == 1, "replica behind"
+        await primary.aclose()
+        await proxy.cut()
+        topo.kill(topo.primary_port)
+        new = aioredis.Redis.from_url(topo.url(topo.replica_port))
+
+        async def promoted() -> bool:
+            try:  # (the promotion kills this connection)
+                if (await new.role())[0] != b"master":
+                    return False
+            except redis_errors.RedisError:
+                return False
+            return await _sentinels_name(topo, topo.replica_port)
+        assert await eventually(promoted, 30, 0.1), "no failover within 30 s"
+        await new.aclose()
+        # (The sentinels kill the clients of the node they promote: watch
+        # it from then on.)
+        await monitor.start()
+        with pytest.raises(redbell.RedisError, match="(?i)Error 111 |refused") as refused:
+            await client.mutex(name).try_lock()
+        await proxy.start()  # before anything queued by the failure runs
+
+        async def works() -> bool:
+            try:
+                probe = await client.mutex(unique("probe")).try_lock()
+            except redbell.RedisError:
+                return False
+            await probe.unlock()
+            return True
+        assert await eventually(works, 20, 0.1), "the client never reached the new primary"
+        # Waits for the background work (a release queued, had there been one).
+        closing = asyncio.ensure_future(client.aclose())
+        done, _ = await asyncio.wait({closing}, timeout=20)
+        assert done, "aclose did not end within 20 s"
+        client = None
+        closing.result()
+        await monitor.sync()
+        ran = monitor.naming(f"{{{name}}}")
+        assert not ran, (f"the new primary ran {len(ran)} commands for an attempt refused "
+                         f"at connect ({refused.value}): {ran}")
+    finally:
+        if client is not None:
+            await client.aclose()
+        await monitor.stop()
+        await proxy.cut()
         topo.stop()

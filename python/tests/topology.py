@@ -11,6 +11,8 @@ import subprocess
 import time
 from typing import List
 
+import redis.asyncio
+
 import redbell
 
 from conftest import REPO
@@ -183,3 +185,55 @@ class Proxy:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+
+
+class Monitor:
+    """``MONITOR`` on the server at 127.0.0.1:``port``: the commands it runs
+    from :meth:`start` on, one line each in ``lines``."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.lines: List[str] = []
+        self._writer = None
+        self._task = None
+
+    async def start(self) -> None:
+        reader, self._writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self._writer.write(b"MONITOR\r\n")
+        await self._writer.drain()
+        first = await asyncio.wait_for(reader.readline(), 10)
+        assert first == b"+OK\r\n", f"MONITOR on {self.port}: {first!r}"
+
+        async def read() -> None:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                self.lines.append(line.decode("utf-8", "replace"))
+        self._task = asyncio.ensure_future(read())
+
+    async def sync(self) -> None:
+        """Return once every command the server ran before this call is in
+        ``lines`` (an ``ECHO`` of a fresh marker has come through)."""
+        marker = f"monitor-sync-{random.getrandbits(64):016x}"
+        r = redis.asyncio.Redis(host="127.0.0.1", port=self.port, protocol=2)
+        try:
+            await r.echo(marker)
+        finally:
+            await r.aclose()
+        end = time.monotonic() + 10
+        while not any(marker in line for line in self.lines):
+            assert time.monotonic() < end, f"MONITOR on {self.port} missed a command"
+            assert self._task is not None and not self._task.done(), \
+                f"MONITOR on {self.port} was disconnected"
+            await asyncio.sleep(0.01)
+
+    def naming(self, word: str) -> List[str]:
+        """The commands read so far that name ``word`` (a key, a token)."""
+        return [line for line in self.lines if word in line]
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._writer is not None:
+            self._writer.close()
