@@ -30,11 +30,14 @@ def _free(port: int) -> bool:
 
 
 def free_base(offsets: List[int]) -> int:
-    """A base in 20000..32000 (below the ephemeral range, off 6390..6399)
-    with ``base + o`` free for every offset."""
+    """A base in 20000..32000 (off 6390..6399) with ``base + o`` free for
+    every offset, each below 32768, where the kernel's ephemeral range
+    starts: a cluster node's bus port (``base + 10000 + i``) there could be
+    taken by any outgoing connection between this check and the bind."""
     rng = random.Random()
+    top = min(32000, 32768 - max(offsets))
     for _ in range(1000):
-        base = 20000 + 16 * rng.randrange(12000 // 16)
+        base = 20000 + 16 * rng.randrange((top - 20000) // 16)
         if all(_free(base + o) for o in offsets):
             return base
     raise RuntimeError("no free base port")
@@ -78,8 +81,16 @@ class ClusterTopology:
     """Six nodes BASE..BASE+5: three primaries, one replica each."""
 
     def __init__(self) -> None:
-        self.base = free_base([0, 1, 2, 3, 4, 5, 10000, 10001, 10002, 10003, 10004, 10005])
-        self.urls = _run("cluster.sh", "start", str(self.base))
+        for tries in range(3):
+            self.base = free_base([0, 1, 2, 3, 4, 5, 10000, 10001, 10002, 10003, 10004, 10005])
+            try:
+                self.urls = _run("cluster.sh", "start", str(self.base))
+                return
+            except RuntimeError as e:
+                # A port taken between the check and the bind (the script
+                # stopped the nodes it started): another base.
+                if "Address already in use" not in str(e) or tries == 2:
+                    raise
 
     def stop(self) -> None:
         _run("cluster.sh", "stop", str(self.base))
