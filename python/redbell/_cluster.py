@@ -26,6 +26,7 @@ Renewals are batched per slot (one ``extend`` call cannot span slots).
 """
 
 import asyncio
+import itertools
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from redis import exceptions as rexc
@@ -101,6 +102,10 @@ class ClusterHub:
         self._on_orphan = on_orphan
         self._conn_kwargs = conn_kwargs
         self._hubs: Dict[str, Hub] = {}
+        self._ids = itertools.count(1)
+        """Waiter ids, unique in the client: a channel moves to another
+        node's hub with its waiters, and one id per hub would give a new
+        waiter there the id (and queue member) of one of them."""
         self._reroute_task: Optional[asyncio.Task] = None
         self._closed = False
 
@@ -116,7 +121,7 @@ class ClusterHub:
             pool = ConnectionPool(host=node.host, port=node.port, protocol=2,
                                   connection_class=_ShardConnection, on_lost=self._lost,
                                   socket_connect_timeout=RESPONSE_TIMEOUT, **self._conn_kwargs)
-            hub = Hub(None, self._on_orphan, pool=pool)
+            hub = Hub(None, self._on_orphan, pool=pool, ids=self._ids)
             self._hubs[node.name] = hub
         return hub
 

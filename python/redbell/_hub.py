@@ -25,8 +25,9 @@ needs a subscription, so an uncontended lock costs no ``SUBSCRIBE``:
 """
 
 import asyncio
+import itertools
 from collections import OrderedDict
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 from redis.asyncio.connection import ConnectionPool
 
@@ -97,10 +98,13 @@ class Hub:
 
     def __init__(self, url: Optional[str],
                  on_orphan: Callable[[Channel, int, Optional[str]], None],
-                 pool: Optional[ConnectionPool] = None, **kwargs) -> None:
+                 pool: Optional[ConnectionPool] = None,
+                 ids: Optional[Iterator[int]] = None, **kwargs) -> None:
         # RESP2: pushed messages come back from read_response as plain arrays
         # (redis-py 8 defaults to RESP3, whose pushes go to a handler instead).
         # ``pool`` (Sentinel, a cluster node): connections come from it instead.
+        # ``ids``: the waiter ids, shared by a cluster client's hubs (a
+        # channel moves between them with its waiters).
         self._pool = pool if pool is not None else ConnectionPool.from_url(
             url, protocol=2, **kwargs)
         self._on_orphan = on_orphan
@@ -111,7 +115,7 @@ class Hub:
         self._pong: Optional[asyncio.Event] = None
         self._shape_command: Optional[Callable[[tuple], list]] = None
         self._closed = False
-        self._next_id = 0
+        self._ids = ids if ids is not None else itertools.count(1)
 
     def subscribed(self, channel: bytes) -> bool:
         """Whether ``channel`` is subscribed and confirmed on the live
@@ -131,8 +135,7 @@ class Hub:
             ch.linger.cancel()
             ch.linger = None
         ch.kind, ch.permits = kind, permits
-        self._next_id += 1
-        w = Waiter(self._next_id, token)
+        w = Waiter(next(self._ids), token)
         ch.waiters[w.id] = w
         return ch, w
 

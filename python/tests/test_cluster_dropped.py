@@ -207,3 +207,72 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
         if raw is not None:
             await raw.aclose()
         topo.stop()
+
+
+async def test_a_waiter_joining_a_moved_lock_keeps_its_own_place():
+    """A waiter of one client parks on a lock of S, subscribed on P1; S
+    moves to P3 and the channel follows it into the hub of P3, new to the
+    client. A second waiter of the same client then waits for that lock:
+    it must not take the first one's waiter id (each node's hub counted
+    from 1), which made both one member of the queue and dropped the first
+    from the channel. The holder releases: one waiter gets the lock and
+    releases it, and the other must have it within 5 s, not when its park
+    (the holder's 30 s lease) runs out."""
+    topo = ClusterTopology()
+    holder = waiting = raw = None
+    tasks: list = []
+    try:
+        raw = RedisCluster.from_url(topo.urls[0])
+        await raw.initialize()
+        owner = {s: raw.nodes_manager.slots_cache[s][0].port for s in range(16384)}
+        p1 = owner[0]
+        p3 = next(p for p in owner.values() if p != p1)
+        p2 = next(p for p in owner.values() if p not in (p1, p3))
+        name = _in_slot(unique("dropped-ids"), 0, 1)[0]
+        channels = f"redbell:{{{name}}}:*"
+        id1, id3 = await _node_id(p1), await _node_id(p3)
+        holder = await redbell.connect_cluster(topo.urls)
+        waiting = await redbell.connect_cluster(topo.urls)
+        held = await holder.mutex(name).lock()
+        tasks.append(asyncio.ensure_future(_lock(waiting, name)))
+
+        async def on(port: int) -> bool:
+            return await _shard_channels(port, channels) == 1
+        assert await eventually(lambda: on(p1), 10, 0.05), "the first waiter did not subscribe"
+        a1 = aioredis.Redis(host="127.0.0.1", port=p1, protocol=2)
+        keys = await a1.execute_command("CLUSTER", "GETKEYSINSLOT", 0, 1000)
+        await _setslot(p3, 0, "IMPORTING", id1)
+        await a1.execute_command("CLUSTER", "SETSLOT", 0, "MIGRATING", id3)
+        await a1.execute_command("MIGRATE", "127.0.0.1", p3, "", 0, 5000, "KEYS", *keys)
+        await a1.aclose()
+        for p in (p3, p1, p2):
+            await _setslot(p, 0, "NODE", id3)
+        assert await eventually(lambda: on(p3), 10, 0.05), "the channel did not move to P3"
+        tasks.append(asyncio.ensure_future(_lock(waiting, name)))
+        hub = next(h for h in waiting._hub._hubs.values() if h._channels)
+
+        async def both() -> bool:
+            return sum(len(ch.waiters) for ch in hub._channels.values()) == 2
+        parked = await eventually(both, 10, 0.05)
+        assert not any(t.done() for t in tasks), "a waiter finished while the lock was held"
+        await held.unlock()
+        first = await asyncio.wait_for(asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED),
+                                       10)
+        released = time.monotonic()
+        await next(iter(first[0])).result().unlock()
+        done, late = await asyncio.wait(tasks, timeout=max(0.1, released + 5 - time.monotonic()))
+        assert not late, "the second waiter of the lock was not served within 5 s"
+        assert parked, "the second waiter was not registered beside the first"
+        for t in done:
+            g = t.result()
+            if g is not None and not g._done:
+                await g.unlock()
+    finally:
+        for t in tasks:
+            t.cancel()
+        for c in (holder, waiting):
+            if c is not None:
+                await c.aclose()
+        if raw is not None:
+            await raw.aclose()
+        topo.stop()
