@@ -29,6 +29,9 @@ MAX_LEASE_MS = 31_536_000_000
 RESPONSE_TIMEOUT = 2.0
 RENEW_BATCH = 512
 POOL_SIZE = 32
+RETRY_AFTER = (0.05, 0.25, 1.0, 2.0)
+"""Seconds before each retry of background work that failed (Rust's
+background worker's ``RETRY_AFTER``); after the last it is given up."""
 
 
 def _lease_ms(seconds: float) -> int:

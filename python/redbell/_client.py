@@ -23,7 +23,7 @@ import asyncio
 import functools
 import math
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Set
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
@@ -31,8 +31,8 @@ from redis import exceptions as rexc
 from . import _scripts
 from ._calls import (
     CLAIM_MS, DEFAULT_LEASE, FENCE_TTL_MS, HANDOFF_MS, MAX_PARK, PARK_MS, POOL_SIZE,
-    QUEUE_GRACE_MS, RENEW_BATCH, RESPONSE_TIMEOUT, RW_WINDOW_MS, SEM_RESERVE_MS, _answered,
-    _Call, _Keys, _KINDS, _map_error, _release_code, _RENEW_BY, _Reply,
+    QUEUE_GRACE_MS, RENEW_BATCH, RESPONSE_TIMEOUT, RETRY_AFTER, RW_WINDOW_MS, SEM_RESERVE_MS,
+    _answered, _Call, _Keys, _KINDS, _map_error, _release_code, _RENEW_BY, _Reply,
 )
 from ._guard import Guard
 from ._handles import FairMutex, Mutex, Semaphore
@@ -188,6 +188,28 @@ class Client:
         except Exception:
             pass  # the lease or the queue entry's expiry ends it
 
+    async def _retried(self, make: Callable[[], Awaitable[Any]]) -> None:
+        """Background work (a release, a pass-on): ``make()`` awaited; one
+        that fails with :class:`RedisError` (the connection lost, a reply
+        timed out, a node paused or failing over) is made again after
+        ``RETRY_AFTER``'s pauses in turn, then given up: the lease or the
+        queue entry's expiry ends it. A pass-on given up too soon leaves a
+        waiter parked past a free lock: the release that woke a waiter
+        this client no longer has sends no standby to this client's other
+        waiters, since passing it on is this client's duty. Any other
+        error ends it at once (a refusal: trying again changes nothing).
+        Every script is idempotent, so a retry of one that ran is a no-op."""
+        for pause in (*RETRY_AFTER, None):
+            try:
+                await make()
+                return
+            except RedisError:
+                if pause is None:
+                    return
+                await asyncio.sleep(pause)
+            except Exception:
+                return
+
     def _attempt(self, kind: str, k: _Keys, token: str, lease_ms: int, member: str,
                  arrival: str, permits: Optional[int]) -> _Call:
         """Send one acquire attempt now (see ``_request``)."""
@@ -296,7 +318,7 @@ class Client:
         else:
             return
         k = _Keys(self.prefix, ch.base[len(self.prefix) + 2:-1])
-        self._spawn(self._quiet(self._pass(ch.kind, k, member, ch.permits)))
+        self._spawn(self._retried(lambda: self._pass(ch.kind, k, member, ch.permits)))
 
     # -- acquiring -----------------------------------------------------------
 
@@ -327,9 +349,9 @@ class Client:
         except BaseException:
             taken = True
         if taken:
-            await self._quiet(self._release(kind, k, token, permits))
+            await self._retried(lambda: self._release(kind, k, token, permits))
         if member is not None:
-            await self._quiet(self._pass(kind, k, member, permits))
+            await self._retried(lambda: self._pass(kind, k, member, permits))
 
     async def _acquire(self, kind: str, k: _Keys, lease_ms: int, timeout: Optional[float],
                        wait: bool, permits: Optional[int]) -> Optional[Guard]:
@@ -545,7 +567,8 @@ class Client:
         """
         for g in list(self._holds):
             g._done = True
-            self._spawn(self._quiet(self._release(g._kind, g._keys, g.token, g._permits)))
+            self._spawn(self._retried(
+                lambda g=g: self._release(g._kind, g._keys, g.token, g._permits)))
         self._holds.clear()
         if self._renewal is not None:
             self._renewal.cancel()

@@ -183,3 +183,65 @@ async def test_hundred_waiters_served_after_their_pubsub_connection_is_killed(cl
         assert fences[0] > holder.fence
     finally:
         await c.aclose()
+
+
+async def test_a_pass_on_that_fails_is_tried_again(raw):
+    """A release wakes a waiter this client no longer has (its member
+    stayed in the queue: the pass of its leaving was lost), and the
+    client's pass-on of that wake-up fails: the release's own transaction
+    pauses writes (``CLIENT PAUSE 4500 WRITE``) past the pass-on's response
+    timeout and its one re-send. The pass-on is tried again and, once
+    writes resume, wakes this client's live waiter behind. Nothing else
+    would: the release sends no standby to the woken member's client,
+    whose duty the pass-on is, so the waiter would park for the holder's
+    lease.
+
+    Before: the failed pass-on was given up, and the waiter was still
+    parked 9 s after the release (the holder's lease: 30 s)."""
+    from redbell import _scripts
+    from redbell._calls import HANDOFF_MS, _Keys
+
+    name = unique("pass-retry")
+    k = _Keys("redbell", name)
+    holder = await redbell.connect(redis_url())
+    waiting = await redbell.connect(redis_url())
+    paused, task = False, None
+    try:
+        held = await holder.mutex(name).lock()  # a 30 s lease
+        task = asyncio.ensure_future(waiting.mutex(name).lock())
+
+        async def queued() -> bool:
+            return len(await raw.zrange(k.waiters, 0, -1)) == 1
+        assert await eventually(queued, 5), "the waiter did not queue"
+        # A member of the same client ahead of it, as a lost pass leaves.
+        score = (await raw.zrange(k.waiters, 0, 0, withscores=True))[0][1]
+        gone = f"{waiting.id}:999999"
+        await raw.zadd(k.waiters, {gone: score - 1000})
+
+        release = _scripts.load("release")
+        await raw.script_load(release.source)
+        tx = raw.pipeline(transaction=True)
+        tx.evalsha(release.sha1, 2, k.b, k.waiters, _scripts.PROTOCOL_VERSION, held.token,
+                   k.wake, HANDOFF_MS)
+        tx.execute_command("CLIENT", "PAUSE", 4500, "WRITE")
+        released_at = asyncio.get_running_loop().time()
+        reply, _ = await tx.execute()
+        paused = True
+        assert reply == 1, f"the release answered {reply!r}"
+        held._done = True  # released above, behind the guard's back
+        assert gone.encode() not in await raw.zrange(k.waiters, 0, -1), \
+            "the release did not wake the gone member"
+
+        done, _ = await asyncio.wait({task}, timeout=9)
+        late = asyncio.get_running_loop().time() - released_at
+        assert done, f"the waiter was still parked {late:.1f} s after the release"
+        g = task.result()
+        print(f"the waiter got the lock {late:.2f} s after the release (writes paused 4.5 s)")
+        await g.unlock()
+    finally:
+        if paused:
+            await raw.execute_command("CLIENT", "UNPAUSE")
+        if task is not None and not task.done():
+            task.cancel()
+        await holder.aclose()
+        await waiting.aclose()
