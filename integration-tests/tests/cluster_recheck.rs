@@ -246,9 +246,10 @@ async fn without_client_info_the_recheck_still_wakes() {
 /// machine's load.
 const WAVE_LAG: Duration = Duration::from_millis(2);
 
-/// The waiting client's connect timeout in that test: half of it bounds a
-/// recovery's keyed read, well above the wave's few seconds (about 3 s on
-/// a quiet machine, with [`WAVE_LAG`]).
+/// The waiting client's connect and response timeouts in that test: half
+/// of it bounds a recovery's keyed read, well above the wave's few seconds
+/// (about 3 s on a quiet machine, with [`WAVE_LAG`]), and no reply queued
+/// behind the wave's on the lagging link times out.
 const WAVE_CONNECT: Duration = Duration::from_secs(16);
 
 /// Many waiters on one shard, one lock each, all in one client; the
@@ -322,6 +323,7 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         .collect();
     let waiting = Client::cluster_builder(&elsewhere)
         .connect_timeout(WAVE_CONNECT)
+        .response_timeout(WAVE_CONNECT)
         .connect()
         .await
         .expect("a waiting client");
