@@ -266,10 +266,11 @@ const WAVE_CONNECT: Duration = Duration::from_secs(16);
 /// a proxy (the node announces the proxy's port) that delays every chunk
 /// of replies by [`WAVE_LAG`] during the wave: reads one at a time reach
 /// the node at least one lag apart, whatever the load, while reads that go
-/// alongside one another arrive together. So at least a quarter of the
-/// wave's keyed reads (`EXISTS` in the node's MONITOR) must follow the one
-/// before by less than three quarters of a lag (about three in four do;
-/// one at a time, none can). And in the window after the kill each lock
+/// alongside one another arrive together. So of the keyed reads (`EXISTS`
+/// in the node's MONITOR: a recovery's and a re-check's per lock), at
+/// least a quarter as many as there are locks must follow the one before
+/// by less than three quarters of a lag (about three in four of the 6,000
+/// do; one at a time, none can). And in the window after the kill each lock
 /// sees at most two acquire attempts (the loss, the recovery), but for
 /// fewer than one in ten, the bound being generous. Then every release
 /// reaches its waiter.
@@ -395,12 +396,7 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         reads.len()
     );
     assert!(
-        reads.len() >= LOCKS / 2,
-        "{} keyed reads for {LOCKS} recoveries",
-        reads.len()
-    );
-    assert!(
-        together >= reads.len() / 4,
+        together >= LOCKS / 4,
         "the keyed reads went one at a time: {together} of {} less than {close:.4} s after the \
          one before",
         reads.len()
