@@ -373,10 +373,11 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         .filter(|l| l.to_ascii_lowercase().contains("\"ssubscribe\""))
         .filter_map(|l| l.split(' ').next()?.parse().ok())
         .collect();
-    if let (Some(first), Some(last)) = (subscribes.first(), subscribes.iter().take(LOCKS).last()) {
+    let wave = &subscribes[..subscribes.len().min(LOCKS)];
+    if let (Some(first), Some(last)) = (wave.first(), wave.last()) {
         eprintln!(
             "the first {} SSUBSCRIBEs after the kill took {:.0} ms from the first to the last",
-            subscribes.len().min(LOCKS),
+            wave.len(),
             (last - first) * 1000.0
         );
     }
