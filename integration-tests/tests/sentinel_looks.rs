@@ -316,8 +316,16 @@ async fn a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news
         into < EPOCH_CONNECT,
         "sentinel 0 was asked {into:?} ago, longer than the connect timeout: its ask timed out"
     );
+    let open = proxies[2].connections();
     proxies[2].lag_replies(Duration::ZERO);
     proxies[2].resume();
+    let read = eventually_every(Duration::from_secs(20), Duration::from_millis(5), || {
+        let now = proxies[2].connections();
+        async move { now < open }
+    })
+    .await;
+    assert!(read, "the look never closed its ask of sentinel 2");
+    // Time for a move the stale answer would start (a local connect).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let probe = format!("{name}-after");
     let g = client
