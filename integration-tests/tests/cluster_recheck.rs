@@ -19,7 +19,7 @@ use redbell_integration_tests::cluster::{
     shard_subscribers, slot_of,
 };
 use redbell_integration_tests::{
-    POLL, client_list, eventually_every, kill_client, lock_key, retryable, script_sha,
+    POLL, Proxy, client_list, eventually_every, kill_client, lock_key, retryable, script_sha,
     spawn_passing_waiter, unique,
 };
 use tokio::task::JoinHandle;
@@ -240,18 +240,40 @@ async fn without_client_info_the_recheck_still_wakes() {
         .expect("A's waiter");
 }
 
+/// How late the shard's proxy delivers each chunk of replies to the
+/// waiting client during [`a_wave_of_recoveries_is_not_woken_again_by_its_rechecks`]'s
+/// wave: a keyed read's round trip takes at least that, whatever the
+/// machine's load.
+const WAVE_LAG: Duration = Duration::from_millis(2);
+
+/// The waiting client's connect and response timeouts in that test: half
+/// of it bounds a recovery's keyed read, well above the wave's few seconds
+/// (about 3 s on a quiet machine, with [`WAVE_LAG`]), and no reply queued
+/// behind the wave's on the lagging link times out.
+const WAVE_CONNECT: Duration = Duration::from_secs(16);
+
 /// Many waiters on one shard, one lock each, all in one client; the
 /// shard's pub/sub socket is killed (`CLIENT KILL`). The hub recovers every
 /// channel at once, and each recovery names its socket just before and
 /// just after its SSUBSCRIBE, the "before" within half the connect timeout.
 /// The keyed reads of a wave must not queue one by one: those late in the
-/// queue would miss that bound (about a third of 3,000 did), and their
-/// re-checks 2 s later would wake their waiters a third time, a herd of
-/// wasted attempts. So in the 8 s after the kill, each lock sees at most
-/// two acquire attempts (the loss, the recovery), but for fewer than one
-/// in ten: a wave read 8 at a time takes about 0.65 s of the 1 s bound, and
-/// a loaded machine may push its tail past it. Then every release reaches
-/// its waiter.
+/// queue would miss that bound (with a 2 s connect timeout, about a third
+/// of 3,000 did), and their re-checks 2 s later would wake their waiters a
+/// third time, a herd of wasted attempts.
+///
+/// How long a wave takes depends on the machine's load, so the test checks
+/// the reads' order directly. The waiting client reaches the shard through
+/// a proxy (the node announces the proxy's port) that delays every chunk
+/// of replies by [`WAVE_LAG`] during the wave: reads one at a time reach
+/// the node at least one lag apart, whatever the load, while reads that go
+/// alongside one another arrive together. So of the keyed reads (`EXISTS`
+/// in the node's MONITOR: a recovery's and a re-check's per lock), at
+/// least a quarter as many as there are locks must follow the one before
+/// by less than three quarters of a lag (about three in four of the 6,000
+/// do; one at a time, none can). And in the window after the kill each lock
+/// sees at most two acquire attempts (the loss, the recovery), but for
+/// fewer than one in ten, the bound being generous. Then every release
+/// reaches its waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
     const LOCKS: usize = 3000;
@@ -260,7 +282,6 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
     let home = node.port;
     let urls = cluster.urls();
     let holder = cluster_client_with(&urls, Duration::from_secs(60), Duration::from_secs(2)).await;
-    let waiting = cluster_client(&urls).await;
     let names: Vec<String> = (0..LOCKS).map(|_| name_in(&node, "wave")).collect();
     let mutexes: Vec<_> = names.iter().map(|n| holder.mutex(n)).collect();
     let guards = join_all(mutexes.iter().map(|m| m.lock())).await;
@@ -268,6 +289,45 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         .into_iter()
         .map(|g| g.expect("hold a lock"))
         .collect();
+
+    // The shard announced at the proxy's port, to every node, before the
+    // waiting client (which is not told the shard's own port) looks.
+    let proxy = Proxy::start(0, home).await.expect("a proxy");
+    let _: () = must(
+        home,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(proxy.port()),
+    )
+    .await;
+    let ports = cluster.ports();
+    let (announced, own) = (format!(":{}@", proxy.port()), format!(":{home}@"));
+    let told = eventually_every(Duration::from_secs(20), POLL, || {
+        let (ports, announced, own) = (&ports, &announced, &own);
+        async move {
+            for &port in ports {
+                let nodes: String = must(port, redis::cmd("CLUSTER").arg("NODES")).await;
+                if !nodes.contains(announced.as_str()) || nodes.contains(own.as_str()) {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    assert!(told, "the nodes were not told the proxy's port within 20 s");
+    let elsewhere: Vec<&str> = urls
+        .iter()
+        .map(String::as_str)
+        .filter(|u| !u.ends_with(&format!(":{home}")))
+        .collect();
+    let waiting = Client::cluster_builder(&elsewhere)
+        .connect_timeout(WAVE_CONNECT)
+        .response_timeout(WAVE_CONNECT)
+        .connect()
+        .await
+        .expect("a waiting client");
     let waiters = park_waiters(&waiting, &names, Duration::from_secs(60)).await;
     let subscribed = eventually_every(Duration::from_secs(20), POLL, || async {
         shard_subscribers(&[home], &names[LOCKS - 1]).await >= 1
@@ -285,11 +345,13 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         .collect();
     assert_eq!(sockets.len(), 1, "one socket with sharded subscriptions");
     let monitor = monitor_node(home).await;
+    proxy.lag_replies(WAVE_LAG);
     let killed = Instant::now();
     kill_client(&mut admin, sockets[0]).await;
-    let window = Duration::from_secs(8);
+    // The bound, a re-check's delay after it, and its wake-up.
+    let window = WAVE_CONNECT / 2 + Duration::from_secs(4);
     sleep(window).await;
-    monitor.sync().await;
+    monitor.sync().await; // what the node saw with the lag on
 
     // Acquire attempts per lock key, from one pass over the log.
     let mut attempts: HashMap<String, usize> = names.iter().map(|n| (lock_key(n), 0)).collect();
@@ -303,23 +365,43 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
             *count += 1;
         }
     }
-    // The recovery's SSUBSCRIBEs: the first, and those within 2 s of it
-    // (the re-checks, `CLUSTER_RECHECK` later, resubscribe once more).
+    // The recovery's SSUBSCRIBEs (one per channel; the re-checks,
+    // `CLUSTER_RECHECK` later, resubscribe once more).
     let subscribes: Vec<f64> = monitor
         .lines()
         .iter()
         .filter(|l| l.to_ascii_lowercase().contains("\"ssubscribe\""))
         .filter_map(|l| l.split(' ').next()?.parse().ok())
         .collect();
-    if let Some(&first) = subscribes.first() {
-        let wave: Vec<_> = subscribes.iter().filter(|&&t| t < first + 2.0).collect();
-        let last = wave.last().map_or(first, |&&t| t);
+    let wave = &subscribes[..subscribes.len().min(LOCKS)];
+    if let (Some(first), Some(last)) = (wave.first(), wave.last()) {
         eprintln!(
-            "the recovery's {} SSUBSCRIBEs took {:.0} ms from the first to the last",
+            "the first {} SSUBSCRIBEs after the kill took {:.0} ms from the first to the last",
             wave.len(),
             (last - first) * 1000.0
         );
     }
+    // The keyed reads (the recoveries' and the re-checks', not the
+    // scripts' calls): how many followed the one before by less than 3/4
+    // of a lag.
+    let reads: Vec<f64> = monitor
+        .lines()
+        .iter()
+        .filter(|l| l.to_ascii_lowercase().contains("\"exists\"") && !l.contains(" lua]"))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .collect();
+    let close = WAVE_LAG.as_secs_f64() * 0.75;
+    let together = reads.windows(2).filter(|w| w[1] - w[0] < close).count();
+    eprintln!(
+        "{} keyed reads, {together} of them less than {close:.4} s after the one before",
+        reads.len()
+    );
+    assert!(
+        together >= LOCKS / 4,
+        "the keyed reads went one at a time: {together} of {} less than {close:.4} s after the \
+         one before",
+        reads.len()
+    );
     let never = attempts.values().filter(|&&n| n == 0).count();
     let thrice: Vec<_> = attempts.iter().filter(|(_, n)| **n > 2).collect();
     eprintln!(
@@ -335,6 +417,7 @@ async fn a_wave_of_recoveries_is_not_woken_again_by_its_rechecks() {
         thrice.iter().take(3).collect::<Vec<_>>()
     );
 
+    proxy.lag_replies(Duration::ZERO);
     for guard in guards {
         guard.unlock().await.expect("release a lock");
     }

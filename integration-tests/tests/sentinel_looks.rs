@@ -235,7 +235,7 @@ async fn a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news
     }
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let client = Client::sentinel_builder(&urls, MASTER)
-        .connect_timeout(LONG_CONNECT)
+        .connect_timeout(EPOCH_CONNECT)
         .connect()
         .await
         .expect("a sentinel client");
@@ -299,15 +299,33 @@ async fn a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news
     proxies[1].resume();
 
     // Sentinel 0 answers (the primary, epoch 2), then sentinel 2's stale
-    // answer arrives, within the look's bound.
+    // answer arrives, within the look's bound. The client reads an answer
+    // before it closes the connection it asked on: that close, not a
+    // guessed delay, lets the stale answer through.
+    let open = proxies[0].connections();
     proxies[0].resume();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    eprintln!(
-        "the stale answer is let through {:?} into the look",
-        look.elapsed()
+    let answered = eventually_every(Duration::from_secs(20), Duration::from_millis(5), || {
+        let now = proxies[0].connections();
+        async move { now < open }
+    })
+    .await;
+    assert!(answered, "the look never closed its ask of sentinel 0");
+    let into = look.elapsed();
+    eprintln!("the stale answer is let through {into:?} into the look");
+    assert!(
+        into < EPOCH_CONNECT,
+        "sentinel 0 was asked {into:?} ago, longer than the connect timeout: its ask timed out"
     );
+    let open = proxies[2].connections();
     proxies[2].lag_replies(Duration::ZERO);
     proxies[2].resume();
+    let read = eventually_every(Duration::from_secs(20), Duration::from_millis(5), || {
+        let now = proxies[2].connections();
+        async move { now < open }
+    })
+    .await;
+    assert!(read, "the look never closed its ask of sentinel 2");
+    // Time for a move the stale answer would start (a local connect).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let probe = format!("{name}-after");
     let g = client
@@ -330,6 +348,11 @@ async fn a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news
         "the lock went to the demoted {q} (on it: {on_demoted}), not to the primary {p}"
     );
 }
+
+/// The connect timeout of [`a_stale_answer_older_than_the_primary_named_in_the_same_look_is_no_news`]'s
+/// client: sentinel 0's ask, made before the failover back, must outlast
+/// it (a couple of seconds, more on a loaded machine).
+const EPOCH_CONNECT: Duration = Duration::from_secs(20);
 
 /// Every sentinel frozen (SIGSTOP: connections accepted, nothing
 /// answered): a client that connects fails, within a bound (each sentinel
