@@ -36,6 +36,30 @@ def _in_slot(prefix: str, slot: int, n: int):
     return names
 
 
+async def _owners(raw: RedisCluster):
+    """Each slot's primary (by port), and the three primaries: P1 owns
+    slot 0."""
+    await raw.initialize()
+    owner = {s: raw.nodes_manager.slots_cache[s][0].port for s in range(16384)}
+    p1 = owner[0]
+    p3 = next(p for p in owner.values() if p != p1)
+    p2 = next(p for p in owner.values() if p not in (p1, p3))
+    return owner, (p1, p2, p3)
+
+
+async def _tear_down(tasks, clients, raw, topo: ClusterTopology) -> None:
+    """Cancel ``tasks``, close ``clients`` and ``raw`` (those not None),
+    stop the cluster."""
+    for t in tasks:
+        t.cancel()
+    for c in clients:
+        if c is not None:
+            await c.aclose()
+    if raw is not None:
+        await raw.aclose()
+    topo.stop()
+
+
 async def _shard_channels(port: int, pattern: str) -> int:
     r = aioredis.Redis(host="127.0.0.1", port=port, protocol=2)
     try:
@@ -101,11 +125,7 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
     waiter_p3 = asyncio.get_running_loop().create_future()
     try:
         raw = RedisCluster.from_url(topo.urls[0])
-        await raw.initialize()
-        owner = {s: raw.nodes_manager.slots_cache[s][0].port for s in range(16384)}
-        p1 = owner[0]
-        p3 = next(p for p in owner.values() if p != p1)
-        p2 = next(p for p in owner.values() if p not in (p1, p3))
+        owner, (p1, p2, p3) = await _owners(raw)
         slot = 0
         prefix = unique(f"dropped-{when}")
         names = _in_slot(prefix, slot, MOVED)
@@ -199,14 +219,7 @@ async def test_a_slot_moved_under_parked_waiters_loses_no_wakeup(when):
         await (held_p1 if joining else held_p3).unlock()
         await (await asyncio.wait_for(waiter_p3, 5)).unlock()
     finally:
-        for w in waiters + leaving + [waiter_p3]:
-            w.cancel()
-        for c in (holder, waiting):
-            if c is not None:
-                await c.aclose()
-        if raw is not None:
-            await raw.aclose()
-        topo.stop()
+        await _tear_down(waiters + leaving + [waiter_p3], (holder, waiting), raw, topo)
 
 
 async def test_a_waiter_joining_a_moved_lock_keeps_its_own_place():
@@ -223,11 +236,7 @@ async def test_a_waiter_joining_a_moved_lock_keeps_its_own_place():
     tasks: list = []
     try:
         raw = RedisCluster.from_url(topo.urls[0])
-        await raw.initialize()
-        owner = {s: raw.nodes_manager.slots_cache[s][0].port for s in range(16384)}
-        p1 = owner[0]
-        p3 = next(p for p in owner.values() if p != p1)
-        p2 = next(p for p in owner.values() if p not in (p1, p3))
+        _, (p1, p2, p3) = await _owners(raw)
         name = _in_slot(unique("dropped-ids"), 0, 1)[0]
         channels = f"redbell:{{{name}}}:*"
         id1, id3 = await _node_id(p1), await _node_id(p3)
@@ -268,11 +277,4 @@ async def test_a_waiter_joining_a_moved_lock_keeps_its_own_place():
             if g is not None and not g._done:
                 await g.unlock()
     finally:
-        for t in tasks:
-            t.cancel()
-        for c in (holder, waiting):
-            if c is not None:
-                await c.aclose()
-        if raw is not None:
-            await raw.aclose()
-        topo.stop()
+        await _tear_down(tasks, (holder, waiting), raw, topo)
