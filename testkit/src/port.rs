@@ -32,11 +32,18 @@ pub fn free_port() -> Result<u16> {
     Err(Error::new("no free port below 55000"))
 }
 
+/// Where the kernel's ephemeral port range starts (Linux's default
+/// `net.ipv4.ip_local_port_range` is 32768-60999).
+const EPHEMERAL: u16 = 32_768;
+
 /// A base port for a topology, `20000 + step × k` for a random `k`, below
-/// 32000 (so below the kernel's ephemeral range), such that `base + o` is
-/// free for every `o` in `offsets` (probed by binding each) and was never
-/// handed out before in this process (two tests of one binary never share
-/// a base, even before either has bound its ports).
+/// 32000, such that `base + o` is free for every `o` in `offsets` (probed
+/// by binding each), is below 32768 (where the kernel's ephemeral range
+/// starts: a cluster node's bus port, `base + 10000 + i`, there could be
+/// taken by any outgoing connection between this probe and the node's
+/// bind), and was never handed out before in this process (two tests of
+/// one binary never share a base, even before either has bound its
+/// ports).
 ///
 /// # Errors
 ///
@@ -47,8 +54,15 @@ pub fn free_base(step: u16, offsets: &[u16], what: &str) -> Result<u16> {
     let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
     let mut rng = rand::rng();
     let step = step.max(1);
+    let top = 32_000u16.min(EPHEMERAL.saturating_sub(offsets.iter().copied().max().unwrap_or(0)));
+    let bases = top.saturating_sub(20_000) / step;
+    if bases == 0 {
+        return Err(Error::new(format!(
+            "no base port for {what}: its offsets reach past {EPHEMERAL}"
+        )));
+    }
     for _ in 0..1000 {
-        let base = 20_000 + step * rng.random_range(0..12_000 / step);
+        let base = 20_000 + step * rng.random_range(0..bases);
         let ports: Vec<u16> = offsets.iter().map(|o| base + o).collect();
         let free = ports
             .iter()
@@ -59,7 +73,7 @@ pub fn free_base(step: u16, offsets: &[u16], what: &str) -> Result<u16> {
         }
     }
     Err(Error::new(format!(
-        "no free base port for {what} in 20000-32000"
+        "no free base port for {what} in 20000-{top}"
     )))
 }
 
