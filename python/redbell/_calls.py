@@ -73,7 +73,11 @@ def _map_error(e: Exception) -> Exception:
         return PermitsMismatch(msg, stored)
     if msg.startswith("WRONGTYPE"):
         return WrongType(msg)
-    if isinstance(e, rexc.NoPermissionError) or msg.startswith("NOPERM"):
+    if isinstance(e, rexc.NoPermissionError) or msg.startswith("NOPERM") \
+            or "user executing the script" in msg or "no permissions" in msg:
+        # An ACL refusal: of a command, ``NOPERM``; of a command inside a
+        # script, on Redis 7.0, ``ERR The user executing the script can't
+        # ...`` (later servers say ``NOPERM`` there too), as Rust's mapping.
         return NoPermission(msg)
     return RedisError(msg or type(e).__name__)
 

@@ -64,6 +64,9 @@ class Guard:
                 it), or its reply was lost and the release, sent again,
                 found the lock not held: whether the hold lasted until the
                 release is unknown.
+            NoPermission, WrongType: the server refused the release (an
+                ACL without the right, a key of another type): the lease
+                ends the hold.
 
         Cancel safety: renewal stops at once and the release runs to its end
         in the background.
