@@ -561,6 +561,11 @@ class Client:
         """Release every held lock, finish background releases and pass-ons,
         and close the connections (Rust ``shutdown``).
 
+        Waits for that work at most twice the response timeout (4 s), as
+        Rust's ``shutdown`` does: long enough for an attempt that times out
+        and a retry. Work still failing then (Redis not answering) is
+        dropped; the leases, and the queue entries' expiry, end it.
+
         Raises: nothing; failures to release leave the leases to expire.
 
         Cancel safety: cancelling may leave held locks to their leases.
@@ -572,8 +577,16 @@ class Client:
         self._holds.clear()
         if self._renewal is not None:
             self._renewal.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * RESPONSE_TIMEOUT
         while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+            left = deadline - loop.time()
+            if left <= 0:
+                for t in list(self._background):
+                    t.cancel()
+                await asyncio.gather(*list(self._background), return_exceptions=True)
+                break
+            await asyncio.wait(list(self._background), timeout=left)
         self._closed = True
         await self._hub.aclose()
         if self._mux is not None:

@@ -245,3 +245,30 @@ async def test_a_pass_on_that_fails_is_tried_again(raw):
             task.cancel()
         await holder.aclose()
         await waiting.aclose()
+
+
+async def test_aclose_with_redis_silent_gives_up_on_its_releases_in_bounded_time():
+    """``aclose`` while the server answers nothing (a partition: the proxy
+    drops every byte): the release of the held lock times out, and is
+    retried, until ``aclose``'s bound (twice the response timeout, 4 s, as
+    Rust's ``shutdown``) drops it; the lease ends the hold. Here ``aclose``
+    must end within 10 s.
+
+    Before the bound: every retry ran to its end first, 5 tries of 2 s
+    each and 3.3 s of pauses between them (13.3 s)."""
+    proxy = await _proxy()
+    c = await redbell.connect(f"redis://127.0.0.1:{proxy.port}")
+    try:
+        await c.mutex(unique("aclose-silent")).lock()
+        proxy.black_hole = True
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        t = asyncio.ensure_future(c.aclose())
+        done, _ = await asyncio.wait({t}, timeout=10)
+        took = loop.time() - began
+        assert done, "aclose did not end within 10 s of the partition (bound: 4 s)"
+        t.result()
+        print(f"aclose ended {took:.2f} s after it was called")
+    finally:
+        proxy.black_hole = False
+        await proxy.cut()
