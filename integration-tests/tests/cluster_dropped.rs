@@ -113,34 +113,6 @@ async fn shard_channels(c: &mut MultiplexedConnection, pattern: &str) -> usize {
     channels.len()
 }
 
-/// `MIGRATE`s every key of `slot` from the node of connection `c` to node
-/// `to`, a thousand at a time.
-async fn migrate_keys(c: &mut MultiplexedConnection, slot: u16, to: u16) {
-    loop {
-        let keys: Vec<String> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(1000)
-            .query_async(c)
-            .await
-            .expect("GETKEYSINSLOT");
-        if keys.is_empty() {
-            return;
-        }
-        let _: redis::Value = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(to)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query_async(c)
-            .await
-            .expect("MIGRATE");
-    }
-}
-
 /// Releases every lock in `held`, then gives the `waiters` 5 s from the
 /// first release to get theirs; how long the releases took, and how many
 /// waiters did not get their lock in time.
@@ -297,7 +269,9 @@ async fn sunsubscribe_while_subscribing_loses_no_wakeup() {
     sleep_until(p1_resumes - Duration::from_millis(200)).await;
     setslot_on(&mut migrate_p1, slot, "MIGRATING", &p3_id).await;
     let made = shard_channels(&mut admin_p1, &pattern).await;
-    migrate_keys(&mut admin_p1, slot, p3).await;
+    redbell_testkit::migrate_keys(&mut admin_p1, slot, p3)
+        .await
+        .expect("MIGRATE of S's keys");
     setslot_on(&mut admin_p1, slot, "NODE", &p3_id).await;
     let moved_at = Instant::now();
     setslot(p3, slot, "NODE", &p3_id).await;
@@ -351,7 +325,9 @@ async fn move_now(slot: u16, (a, a_id): (u16, &str), (b, b_id): (u16, &str)) {
     setslot(b, slot, "IMPORTING", a_id).await;
     let mut on_a = conn(a).await;
     setslot_on(&mut on_a, slot, "MIGRATING", b_id).await;
-    migrate_keys(&mut on_a, slot, b).await;
+    redbell_testkit::migrate_keys(&mut on_a, slot, b)
+        .await
+        .expect("MIGRATE of the slot's keys");
     setslot_on(&mut on_a, slot, "NODE", b_id).await;
     setslot(b, slot, "NODE", b_id).await;
 }

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use redis::aio::MultiplexedConnection;
+
 use crate::{
-    Error, Node, Result, command, free_base, kill_pidfile, log_tail, node_url, parse_nodes,
-    poll_until, query, redis_script, replication_field, run_redis_script,
+    Error, Node, Result, command, connect, free_base, kill_pidfile, log_tail, node_url,
+    parse_nodes, poll_until, query, redis_script, replication_field, run_redis_script,
 };
 
 /// How often the cluster's state is polled: 50 ms.
@@ -257,33 +259,7 @@ impl Cluster {
         };
         command::<()>(to, &setslot("IMPORTING", &from_id)).await?;
         command::<()>(from, &setslot("MIGRATING", &to_id)).await?;
-        let mut moved = 0;
-        loop {
-            let keys: Vec<String> = command(
-                from,
-                redis::cmd("CLUSTER")
-                    .arg("GETKEYSINSLOT")
-                    .arg(slot)
-                    .arg(100),
-            )
-            .await?;
-            if keys.is_empty() {
-                break;
-            }
-            moved += keys.len();
-            command::<redis::Value>(
-                from,
-                redis::cmd("MIGRATE")
-                    .arg("127.0.0.1")
-                    .arg(to)
-                    .arg("")
-                    .arg(0)
-                    .arg(5000)
-                    .arg("KEYS")
-                    .arg(&keys),
-            )
-            .await?;
-        }
+        let moved = migrate_keys(&mut connect(&node_url(from)).await?, slot, to).await?;
         command::<()>(to, &setslot("NODE", &to_id)).await?;
         command::<()>(from, &setslot("NODE", &to_id)).await?;
         for p in self.primaries().await? {
@@ -329,5 +305,42 @@ impl Drop for Cluster {
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// `MIGRATE`s every key of `slot`, a hundred at a time, from the node of
+/// connection `from` (its slot `MIGRATING`) to the node on port `to`; how
+/// many keys moved. [`Cluster::move_slot`]'s middle step, for a test that
+/// makes the `SETSLOT` steps itself (on a connection it opened before it
+/// paused the node, say).
+///
+/// # Errors
+///
+/// When `GETKEYSINSLOT` or a `MIGRATE` fails.
+pub async fn migrate_keys(from: &mut MultiplexedConnection, slot: u16, to: u16) -> Result<usize> {
+    let mut moved = 0;
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query_async(from)
+            .await
+            .map_err(|e| Error::new(format!("GETKEYSINSLOT {slot}: {e}")))?;
+        if keys.is_empty() {
+            return Ok(moved);
+        }
+        moved += keys.len();
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async::<redis::Value>(from)
+            .await
+            .map_err(|e| Error::new(format!("MIGRATE of slot {slot} to {to}: {e}")))?;
     }
 }

@@ -32,7 +32,7 @@ pub mod sentinel;
 mod server;
 mod tls;
 
-pub use cluster::Cluster;
+pub use cluster::{Cluster, migrate_keys};
 pub use conn::{command, connect, info_field, poll_until, query, replication_field};
 pub use env::{
     kill_pidfile, log_tail, redis_script, redis_server_bin, repo_root, run_redis_script,
